@@ -1,0 +1,3 @@
+from ponytail.entry import main
+
+raise SystemExit(main())

@@ -1,0 +1,226 @@
+"""Apply a Plan: the one place where ponytail changes anything.
+
+Order of work:
+1. In the host's mount namespace, clone every source into a detached mount
+   (open_tree) and check it is what the plan says (character device with the
+   planned major:minor, regular file); make it read-only/nosuid/nodev there.
+2. Enter the container's mount namespace (hook mode) and open its rootfs.
+3. Resolve each target inside the rootfs (ponytail.inroot), create the mount
+   point, and attach the detached mount onto the target's descriptor.
+4. Create SONAME links, write the linker config, run the host's ldconfig.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from dataclasses import dataclass, field
+
+from ponytail.apply import syscalls
+from ponytail.errors import InjectionError, InputError
+from ponytail.inroot import UnsafePath, open_root, resolve_in_root
+from ponytail.plan import LinkerCache, Mount, Plan, Symlink
+
+LDCONFIG_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+LDCONFIG_TIMEOUT_S = 60
+LD_SO_CONF = "/etc/ld.so.conf"
+LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
+_ATTRS = {
+    "device": syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NOEXEC,
+    "library": syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV,
+    "binary": syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV,
+}
+
+
+@dataclass
+class Outcome:
+    """What a run did, for the log: one line per change, and what was already there."""
+
+    done: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
+    """Apply ``plan`` to ``rootfs``; in the mount namespace of ``container_pid`` when given."""
+    syscalls.require_new_mount_api()
+    outcome = Outcome()
+    trees: dict[int, int] = {}
+    ldconfig_fd = -1
+    try:
+        for i, op in enumerate(plan.operations):
+            if isinstance(op, Mount):
+                trees[i] = _clone_source(op)
+            elif isinstance(op, LinkerCache):
+                ldconfig_fd = _open_program(op.ldconfig)
+        if container_pid is not None:
+            _enter_mount_namespace(container_pid)
+        root_fd = open_root(rootfs)
+        try:
+            for i, op in enumerate(plan.operations):
+                if isinstance(op, Mount):
+                    _mount(root_fd, op, trees[i], outcome)
+                elif isinstance(op, Symlink):
+                    _symlink(root_fd, op, outcome)
+                else:
+                    _linker_cache(root_fd, rootfs, op, ldconfig_fd, outcome)
+        finally:
+            os.close(root_fd)
+    finally:
+        for fd in trees.values():
+            os.close(fd)
+        if ldconfig_fd >= 0:
+            os.close(ldconfig_fd)
+    return outcome
+
+
+def _clone_source(op: Mount) -> int:
+    try:
+        tree = syscalls.clone_tree(op.source)
+    except OSError as e:
+        raise InjectionError(f"cannot bind {op.source} (for {op.target}): {e.strerror}")
+    try:
+        st = os.fstat(tree)
+        if op.rdev is not None:
+            actual = (os.major(st.st_rdev), os.minor(st.st_rdev))
+            if not stat.S_ISCHR(st.st_mode) or actual != op.rdev:
+                raise InjectionError(
+                    f"{op.source} is no longer the character device {op.rdev[0]}:{op.rdev[1]}; refusing to mount it"
+                )
+        elif not stat.S_ISREG(st.st_mode):
+            raise InjectionError(f"{op.source} is not a regular file; refusing to mount it")
+        try:
+            syscalls.set_mount_attributes(tree, _ATTRS[op.kind])
+        except OSError as e:
+            raise InjectionError(f"cannot set mount flags on {op.source}: {e.strerror}")
+    except BaseException:
+        os.close(tree)
+        raise
+    return tree
+
+
+def _open_program(path: str) -> int:
+    try:
+        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError as e:
+        raise InjectionError(f"cannot open {path}: {e.strerror}; set [host] ldconfig in the config")
+
+
+def _enter_mount_namespace(pid: int) -> None:
+    path = f"/proc/{pid}/ns/mnt"
+    try:
+        ns_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InputError(f"container process {pid} is gone ({path} does not exist)")
+    except OSError as e:
+        raise InjectionError(f"cannot open {path}: {e.strerror}")
+    try:
+        if os.fstat(ns_fd).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
+            return  # already there (the container shares our mount namespace)
+        syscalls.setns_mount(ns_fd)
+    except OSError as e:
+        raise InjectionError(f"cannot enter the mount namespace of process {pid}: {e.strerror}")
+    finally:
+        os.close(ns_fd)
+
+
+def _mount(root_fd: int, op: Mount, tree: int, outcome: Outcome) -> None:
+    resolved = resolve_in_root(root_fd, op.target, create_dirs=True)
+    try:
+        if resolved.exists and stat.S_ISDIR(resolved.mode):
+            raise UnsafePath(f"cannot mount {op.source}: {resolved.path} is a directory in the rootfs")
+        if not resolved.exists:
+            try:
+                os.close(os.open(resolved.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=resolved.parent_fd))
+            except FileExistsError:
+                pass
+        target_fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+        try:
+            if stat.S_ISLNK(os.fstat(target_fd).st_mode):
+                raise UnsafePath(f"{resolved.path} in the rootfs turned into a symlink while mounting; refused")
+            if _same_file(target_fd, tree):
+                outcome.unchanged.append(f"{resolved.path} (already mounted)")
+                return
+            syscalls.attach_tree(tree, target_fd)
+        except OSError as e:
+            raise InjectionError(f"cannot mount {op.source} onto {resolved.path} in the rootfs: {e.strerror}")
+        finally:
+            os.close(target_fd)
+        outcome.done.append(f"mount {op.source} -> {resolved.path}")
+    finally:
+        resolved.close()
+
+
+def _same_file(a: int, b: int) -> bool:
+    sa, sb = os.fstat(a), os.fstat(b)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _symlink(root_fd: int, op: Symlink, outcome: Outcome) -> None:
+    resolved = resolve_in_root(root_fd, op.target, create_dirs=True, follow_last=False)
+    try:
+        if resolved.exists:
+            if stat.S_ISLNK(resolved.mode):
+                if os.readlink(resolved.name, dir_fd=resolved.parent_fd) == op.link_to:
+                    outcome.unchanged.append(f"{resolved.path} -> {op.link_to} (already linked)")
+                    return
+                os.unlink(resolved.name, dir_fd=resolved.parent_fd)
+            else:
+                outcome.warnings.append(
+                    f"the image has its own {resolved.path} (not a symlink); left in place, it may shadow the driver's"
+                )
+                return
+        os.symlink(op.link_to, resolved.name, dir_fd=resolved.parent_fd)
+        outcome.done.append(f"link {resolved.path} -> {op.link_to}")
+    except OSError as e:
+        raise InjectionError(f"cannot create link {resolved.path} -> {op.link_to} in the rootfs: {e.strerror}")
+    finally:
+        resolved.close()
+
+
+def _linker_cache(root_fd: int, rootfs: str, op: LinkerCache, ldconfig_fd: int, outcome: Outcome) -> None:
+    content = "".join(f"{d}\n" for d in op.directories).encode()
+    _write_file(root_fd, op.conf_file, content, outcome, replace=True)
+    _write_file(root_fd, LD_SO_CONF, LD_SO_CONF_TEXT, outcome, replace=False)
+    argv = ["ldconfig", "-r", rootfs, *op.directories]
+    try:
+        result = subprocess.run(
+            argv,
+            executable=f"/proc/self/fd/{ldconfig_fd}",
+            pass_fds=(ldconfig_fd,),
+            env=LDCONFIG_ENV,
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=LDCONFIG_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise InjectionError(f"cannot run {op.ldconfig} on the rootfs: {e}")
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).decode(errors="replace").strip().splitlines()
+        raise InjectionError(
+            f"{op.ldconfig} -r {rootfs} failed (exit {result.returncode}): {detail[-1] if detail else 'no message'}"
+        )
+    outcome.done.append(f"ran {op.ldconfig} -r {rootfs} ({', '.join(op.directories)})")
+
+
+def _write_file(root_fd: int, path: str, content: bytes, outcome: Outcome, replace: bool) -> None:
+    resolved = resolve_in_root(root_fd, path, create_dirs=True)
+    try:
+        if resolved.exists and not replace:
+            return
+        if resolved.exists and not stat.S_ISREG(resolved.mode):
+            raise UnsafePath(f"{resolved.path} in the rootfs is not a regular file; refusing to write it")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(resolved.name, flags, 0o644, dir_fd=resolved.parent_fd)
+        try:
+            os.write(fd, content)
+        finally:
+            os.close(fd)
+        outcome.done.append(f"wrote {resolved.path}")
+    except OSError as e:
+        raise InjectionError(f"cannot write {resolved.path} in the rootfs: {e.strerror}")
+    finally:
+        resolved.close()

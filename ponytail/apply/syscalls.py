@@ -1,0 +1,98 @@
+"""Thin ctypes wrappers for the syscalls Python's os module lacks: setns and the
+new mount API (open_tree, mount_setattr, move_mount; Linux 5.12+).
+
+With the new mount API a bind mount is made from file descriptors alone: the
+source is cloned into a detached mount in the host's namespace, made read-only
+before anyone can see it, and attached onto a target descriptor resolved inside
+the rootfs. No path is re-resolved in between.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from ponytail.errors import InjectionError
+
+SYS_OPEN_TREE = 428
+SYS_MOVE_MOUNT = 429
+SYS_MOUNT_SETATTR = 442
+
+CLONE_NEWNS = 0x00020000
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+AT_EMPTY_PATH = 0x1000
+AT_SYMLINK_NOFOLLOW = 0x100
+AT_RECURSIVE = 0x8000
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOVE_MOUNT_T_EMPTY_PATH = 0x40
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_NOEXEC = 0x8
+
+_libc: ctypes.CDLL | None = None
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _lib() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.syscall.restype = ctypes.c_long
+    return _libc
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def setns_mount(ns_fd: int) -> None:
+    """Move this (single-threaded) process into the mount namespace ``ns_fd``."""
+    _check(_lib().setns(ns_fd, CLONE_NEWNS), "setns")
+
+
+def clone_tree(path: str) -> int:
+    """A detached bind mount of ``path`` (not following a final symlink), as an fd."""
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW
+    return _check(
+        _lib().syscall(SYS_OPEN_TREE, -100, path.encode(), ctypes.c_uint(flags)), f"open_tree {path}"
+    )
+
+
+def set_mount_attributes(tree_fd: int, attributes: int) -> None:
+    attr = _MountAttr(attributes, 0, 0, 0)
+    _check(
+        _lib().syscall(
+            SYS_MOUNT_SETATTR, tree_fd, b"", ctypes.c_uint(AT_EMPTY_PATH), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))
+        ),
+        "mount_setattr",
+    )
+
+
+def attach_tree(tree_fd: int, target_fd: int) -> None:
+    """Attach the detached mount ``tree_fd`` onto the file ``target_fd`` refers to."""
+    flags = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
+    _check(_lib().syscall(SYS_MOVE_MOUNT, tree_fd, b"", target_fd, b"", ctypes.c_uint(flags)), "move_mount")
+
+
+def require_new_mount_api() -> None:
+    """Fail with one clear line on kernels older than 5.12."""
+    release = os.uname().release
+    try:
+        major, minor = (int(x) for x in release.split(".")[:2])
+    except ValueError:
+        return
+    if (major, minor) < (5, 12):
+        raise InjectionError(f"kernel {release} is too old: ponytail needs Linux 5.12+ (open_tree, mount_setattr)")

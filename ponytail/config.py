@@ -1,0 +1,135 @@
+"""config.toml -> a typed, validated Config. Errors name the file and the key."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ponytail.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = "/etc/ponytail/config.toml"
+CONFIG_ENV_VAR = "PONYTAIL_CONFIG"
+
+# Library globs, resolved under the driver root. The driver root's own
+# etc/ld.so.cache is searched for the same file names too, so a driver kept in
+# /usr/local/nvidia/lib64 or /usr/lib64 is found without editing these.
+DEFAULT_LIBRARY_GLOBS: tuple[str, ...] = (
+    "/usr/lib/x86_64-linux-gnu/libcuda.so.*",
+    "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
+    "/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.*",
+    "/usr/lib/x86_64-linux-gnu/libnvidia-nvvm.so.*",
+    "/usr/lib/x86_64-linux-gnu/libnvidia-gpucomp.so.*",
+)
+
+MAX_CONFIG_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything ponytail reads from config.toml, with the built-in defaults."""
+
+    path: str | None = None
+    driver_root: str = "/"
+    proc_root: str = "/proc"
+    sys_root: str = "/sys"
+    dev_root: str = "/dev"
+    ldconfig: str = ""  # empty: the host's /sbin/ldconfig or /usr/sbin/ldconfig
+    library_paths: tuple[str, ...] = DEFAULT_LIBRARY_GLOBS
+    log_file: str = "/var/log/ponytail.log"
+
+
+# table -> key -> (Config field, expected type)
+_SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
+    "host": {
+        "driver_root": ("driver_root", str),
+        "proc_root": ("proc_root", str),
+        "sys_root": ("sys_root", str),
+        "dev_root": ("dev_root", str),
+        "ldconfig": ("ldconfig", str),
+    },
+    "library": {"paths": ("library_paths", list)},
+    "log": {"file": ("log_file", str)},
+}
+
+
+def config_path(cli_path: str | None, environ: dict[str, str] | None = None) -> tuple[str, bool]:
+    """The config file to read and whether the user named it explicitly.
+
+    ``-config`` beats ``$PONYTAIL_CONFIG`` beats the default path. Only an
+    explicitly named file must exist; a missing default means built-in defaults.
+    """
+    if cli_path:
+        return cli_path, True
+    env = (os.environ if environ is None else environ).get(CONFIG_ENV_VAR)
+    if env:
+        return env, True
+    return DEFAULT_CONFIG_PATH, False
+
+
+def load_config(path: str, required: bool) -> Config:
+    """Read and validate ``path``; a missing file that was not required gives the defaults."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        if required:
+            raise ConfigError(f"config file {path} does not exist: create it or pass an existing -config FILE")
+        return Config()
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}")
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    return parse_config(raw, path)
+
+
+def parse_config(raw: bytes, path: str) -> Config:
+    """Validate TOML text against the schema; unknown keys and wrong types are errors."""
+    try:
+        import tomllib  # type: ignore[import-not-found]
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text")
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path}: TOML syntax error: {e}")
+    values: dict[str, object] = {"path": path}
+    for table, content in data.items():
+        keys = _SCHEMA.get(table)
+        if keys is None:
+            known = ", ".join(f"[{t}]" for t in _SCHEMA)
+            raise ConfigError(f"config file {path}: unknown table [{table}] (known: {known})")
+        if not isinstance(content, dict):
+            raise ConfigError(f"config file {path}: '{table}' must be a table ([{table}])")
+        for key, value in content.items():
+            if key not in keys:
+                known = ", ".join(keys)
+                raise ConfigError(f"config file {path}: unknown key '{table}.{key}' (known in [{table}]: {known})")
+            field_name, expected = keys[key]
+            values[field_name] = _check_type(path, f"{table}.{key}", value, expected)
+    return Config(**values)  # type: ignore[arg-type]
+
+
+def _check_type(path: str, key: str, value: object, expected: type) -> object:
+    if expected is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config file {path}: '{key}' must be a string, not {_toml_type(value)}")
+        if key.startswith("host.") and key != "host.ldconfig" and not value.startswith("/"):
+            raise ConfigError(f"config file {path}: '{key}' must be an absolute path, not {value!r}")
+        if "\0" in value:
+            raise ConfigError(f"config file {path}: '{key}' contains a NUL character")
+        return value
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"config file {path}: '{key}' must be a list of strings")
+    for v in value:
+        if not v.startswith("/"):
+            raise ConfigError(f"config file {path}: '{key}' entry {v!r} must be an absolute path or glob")
+    return tuple(value)
+
+
+def _toml_type(value: object) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a float", list: "an array", dict: "a table"}.get(
+        type(value), type(value).__name__
+    )
+

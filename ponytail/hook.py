@@ -1,0 +1,148 @@
+"""The hook run: config -> container -> probe -> plan -> apply (or print, with -debug).
+
+Every run is logged; every error is one line on stderr with its exit status:
+0 done, 1 injection failed, 2 bad usage, config or input.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import BinaryIO, TextIO
+
+from ponytail.config import Config, config_path, load_config
+from ponytail.errors import EXIT_INJECTION_FAILED, InputError, PonytailError, ProbeError, UsageError
+from ponytail.logfile import RunLog
+from ponytail.oci import MAX_STATE_BYTES, Container, container_from_state, read_bounded
+from ponytail.options import HookOptions
+
+
+def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    stdin = stdin if stdin is not None else sys.stdin.buffer
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    log = RunLog("")
+    try:
+        config = _load_config(options)
+        log.path = config.log_file
+        log.open()
+        return _run(options, config, stdin, stdout, log)
+    except PonytailError as e:
+        log.write("error", e.message)
+        print(f"ponytail: error: {e.message}", file=stderr)
+        return e.exit_code
+    except Exception as e:  # a bug: still one line for the user, the details in the log
+        import traceback
+
+        log.write("error", "internal error: " + traceback.format_exc().replace("\n", " | "))
+        where = f" (traceback in {log.path})" if log.path else ""
+        print(f"ponytail: internal error: {type(e).__name__}: {e}{where}", file=stderr)
+        return EXIT_INJECTION_FAILED
+    finally:
+        log.close()
+
+
+def _load_config(options: HookOptions) -> Config:
+    path, required = config_path(options.config)
+    return load_config(path, required)
+
+
+def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, log: RunLog) -> int:
+    container = _container(options, stdin)
+    log.context = container.id if container else (f"manual:{options.root}" if options.root else "-")
+    from ponytail.request import device_request, select_gpus
+
+    request = device_request(options.device, container.env if container else None)
+    if request.is_void:
+        log.write("info", f"not a GPU container ({request.source}={request.selector!r}); nothing injected")
+        if options.debug:
+            stdout.write(f"ponytail -debug: {request.source}={request.selector!r}: not a GPU container, nothing would be injected\n")
+        return 0
+
+    from ponytail.host.probe import find_ldconfig, probe_host
+    from ponytail.plan import build_plan
+
+    globs = _library_globs(options.libs) or config.library_paths
+    host = probe_host(config, globs)
+    gpus = select_gpus(host.gpus, request)
+    plan = build_plan(host, gpus, find_ldconfig(config.ldconfig))
+    rootfs = container.rootfs if container else options.root
+
+    if options.debug:
+        from ponytail.render import render_plan
+
+        stdout.write(render_plan(plan, host, _header(options, config, container, request)))
+        log.write("info", f"dry run: {len(plan.operations)} operation(s) planned, {len(plan.problems)} problem(s)")
+        return 0
+    if plan.problems:
+        more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
+        raise ProbeError(plan.problems[0] + more)
+    if rootfs is None:  # pragma: no cover - _container guarantees one of them
+        raise UsageError("no rootfs: pass -root DIR or run as an OCI hook")
+
+    from ponytail.apply.executor import apply_plan
+
+    outcome = apply_plan(plan, rootfs, container.pid if container else None)
+    for line in outcome.done:
+        log.write("debug", line)
+    for line in plan.warnings + tuple(outcome.warnings):
+        log.write("warning", line)
+    gpu_text = ",".join(str(g.index) for g in gpus) or "none"
+    log.write(
+        "info",
+        f"injected into {rootfs}: GPUs [{gpu_text}] ({request.source}), {plan.count('device')} device node(s), "
+        f"{plan.count('library')} librar(ies), {plan.count('binary')} binar(ies); "
+        f"{len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms",
+    )
+    return 0
+
+
+def _container(options: HookOptions, stdin: BinaryIO) -> Container | None:
+    if options.root is not None:
+        if not os.path.isdir(options.root):
+            raise UsageError(f"-root {options.root}: not a directory")
+        return None
+    if options.debug and _interactive(stdin):
+        return None
+    raw = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")
+    if options.debug and not raw.strip():
+        return None
+    if not raw.strip():
+        raise InputError(
+            "no OCI state on stdin: ponytail runs as an OCI prestart hook; to inject by hand pass -root DIR, "
+            "to see the plan pass -debug"
+        )
+    return container_from_state(raw)
+
+
+def _interactive(stdin: BinaryIO) -> bool:
+    try:
+        return os.isatty(stdin.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _library_globs(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return ()
+    globs = tuple(g.strip() for g in text.split(",") if g.strip())
+    for g in globs:
+        if not g.startswith("/"):
+            raise UsageError(f"-libs: {g!r} must be an absolute path or glob (resolved under the driver root)")
+    if not globs:
+        raise UsageError("-libs: no globs given")
+    return globs
+
+
+def _header(options: HookOptions, config: Config, container: Container | None, request: object) -> list[str]:
+    lines = [f"config: {config.path or 'built-in defaults (no config file)'}"]
+    lines.append(f"driver root: {config.driver_root}  proc: {config.proc_root}  sys: {config.sys_root}  dev: {config.dev_root}")
+    if container is not None:
+        lines.append(f"hook mode: container {container.id} pid {container.pid} status {container.status!r}")
+        lines.append(f"rootfs: {container.rootfs} (in the mount namespace of pid {container.pid})")
+    elif options.root is not None:
+        lines.append(f"manual mode: rootfs {options.root} (in this mount namespace)")
+    else:
+        lines.append("no container: no OCI state on stdin and no -root; showing what would be injected")
+    lines.append(f"devices requested: {request.selector!r} (from {request.source})")  # type: ignore[attr-defined]
+    return lines

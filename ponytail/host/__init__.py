@@ -1,0 +1,1 @@
+"""Read-only probing of the host: the driver, its GPUs, its nodes and its files."""

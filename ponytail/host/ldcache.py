@@ -1,0 +1,62 @@
+"""Read a glibc ld.so.cache file: which library file names live at which paths.
+
+Supports the current format ("glibc-ld.so.cache1.1", alone or after the old
+"ld.so-1.7.0" table). Used to find the driver wherever the driver root's linker
+cache says it is, without running ldconfig.
+"""
+
+from __future__ import annotations
+
+import struct
+
+OLD_MAGIC = b"ld.so-1.7.0"
+NEW_MAGIC = b"glibc-ld.so.cache1.1"
+_NEW_HEADER = struct.Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, extension offset
+_NEW_ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
+_OLD_ENTRY_SIZE = 12
+MAX_CACHE_BYTES = 64 << 20
+
+
+def read_ld_cache(path: str) -> list[tuple[str, str]]:
+    """(file name, path) pairs of the cache at ``path``; [] if it is missing or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CACHE_BYTES)
+    except OSError:
+        return []
+    return parse_ld_cache(data)
+
+
+def parse_ld_cache(data: bytes) -> list[tuple[str, str]]:
+    start = 0
+    if data.startswith(OLD_MAGIC):
+        if len(data) < 16:
+            return []
+        nlibs, = struct.unpack_from("<I", data, 12)
+        start = 16 + nlibs * _OLD_ENTRY_SIZE
+        start = (start + 7) & ~7  # the new table is aligned
+        if not data[start:].startswith(NEW_MAGIC):
+            start = data.find(NEW_MAGIC, 16)
+            if start < 0:
+                return []
+    if not data[start:].startswith(NEW_MAGIC) or len(data) < start + _NEW_HEADER.size:
+        return []
+    _magic, nlibs, _len_strings, _flags, _ext = _NEW_HEADER.unpack_from(data, start)
+    entries = []
+    pos = start + _NEW_HEADER.size
+    for _ in range(min(nlibs, (len(data) - pos) // _NEW_ENTRY.size)):
+        _eflags, key, value, _osv, _hwcap = _NEW_ENTRY.unpack_from(data, pos)
+        pos += _NEW_ENTRY.size
+        name, path = _string(data, start + key), _string(data, start + value)
+        if name and path:
+            entries.append((name, path))
+    return entries
+
+
+def _string(data: bytes, offset: int) -> str | None:
+    if not 0 <= offset < len(data):
+        return None
+    end = data.find(b"\0", offset)
+    if end < 0:
+        return None
+    return data[offset:end].decode("utf-8", "replace")

@@ -1,0 +1,79 @@
+"""NVIDIA GPUs on the PCI bus: vendor 0x10de, class VGA (0x0300) or 3D controller (0x0302).
+
+On the live ``/sys`` the bus is enumerated with pyudev; under a relocated sys root
+(tests, unusual hosts) with plain sysfs reads. Both return the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+NVIDIA_VENDOR = 0x10DE
+GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    bus_id: str  # as sysfs names it, e.g. 0000:3b:00.0
+    vendor: int
+    pci_class: int  # full 24-bit class code, e.g. 0x030200
+
+
+def is_nvidia_gpu(function: PciFunction) -> bool:
+    return function.vendor == NVIDIA_VENDOR and (function.pci_class >> 8) in GPU_CLASSES
+
+
+def nvidia_gpu_bus_ids(sys_root: str) -> list[str]:
+    """Bus ids of the NVIDIA GPUs under ``sys_root``, in PCI bus order."""
+    functions = pci_functions_pyudev() if os.path.realpath(sys_root) == "/sys" else pci_functions_sysfs(sys_root)
+    return sorted(f.bus_id.lower() for f in functions if is_nvidia_gpu(f))
+
+
+def pci_functions_sysfs(sys_root: str) -> list[PciFunction]:
+    """Every PCI function, from <sys_root>/bus/pci/devices/*/{vendor,class}."""
+    base = os.path.join(sys_root, "bus/pci/devices")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    result = []
+    for name in names:
+        vendor = _read_hex(os.path.join(base, name, "vendor"))
+        pci_class = _read_hex(os.path.join(base, name, "class"))
+        if vendor is not None and pci_class is not None:
+            result.append(PciFunction(name, vendor, pci_class))
+    return result
+
+
+def pci_functions_pyudev() -> list[PciFunction]:
+    """Every PCI function the udev database knows, through pyudev (live /sys only)."""
+    try:
+        import pyudev  # noqa: PLC0415 - lazy: only the live-host path needs libudev
+        context = pyudev.Context()
+    except (ImportError, OSError):
+        return pci_functions_sysfs("/sys")
+    result = []
+    for device in context.list_devices(subsystem="pci"):
+        vendor = _parse_hex(device.attributes.get("vendor"))
+        pci_class = _parse_hex(device.attributes.get("class"))
+        if vendor is not None and pci_class is not None:
+            result.append(PciFunction(device.sys_name, vendor, pci_class))
+    return result
+
+
+def _read_hex(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            return _parse_hex(f.read(64))
+    except OSError:
+        return None
+
+
+def _parse_hex(raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        return int(raw.strip(), 16)
+    except ValueError:
+        return None

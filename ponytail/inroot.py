@@ -1,0 +1,141 @@
+"""Resolve a path inside a root directory as if that directory were '/'.
+
+The root belongs to an untrusted image. Every component is looked up relative
+to a directory file descriptor we hold, with O_NOFOLLOW; symlinks are read and
+re-walked from the root (absolute) or the current directory (relative); '..'
+never climbs above the root. Nothing is ever resolved by a path string the
+kernel could walk out of the root, so a symlink planted in the image, or one
+swapped in while we work, cannot send a mount or a write onto the host.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+
+from ponytail.errors import InjectionError
+
+MAX_SYMLINKS = 40
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(InjectionError):
+    """A path in the root that cannot be resolved safely (loop, not a directory, raced)."""
+
+
+@dataclass
+class Resolved:
+    """A resolved path: an open directory, the name in it, and whether that name exists.
+
+    ``parent_fd`` is owned by the caller (close it). ``path`` is the canonical
+    path inside the root. When ``exists`` is true and ``follow_last`` was
+    requested, the name is not a symlink.
+    """
+
+    parent_fd: int
+    name: str
+    exists: bool
+    path: str
+    mode: int = 0
+
+    def close(self) -> None:
+        if self.parent_fd >= 0:
+            os.close(self.parent_fd)
+            self.parent_fd = -1
+
+
+def resolve_in_root(
+    root_fd: int, path: str, *, create_dirs: bool = False, follow_last: bool = True, dir_mode: int = 0o755
+) -> Resolved:
+    """Walk ``path`` under ``root_fd``; create missing directories when ``create_dirs``."""
+    parts = _split(path)
+    if not parts:
+        raise UnsafePath(f"{path!r} names the root itself, not a file in it")
+    stack: list[tuple[int, str]] = [(os.dup(root_fd), "")]
+    hops = 0
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop()[0])
+                continue
+            parent = stack[-1][0]
+            last = not parts
+            try:
+                st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                if last:
+                    return _result(stack, name, None)
+                if not create_dirs:
+                    raise UnsafePath(f"{_join(stack, name)} does not exist in the root (resolving {path})")
+                try:
+                    os.mkdir(name, dir_mode, dir_fd=parent)
+                except FileExistsError:
+                    pass
+                parts.insert(0, name)
+                continue
+            except NotADirectoryError:
+                raise UnsafePath(f"{_join(stack, '')} is not a directory (resolving {path})")
+            if stat.S_ISLNK(st.st_mode) and (follow_last or not last):
+                hops += 1
+                if hops > MAX_SYMLINKS:
+                    raise UnsafePath(f"too many levels of symbolic links resolving {path} in the root (a loop?)")
+                target = os.readlink(name, dir_fd=parent)
+                if target.startswith("/"):
+                    while len(stack) > 1:
+                        os.close(stack.pop()[0])
+                parts = _split(target) + parts
+                if not parts:  # a link to "/" as the last component
+                    raise UnsafePath(f"{path} resolves to the root directory itself")
+                continue
+            if last:
+                return _result(stack, name, st.st_mode)
+            if not stat.S_ISDIR(st.st_mode):
+                raise UnsafePath(f"{_join(stack, name)} is not a directory (resolving {path})")
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+            except OSError as e:
+                raise UnsafePath(f"{_join(stack, name)} changed while resolving {path}: {e.strerror}")
+            stack.append((fd, name))
+        raise UnsafePath(f"{path!r} resolves to the root directory itself")
+    finally:
+        for fd, _ in stack:
+            if fd >= 0:
+                os.close(fd)
+
+
+def _result(stack: list[tuple[int, str]], name: str, mode: int | None) -> Resolved:
+    parent_fd = stack[-1][0]
+    stack[-1] = (-1, stack[-1][1])  # ownership moves to the result
+    return Resolved(parent_fd, name, mode is not None, _join(stack, name), mode or 0)
+
+
+def _join(stack: list[tuple[int, str]], name: str) -> str:
+    names = [n for _, n in stack[1:]]
+    if name:
+        names.append(name)
+    return "/" + "/".join(names)
+
+
+def _split(path: str) -> list[str]:
+    return [p for p in path.split("/") if p and p != "."]
+
+
+def open_root(path: str) -> int:
+    """An O_PATH descriptor of a root directory (trusted path, e.g. the bundle's rootfs)."""
+    try:
+        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise InjectionError(f"cannot open root directory {path}: {e.strerror}")
+
+
+def real_path_in_root(root_fd: int, path: str) -> str | None:
+    """The canonical in-root path of an existing non-directory file, or None (missing, unsafe)."""
+    try:
+        resolved = resolve_in_root(root_fd, path)
+    except (UnsafePath, OSError):
+        return None
+    resolved.close()
+    return resolved.path if resolved.exists else None

@@ -1,0 +1,89 @@
+"""The hook's command-line options, defined once.
+
+Both the fast parser (the hook's hot path, no click import) and the click
+command (help, subcommands, error messages) are built from this table.
+Each option takes both spellings: ``-root DIR`` and ``--root DIR`` (or ``--root=DIR``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    name: str
+    metavar: str | None  # None: a flag
+    help: str
+
+
+HOOK_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "config",
+        "FILE",
+        "Config file. Default: $PONYTAIL_CONFIG, else /etc/ponytail/config.toml; "
+        "a missing default file means built-in defaults.",
+    ),
+    OptionSpec(
+        "root",
+        "DIR",
+        "Manual mode: inject into the rootfs DIR in the current mount namespace, "
+        "instead of reading the OCI state from stdin (hook mode).",
+    ),
+    OptionSpec(
+        "device",
+        "SEL",
+        "GPUs to inject: 'all' (default), 'none', an index (PCI bus order, as nvidia-smi counts), "
+        "a GPU- UUID, a PCI bus id, or a comma list. Overrides the container's NVIDIA_VISIBLE_DEVICES.",
+    ),
+    OptionSpec(
+        "libs",
+        "GLOB[,GLOB...]",
+        "Library globs for this run, replacing [library] paths from the config "
+        "(resolved under the driver root; the driver root's ld.so.cache is searched for the same names).",
+    ),
+    OptionSpec(
+        "debug",
+        None,
+        "Dry run: print every planned operation (nodes, libraries, links, linker cache) "
+        "and why, change nothing, exit 0. Works with or without OCI state on stdin.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class HookOptions:
+    config: str | None = None
+    root: str | None = None
+    device: str | None = None
+    libs: str | None = None
+    debug: bool = False
+
+
+def parse_hook_args(args: list[str]) -> HookOptions | None:
+    """Parse a plain hook command line; None if it is anything else (help, a subcommand,
+    an unknown or malformed option), which the click command then handles and explains."""
+    specs = {spec.name: spec for spec in HOOK_OPTIONS}
+    values: dict[str, object] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-") or arg in ("-", "--"):
+            return None
+        name, eq, inline = arg.lstrip("-").partition("=")
+        spec = specs.get(name)
+        if spec is None or arg.startswith("---") or name in values:
+            return None
+        if spec.metavar is None:
+            if eq:
+                return None
+            values[name] = True
+        elif eq:
+            values[name] = inline
+        elif i + 1 < len(args):
+            i += 1
+            values[name] = args[i]
+        else:
+            return None
+        i += 1
+    return HookOptions(**values)  # type: ignore[arg-type]

@@ -1,0 +1,17 @@
+/* Stand-in for the driver's libcuda: the entry points a CUDA program calls first. */
+#ifndef CUDA_VERSION_INT
+#define CUDA_VERSION_INT 12040
+#endif
+#ifndef DRIVER_VERSION
+#define DRIVER_VERSION "0.0"
+#endif
+
+int cuInit(unsigned int flags) { (void)flags; return 0; }
+
+int cuDriverGetVersion(int *version) {
+    if (!version) return 1; /* CUDA_ERROR_INVALID_VALUE */
+    *version = CUDA_VERSION_INT;
+    return 0;
+}
+
+const char *ponytail_fake_driver_version(void) { return DRIVER_VERSION; }
