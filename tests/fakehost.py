@@ -205,7 +205,9 @@ def make_rootfs(path: Path, programs: tuple[str, ...] = ("cudacheck.c",)) -> Pat
         _symlink("busybox", path / "bin" / applet)
     loader = Path("/lib64/ld-linux-x86-64.so.2").resolve()
     shutil.copy(loader, path / "lib64/ld-linux-x86-64.so.2")
-    shutil.copy(Path(f"{LIB_DIR}/libc.so.6").resolve(), path / LIB_DIR.lstrip("/") / "libc.so.6")
+    for lib in ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"):
+        if Path(f"{LIB_DIR}/{lib}").exists():  # a real nvidia-smi links these too
+            shutil.copy(Path(f"{LIB_DIR}/{lib}").resolve(), path / LIB_DIR.lstrip("/") / lib)
     (path / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
     for source in programs:
         shutil.copy(compile_program(source), path / "usr/local/bin" / Path(source).stem)

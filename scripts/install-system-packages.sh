@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ponytail's tests and demo use, if any is missing:
+# gcc (fake driver libraries), busybox-static (test rootfs), util-linux (unshare, nsenter),
+# and the container engines the end-to-end tests start containers with.
+set -euo pipefail
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have gcc || need+=(gcc libc6-dev)
+[ -x /bin/busybox ] || need+=(busybox-static)
+have unshare || need+=(util-linux)
+have runc || need+=(runc)
+have crun || need+=(crun)
+have podman || need+=(podman)
+have dockerd || need+=(docker.io)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
+    exit 1
+fi
+echo "installing Debian packages: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${need[@]}" >/dev/null

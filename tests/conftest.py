@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
+
+PONYTAIL = [sys.executable, "-m", "ponytail"]
+
+
+def run_ponytail(args: list[str], stdin: bytes | str | None = b"", env: dict | None = None, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run the ponytail command as a user would; returns text output and the exit status."""
+    if isinstance(stdin, str):
+        stdin = stdin.encode()
+    full_env = {k: v for k, v in os.environ.items() if k != "PONYTAIL_CONFIG"}
+    full_env.update(env or {})
+    return subprocess.run(
+        (prefix or []) + PONYTAIL + args, input=stdin, capture_output=True, env=full_env, timeout=120
+    )
+
+
+def in_private_mount_ns(script: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """Run a bash script in a fresh private mount namespace, so nothing it mounts leaks."""
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-euc", script],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+class Sleeper:
+    """A process in its own mount namespace: stands in for the container at prestart."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sleep", "600"], start_new_session=True
+        )
+        self.pid = self._child_pid()
+
+    def _child_pid(self) -> int:
+        # unshare execs sleep in place, so the pid is the same; wait until the namespace differs
+        for _ in range(200):
+            try:
+                if os.readlink(f"/proc/{self.proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
+                    return self.proc.pid
+            except FileNotFoundError:
+                pass
+            time.sleep(0.01)
+        raise RuntimeError("the stand-in container never entered its own mount namespace")
+
+    def run(self, args: list[str], timeout: int = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(["nsenter", "-t", str(self.pid), "-m", *args], capture_output=True, text=True, timeout=timeout)
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> FakeHost:
+    return FakeHost(tmp_path / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
+
+
+@pytest.fixture
+def rootfs(tmp_path: Path) -> Path:
+    return make_rootfs(tmp_path / "rootfs", programs=("cudacheck.c",))
+
+
+@pytest.fixture
+def sleeper():
+    s = Sleeper()
+    yield s
+    s.stop()
+
+
+def bundle_for(tmp_path: Path, rootfs: Path, env: list[str] | None = None, relative_root: bool = True, name: str = "bundle") -> Path:
+    """An OCI bundle directory whose config.json points at ``rootfs``."""
+    bundle = tmp_path / name
+    bundle.mkdir(exist_ok=True)
+    root_path = os.path.relpath(rootfs, bundle) if relative_root else str(rootfs)
+    spec = {
+        "ociVersion": "1.0.2",
+        "root": {"path": root_path},
+        "process": {"args": ["sh"], "env": env or ["PATH=/usr/bin:/bin"], "cwd": "/"},
+        "linux": {"cgroupsPath": "/ponytail-test"},
+    }
+    (bundle / "config.json").write_text(json.dumps(spec))
+    return bundle
+
+
+def state_for(bundle: Path, pid: int, status: str = "creating", container_id: str = "test-ctr") -> str:
+    return json.dumps({"ociVersion": "1.0.2", "id": container_id, "status": status, "pid": pid, "bundle": str(bundle)})
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points under ``path`` in this (the host's) mount namespace."""
+    prefix = str(path)
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]

@@ -1,0 +1,118 @@
+"""End to end: inject a fake driver into a real rootfs, then run programs in it with chroot.
+
+Manual mode runs inside a private mount namespace (unshare -m) so nothing leaks;
+hook mode injects into a process that has its own mount namespace, as a
+container has at prestart, and the host's namespace must stay untouched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import FakeHost, bundle_for, gpus, in_private_mount_ns, mounts_under, run_ponytail, state_for
+from fakehost import make_rootfs
+
+PY = "python3 -m ponytail"
+
+
+def test_manual_mode_gives_the_rootfs_a_loadable_libcuda_and_the_selected_gpu(host: FakeHost, rootfs: Path) -> None:
+    config = host.write_config()
+    result = in_private_mount_ns(
+        f"""
+        {PY} -config {config} -root {rootfs} -device 0
+        chroot {rootfs} /usr/local/bin/cudacheck /dev/nvidia2 /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools
+        chroot {rootfs} /usr/bin/nvidia-smi
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "cuDriverGetVersion 12040" in out
+    # index 0 is the first GPU in PCI order, whose minor is 2
+    assert "open /dev/nvidia2 ENXIO" in out
+    assert "open /dev/nvidia0 ENOENT" in out
+    assert "open /dev/nvidiactl ENXIO" in out
+    assert "open /dev/nvidia-uvm ENXIO" in out
+    assert "open /dev/nvidia-uvm-tools ENXIO" in out
+    assert "Driver Version: 550.54.15" in out
+    assert "GPU node /dev/nvidia2" in out and "GPU node /dev/nvidia0" not in out
+    assert mounts_under(rootfs) == []
+
+
+def test_seed_command_line_with_an_explicit_library(host: FakeHost, rootfs: Path) -> None:
+    config = host.write_config()
+    lib = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
+    result = in_private_mount_ns(
+        f"""
+        {PY} -config {config} -root {rootfs} -device 0 -libs {lib}
+        chroot {rootfs} /usr/local/bin/cudacheck
+        test ! -e {rootfs}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15 && echo "no nvml"
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cuDriverGetVersion 12040" in result.stdout
+    assert "no nvml" in result.stdout
+
+
+def test_driver_in_a_non_standard_directory_is_found_through_its_ld_so_cache(tmp_path: Path, rootfs: Path) -> None:
+    host = FakeHost(tmp_path / "host", lib_dir="/usr/local/nvidia/lib64", gpu_list=gpus(1))
+    config = host.write_config()  # default globs name only /usr/lib/x86_64-linux-gnu
+    result = in_private_mount_ns(
+        f"""
+        {PY} -config {config} -root {rootfs}
+        chroot {rootfs} /usr/local/bin/cudacheck /dev/nvidia0
+        chroot {rootfs} /usr/bin/nvidia-smi
+        cat {rootfs}/etc/ld.so.conf.d/00-ponytail.conf
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cuDriverGetVersion 12040" in result.stdout
+    assert "open /dev/nvidia0 ENXIO" in result.stdout
+    assert "Driver Version: 550.54.15" in result.stdout
+    assert "/usr/local/nvidia/lib64" in result.stdout
+
+
+def test_stale_library_of_an_older_driver_is_not_injected(host: FakeHost, rootfs: Path) -> None:
+    config = host.write_config()
+    result = in_private_mount_ns(
+        f"""
+        {PY} -config {config} -root {rootfs}
+        ls {rootfs}/usr/lib/x86_64-linux-gnu/
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "libcuda.so.550.54.15" in result.stdout
+    assert "535.104.05" not in result.stdout
+
+
+def test_hook_mode_injects_into_the_container_namespace_only(host: FakeHost, tmp_path: Path, sleeper) -> None:
+    rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
+    bundle = bundle_for(tmp_path, rootfs, env=["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=GPU-00000002-1111-2222-3333-000000000001"])
+    config = host.write_config()
+    result = run_ponytail(["-config", str(config)], stdin=state_for(bundle, sleeper.pid))
+    assert result.returncode == 0, result.stderr
+    assert mounts_under(rootfs) == [], "a mount leaked into the host's namespace"
+    inside = sleeper.run(["chroot", str(rootfs), "/usr/local/bin/cudacheck", "/dev/nvidia1", "/dev/nvidia2"])
+    assert "cuDriverGetVersion 12040" in inside.stdout, inside.stdout + inside.stderr
+    assert "open /dev/nvidia1 ENXIO" in inside.stdout  # GPU index 2 has minor 1
+    assert "open /dev/nvidia2 ENOENT" in inside.stdout
+    log = host.log.read_text()
+    assert "container=test-ctr" in log and "injected into" in log
+
+
+def test_hook_mode_accepts_crun_state_and_an_absolute_root(host: FakeHost, tmp_path: Path, sleeper) -> None:
+    rootfs = make_rootfs(tmp_path / "elsewhere" / "rootfs")
+    bundle = bundle_for(tmp_path, rootfs, relative_root=False)
+    config = host.write_config()
+    result = run_ponytail(["--config", str(config)], stdin=state_for(bundle, sleeper.pid, status="created"))
+    assert result.returncode == 0, result.stderr
+    inside = sleeper.run(["chroot", str(rootfs), "/usr/local/bin/cudacheck", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"])
+    assert inside.stdout.count("ENXIO") == 3, inside.stdout
+
+
+def test_void_request_injects_nothing(host: FakeHost, tmp_path: Path, sleeper) -> None:
+    rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
+    bundle = bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=void"])
+    result = run_ponytail(["-config", str(host.write_config())], stdin=state_for(bundle, sleeper.pid))
+    assert result.returncode == 0, result.stderr
+    inside = sleeper.run(["chroot", str(rootfs), "/usr/local/bin/cudacheck"])
+    assert "dlopen libcuda.so.1 failed" in inside.stdout
