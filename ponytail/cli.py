@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 import click
 
@@ -57,30 +59,66 @@ def cli(ctx: click.Context, **values: object) -> None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.option("--json", "-json", "as_json", is_flag=True, help="Print JSON: {driver_version, gpus: [...]}.")
+@click.option("--json", "-json", "as_json", is_flag=True, help="Print JSON: {driver_version, cuda_version, gpus: [...]}.")
 @click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook).")
 def info(as_json: bool, config: str | None) -> None:
-    """Driver version and each GPU's index, minor, PCI bus id, UUID and model.
+    """Driver and CUDA version, and each GPU's index, minor, PCI bus id, UUID, model and MIG devices.
 
     The index is the GPU's position in PCI bus order (what nvidia-smi shows);
     the minor is the N of /dev/nvidiaN, which need not equal the index.
     """
     from ponytail.config import config_path, load_config
-    from ponytail.errors import PonytailError
+    from ponytail.host.cuda import cuda_driver_version, format_cuda_version
+    from ponytail.host.files import LibrarySearch, find_libraries
     from ponytail.host.probe import probe_gpus
 
-    try:
-        found = probe_gpus(load_config(*config_path(config)))
-    except PonytailError as e:
-        click.echo(f"ponytail: error: {e.message}", err=True)
-        sys.exit(e.exit_code)
+    with _errors():
+        loaded = load_config(*config_path(config))
+        found = probe_gpus(loaded)
+        libs, _, _ = find_libraries(loaded.driver_root, [LibrarySearch.for_name("libcuda", "info")], found.driver_version)
+        libcuda = next((lib for lib in libs if lib.soname == "libcuda.so.1"), None)
+        cuda = format_cuda_version(cuda_driver_version(libcuda.host_path)) if libcuda else None
     if as_json:
         gpus = [
-            {"index": g.index, "minor": g.minor, "pci_bus_id": g.pci_bus_id, "uuid": g.uuid, "model": g.model}
+            {
+                "index": g.index, "minor": g.minor, "pci_bus_id": g.pci_bus_id, "uuid": g.uuid, "model": g.model,
+                "mig_enabled": g.mig_enabled,
+                "mig_devices": [{"name": m.name, "gpu_instance": m.gi, "compute_instance": m.ci} for m in g.mig_devices],
+            }
             for g in found.gpus
         ]
-        click.echo(json.dumps({"driver_version": found.driver_version, "gpus": gpus}, indent=2))
+        click.echo(json.dumps({"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus}, indent=2))
     else:
         from ponytail.render import render_gpus
 
-        click.echo(render_gpus(found.driver_version, found.gpus, found.notes), nl=False)
+        click.echo(render_gpus(found.driver_version, cuda, found.gpus, found.notes), nl=False)
+
+
+@cli.command("list", context_settings=CONTEXT)
+@click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook).")
+@click.option("-device", "--device", "device", metavar="SEL", default="all", show_default=True, help="GPUs, as for the hook.")
+@click.option("-capabilities", "--capabilities", "capabilities", metavar="LIST", help="Driver capabilities (default utility,compute).")
+def list_paths(config: str | None, device: str, capabilities: str | None) -> None:
+    """Every host path that would be injected, one per line: device nodes, libraries,
+    binaries, driver files and firmware, daemons' sockets (like nvidia-container-cli list)."""
+    from ponytail.config import config_path, load_config
+    from ponytail.hook import make_plan
+    from ponytail.request import build_request
+
+    with _errors():
+        loaded = load_config(*config_path(config))
+        plan, _ = make_plan(loaded, build_request(device, capabilities, None), None, dry_run=False)
+    for path in plan.host_paths():
+        click.echo(path)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Our errors as one line on stderr with their exit status."""
+    from ponytail.errors import PonytailError
+
+    try:
+        yield
+    except PonytailError as e:
+        click.echo(f"ponytail: error: {e.message}", err=True)
+        sys.exit(e.exit_code)

@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ponytail.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = "/etc/ponytail/config.toml"
 CONFIG_ENV_VAR = "PONYTAIL_CONFIG"
-
-# Library globs, resolved under the driver root. The driver root's own
-# etc/ld.so.cache is searched for the same file names too, so a driver kept in
-# /usr/local/nvidia/lib64 or /usr/lib64 is found without editing these.
-DEFAULT_LIBRARY_GLOBS: tuple[str, ...] = (
-    "/usr/lib/x86_64-linux-gnu/libcuda.so.*",
-    "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
-    "/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.*",
-    "/usr/lib/x86_64-linux-gnu/libnvidia-nvvm.so.*",
-    "/usr/lib/x86_64-linux-gnu/libnvidia-gpucomp.so.*",
-)
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -33,9 +22,12 @@ class Config:
     proc_root: str = "/proc"
     sys_root: str = "/sys"
     dev_root: str = "/dev"
+    ipc_root: str = "/"
     ldconfig: str = ""  # empty: the host's /sbin/ldconfig or /usr/sbin/ldconfig
-    library_paths: tuple[str, ...] = DEFAULT_LIBRARY_GLOBS
+    library_paths: tuple[str, ...] = ()  # the user's own library globs, added to the capabilities' libraries
     log_file: str = "/var/log/ponytail.log"
+    # extra library names and binaries per driver capability: {"compute": {"libraries": (...), "binaries": (...)}}
+    capability_extras: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict, compare=False)
 
 
 # table -> key -> (Config field, expected type)
@@ -45,6 +37,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
         "proc_root": ("proc_root", str),
         "sys_root": ("sys_root", str),
         "dev_root": ("dev_root", str),
+        "ipc_root": ("ipc_root", str),
         "ldconfig": ("ldconfig", str),
     },
     "library": {"paths": ("library_paths", list)},
@@ -95,10 +88,13 @@ def parse_config(raw: bytes, path: str) -> Config:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path}: TOML syntax error: {e}")
     values: dict[str, object] = {"path": path}
+    capabilities = data.pop("capabilities", None)
+    if capabilities is not None:
+        values["capability_extras"] = _capability_extras(path, capabilities)
     for table, content in data.items():
         keys = _SCHEMA.get(table)
         if keys is None:
-            known = ", ".join(f"[{t}]" for t in _SCHEMA)
+            known = ", ".join(f"[{t}]" for t in (*_SCHEMA, "capabilities.<name>"))
             raise ConfigError(f"config file {path}: unknown table [{table}] (known: {known})")
         if not isinstance(content, dict):
             raise ConfigError(f"config file {path}: '{table}' must be a table ([{table}])")
@@ -109,6 +105,27 @@ def parse_config(raw: bytes, path: str) -> Config:
             field_name, expected = keys[key]
             values[field_name] = _check_type(path, f"{table}.{key}", value, expected)
     return Config(**values)  # type: ignore[arg-type]
+
+
+def _capability_extras(path: str, table: object) -> dict[str, dict[str, tuple[str, ...]]]:
+    from ponytail.capabilities import CAPABILITIES
+
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: 'capabilities' must be a table of [capabilities.<name>] tables")
+    extras: dict[str, dict[str, tuple[str, ...]]] = {}
+    for name, content in table.items():
+        if name not in CAPABILITIES:
+            raise ConfigError(f"config file {path}: unknown capability [capabilities.{name}] (known: {', '.join(CAPABILITIES)})")
+        if not isinstance(content, dict):
+            raise ConfigError(f"config file {path}: 'capabilities.{name}' must be a table")
+        extras[name] = {}
+        for key, value in content.items():
+            if key not in ("libraries", "binaries"):
+                raise ConfigError(f"config file {path}: unknown key 'capabilities.{name}.{key}' (known: libraries, binaries)")
+            if not isinstance(value, list) or not all(isinstance(v, str) and v and "/" not in v for v in value):
+                raise ConfigError(f"config file {path}: 'capabilities.{name}.{key}' must be a list of file names (no '/')")
+            extras[name][key] = tuple(value)
+    return extras
 
 
 def _check_type(path: str, key: str, value: object, expected: type) -> object:

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from ponytail.config import Config, config_path, load_config
 from ponytail.errors import EXIT_INJECTION_FAILED, InputError, PonytailError, ProbeError, UsageError
 from ponytail.logfile import RunLog
 from ponytail.oci import MAX_STATE_BYTES, Container, container_from_state, read_bounded
 from ponytail.options import HookOptions
+
+if TYPE_CHECKING:
+    from ponytail.host.probe import Host
+    from ponytail.plan import Plan
+    from ponytail.request import Request
 
 
 def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
@@ -50,33 +55,25 @@ def _load_config(options: HookOptions) -> Config:
 def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, log: RunLog) -> int:
     container = _container(options, stdin)
     log.context = container.id if container else (f"manual:{options.root}" if options.root else "-")
-    from ponytail.request import device_request, select_gpus
+    from ponytail.request import build_request
 
-    request = device_request(options.device, container.env if container else None)
-    if request.is_void:
-        log.write("info", f"not a GPU container ({request.source}={request.selector!r}); nothing injected")
+    request = build_request(
+        options.device, options.capabilities, container.env if container else None, container.privileged if container else True
+    )
+    if request.devices.is_void:
+        log.write("info", f"not a GPU container ({request.devices.source}={request.devices.selector!r}); nothing injected")
         if options.debug:
-            stdout.write(f"ponytail -debug: {request.source}={request.selector!r}: not a GPU container, nothing would be injected\n")
+            stdout.write(f"ponytail -debug: {request.devices.source}={request.devices.selector!r}: not a GPU container, nothing would be injected\n")
         return 0
 
-    from ponytail.host.probe import find_ldconfig, probe_host
-    from ponytail.plan import build_plan
-
-    globs = _library_globs(options.libs) or config.library_paths
-    host = probe_host(config, globs)
-    gpus = select_gpus(host.gpus, request)
-    plan = build_plan(host, gpus, find_ldconfig(config.ldconfig))
+    plan, host = make_plan(config, request, _library_globs(options.libs), dry_run=options.debug)
     rootfs = container.rootfs if container else options.root
-
     if options.debug:
         from ponytail.render import render_plan
 
-        stdout.write(render_plan(plan, host, _header(options, config, container, request)))
+        stdout.write(render_plan(plan, host, request, _header(options, config, container, request)))
         log.write("info", f"dry run: {len(plan.operations)} operation(s) planned, {len(plan.problems)} problem(s)")
         return 0
-    if plan.problems:
-        more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
-        raise ProbeError(plan.problems[0] + more)
     if rootfs is None:  # pragma: no cover - _container guarantees one of them
         raise UsageError("no rootfs: pass -root DIR or run as an OCI hook")
 
@@ -87,14 +84,68 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         log.write("debug", line)
     for line in plan.warnings + tuple(outcome.warnings):
         log.write("warning", line)
-    gpu_text = ",".join(str(g.index) for g in gpus) or "none"
+    gpu_text = ",".join(str(g.index) for g in plan.selection.gpus) or "none"
+    mig_text = f" MIG [{','.join(m.name for m in plan.selection.migs)}]" if plan.selection.migs else ""
     log.write(
         "info",
-        f"injected into {rootfs}: GPUs [{gpu_text}] ({request.source}), {plan.count('device')} device node(s), "
-        f"{plan.count('library')} librar(ies), {plan.count('binary')} binar(ies); "
-        f"{len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms",
+        f"injected into {rootfs}: GPUs [{gpu_text}]{mig_text} ({request.devices.source}), capabilities "
+        f"{','.join(request.capabilities)}; {plan.count('device')} device node(s), {plan.count('library')} "
+        f"librar(ies), {plan.count('binary')} binar(ies); {len(outcome.done)} change(s), "
+        f"{len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms",
     )
     return 0
+
+
+def make_plan(config: Config, request: "Request", library_globs: tuple[str, ...] | None, dry_run: bool) -> tuple["Plan", "Host"]:
+    """Probe the host for ``request`` and plan it. A plan with problems is an error,
+    except in a dry run, which shows the problems instead."""
+    from ponytail.host.probe import find_ldconfig, probe_host
+    from ponytail.plan import build_plan
+    from ponytail.request import select_devices, select_gpus
+
+    host = probe_host(config, request.capabilities, library_globs)
+    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host))
+    mig_gpus = {
+        what: select_gpus(host.gpus, wanted)
+        for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
+        if wanted is not None
+    }
+    plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
+    unmet = _unmet_requirement(config, host, request, plan)
+    if unmet is not None:
+        if not dry_run:
+            raise unmet
+        from dataclasses import replace
+
+        plan = replace(plan, problems=plan.problems + (unmet.message,))
+    if plan.problems and not dry_run:
+        more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
+        raise ProbeError(plan.problems[0] + more)
+    return plan, host
+
+
+def _unmet_requirement(config: Config, host: "Host", request: "Request", plan: "Plan") -> PonytailError | None:
+    if not request.requirements:
+        return None
+    from ponytail.host.cuda import cuda_driver_version, format_cuda_version
+    from ponytail.host.probe import find_driver_library
+    from ponytail.require import Facts, RequirementNotMet, check_requirements
+
+    def cuda() -> str:
+        return format_cuda_version(cuda_driver_version(find_driver_library(config, host, "libcuda", "libcuda.so.1")))
+
+    try:
+        check_requirements(request.requirements, Facts(host.driver_version, cuda, tuple(g.model for g in plan.gpus)))
+    except RequirementNotMet as e:
+        return e
+    return None
+
+
+def _mig_uuids(config: Config, host: "Host") -> dict[str, tuple[int, int, int]]:
+    from ponytail.host.mig import mig_uuids
+    from ponytail.host.probe import find_driver_library
+
+    return mig_uuids(find_driver_library(config, host, "libnvidia-ml", "libnvidia-ml.so.1"))
 
 
 def _container(options: HookOptions, stdin: BinaryIO) -> Container | None:
@@ -122,9 +173,9 @@ def _interactive(stdin: BinaryIO) -> bool:
         return False
 
 
-def _library_globs(text: str | None) -> tuple[str, ...]:
+def _library_globs(text: str | None) -> tuple[str, ...] | None:
     if text is None:
-        return ()
+        return None
     globs = tuple(g.strip() for g in text.split(",") if g.strip())
     for g in globs:
         if not g.startswith("/"):
@@ -144,5 +195,8 @@ def _header(options: HookOptions, config: Config, container: Container | None, r
         lines.append(f"manual mode: rootfs {options.root} (in this mount namespace)")
     else:
         lines.append("no container: no OCI state on stdin and no -root; showing what would be injected")
-    lines.append(f"devices requested: {request.selector!r} (from {request.source})")  # type: ignore[attr-defined]
+    lines.append(f"devices requested: {request.devices.selector!r} (from {request.devices.source})")  # type: ignore[attr-defined]
+    lines.append(f"capabilities: {','.join(request.capabilities) or 'none'} (from {request.capabilities_source})")  # type: ignore[attr-defined]
+    for var, expression in request.requirements:  # type: ignore[attr-defined]
+        lines.append(f"requirement: {var}={expression!r}")
     return lines

@@ -22,6 +22,7 @@ class Container:
     env: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     cgroups_path: str | None = None
+    privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
 
 
 def read_bounded(stream, limit: int, what: str) -> bytes:  # type: ignore[no-untyped-def]
@@ -69,6 +70,9 @@ def container_from_state(raw_state: bytes) -> Container:
     rootfs = os.path.normpath(os.path.join(bundle, root_path))
     process = spec.get("process") if isinstance(spec.get("process"), dict) else {}
     env = parse_env(process.get("env"), f"{bundle}/config.json: 'process.env'")
+    capabilities = process.get("capabilities") if isinstance(process.get("capabilities"), dict) else {}
+    bounding = capabilities.get("bounding")
+    privileged = isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
     spec_annotations = _string_map(spec.get("annotations"), f"{bundle}/config.json: 'annotations'")
     linux = spec.get("linux") if isinstance(spec.get("linux"), dict) else {}
     cgroups_path = linux.get("cgroupsPath")
@@ -81,6 +85,7 @@ def container_from_state(raw_state: bytes) -> Container:
         env=env,
         annotations={**spec_annotations, **annotations},
         cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
+        privileged=privileged,
     )
 
 

@@ -37,6 +37,12 @@ HOOK_OPTIONS: tuple[OptionSpec, ...] = (
         "a GPU- UUID, a PCI bus id, or a comma list. Overrides the container's NVIDIA_VISIBLE_DEVICES.",
     ),
     OptionSpec(
+        "capabilities",
+        "LIST",
+        "Driver capabilities: compute, compat32, graphics, utility, video, display, ngx, or 'all' "
+        "(default: the container's NVIDIA_DRIVER_CAPABILITIES, else utility,compute).",
+    ),
+    OptionSpec(
         "libs",
         "GLOB[,GLOB...]",
         "Library globs for this run, replacing [library] paths from the config "
@@ -56,6 +62,7 @@ class HookOptions:
     config: str | None = None
     root: str | None = None
     device: str | None = None
+    capabilities: str | None = None
     libs: str | None = None
     debug: bool = False
 

@@ -1,57 +1,79 @@
-"""Host + selected GPUs -> Plan: every operation, in order, with the reason it is there.
+"""Host + request -> Plan: every operation, in order, with the reason it is there.
 
-Pure: no I/O. The executor applies a Plan; ``-debug`` prints the same Plan.
+Pure: no I/O. The executor applies a Plan; ``-debug`` prints the same Plan and
+``ponytail list`` prints its host paths.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
+from ponytail.capabilities import CAPABILITIES
 from ponytail.host.files import SkippedFile
 from ponytail.host.probe import DeviceNode, Gpu, Host
+from ponytail.request import Request, Selection
 
 LD_CONF_FILE = "/etc/ld.so.conf.d/00-ponytail.conf"
+PROC_DRIVER_DIR = "/proc/driver/nvidia"
 
 
 @dataclass(frozen=True)
 class Mount:
-    """Bind-mount a host file onto ``target`` inside the rootfs."""
+    """Bind-mount a host file (or a daemon's pipe directory) onto ``target`` inside the rootfs."""
 
-    kind: str  # "device", "library", "binary"
+    kind: str  # "device", "library", "binary", "file", "ipc"
     source: str
     target: str
     read_only: bool
     reason: str
     rdev: tuple[int, int] | None = None  # for device nodes: the major:minor the source must have
+    is_dir: bool = False
 
 
 @dataclass(frozen=True)
 class Symlink:
-    """Create ``target`` -> ``link_to`` inside the rootfs (SONAME links)."""
+    """Create ``target`` -> ``link_to`` inside the rootfs (a SONAME link). Should the image
+    have a regular file there (its own copy of the library), ``library`` is mounted over it."""
 
     target: str
     link_to: str
+    reason: str
+    library: str = ""  # host path of the library the link names
+
+
+@dataclass(frozen=True)
+class ProcMask:
+    """A read-only tmpfs over the container's /proc/driver/nvidia holding only what it may
+    see: params with ModifyDeviceFiles: 0 (so no library in the container tries to create
+    device nodes), version, registry, and the selected GPUs' information files."""
+
+    target: str
+    files: tuple[tuple[str, bytes], ...]  # relative path -> content
     reason: str
 
 
 @dataclass(frozen=True)
 class LinkerCache:
-    """Add ``directories`` to the rootfs's linker config, then run the host's ldconfig on it."""
+    """Add ``directories`` to the rootfs's linker config, then run the host's ldconfig on it,
+    with those directories first so the injected driver wins over copies in the image."""
 
     conf_file: str
     directories: tuple[str, ...]
     ldconfig: str
+    sonames: tuple[tuple[str, str], ...]  # (SONAME, path the cache must give it) to check after
     reason: str
 
 
-Operation = Mount | Symlink | LinkerCache
+Operation = Mount | Symlink | ProcMask | LinkerCache
 
 
 @dataclass(frozen=True)
 class Plan:
     operations: tuple[Operation, ...]
     gpus: tuple[Gpu, ...]
+    selection: Selection
     skipped: tuple[SkippedFile, ...]
     warnings: tuple[str, ...]
     problems: tuple[str, ...]  # a real run refuses to start when any are present
@@ -59,57 +81,102 @@ class Plan:
     def count(self, kind: str) -> int:
         return sum(1 for op in self.operations if isinstance(op, Mount) and op.kind == kind)
 
+    def host_paths(self) -> list[str]:
+        """Every host path a real run would inject, in plan order."""
+        return [op.source for op in self.operations if isinstance(op, Mount)]
 
-EMPTY_PLAN = Plan((), (), (), (), ())
 
+def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]], ldconfig: str | None) -> Plan:
+    """Every operation that gives the container what ``request`` asks for on ``host``.
 
-def build_plan(host: Host, gpus: tuple[Gpu, ...], ldconfig: str | None) -> Plan:
-    """Every operation that gives the container ``gpus`` and the driver's files."""
+    ``mig_gpus`` holds the GPUs named by NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES
+    ("config", "monitor"), already resolved."""
     ops: list[Operation] = []
     warnings = list(host.notes)
+    warnings += [f"unknown driver capability {c!r} in {request.capabilities_source} ignored" for c in request.unknown_capabilities]
     problems: list[str] = []
-    for gpu in gpus:
-        node = host.gpu_nodes[gpu.minor]
-        _device(ops, problems, warnings, node, f"GPU {gpu.index} {gpu.pci_bus_id} {gpu.model}", fatal=True)
-    for node in host.control_nodes:
-        fatal = node.name == "nvidiactl"
-        _device(ops, problems, warnings, node, "control device" if fatal else "CUDA unified memory", fatal=fatal)
+    caps = request.capabilities
 
-    if not host.libraries:
-        patterns = ", ".join(r.pattern for r in host.glob_reports)
+    nodes: dict[str, tuple[DeviceNode, str, bool]] = {}  # name -> (node, why, fatal)
+    by_index = {g.index: g for g in host.gpus}
+    for gpu in selection.gpus:
+        nodes[f"nvidia{gpu.minor}"] = (host.gpu_nodes[gpu.minor], _gpu_why(gpu), True)
+    for mig in selection.migs:
+        parent = by_index[mig.gpu_index]
+        nodes.setdefault(f"nvidia{parent.minor}", (host.gpu_nodes[parent.minor], f"parent of MIG device {mig.name}", True))
+        nodes[f"cap{mig.gi_minor}"] = (host.caps_node(mig.gi_minor), f"MIG device {mig.name}: GPU instance {mig.gi} access", True)
+        nodes[f"cap{mig.ci_minor}"] = (host.caps_node(mig.ci_minor), f"MIG device {mig.name}: compute instance {mig.ci} access", True)
+    for what, gpus in mig_gpus.items():
+        minor = host.mig_global_minors.get(what)
+        if minor is None:
+            problems.append(f"MIG {what} access requested but {what} has no DeviceFileMinor under /proc/driver/nvidia/capabilities/mig")
+            continue
+        nodes[f"mig-{what}"] = (host.caps_node(minor), f"MIG {what} access (privileged container)", True)
+        for gpu in gpus:
+            nodes.setdefault(f"nvidia{gpu.minor}", (host.gpu_nodes[gpu.minor], f"{_gpu_why(gpu)}, for MIG {what}", True))
+    nodes["nvidiactl"] = (host.control_nodes["nvidiactl"], "control device", True)
+    for cap in caps:
+        for name in CAPABILITIES[cap].nodes:
+            nodes.setdefault(name, (host.control_nodes[name], cap, False))
+    for node, why, fatal in nodes.values():
+        if node.problem is None:
+            ops.append(Mount("device", node.host_path, f"/dev/{node.name}", False, why, (node.major, node.minor)))
+        elif fatal:
+            problems.append(f"{why}: {node.problem}")
+        else:
+            warnings.append(f"/dev/{node.name} not injected: {node.problem}")
+
+    if not host.libraries and caps:
+        searched = ", ".join(r.search for r in host.reports[:4]) + (", ..." if len(host.reports) > 4 else "")
         problems.append(
-            f"no library of driver {host.driver_version} found (globs: {patterns}; and the driver root's "
-            f"ld.so.cache): set [host] driver_root or [library] paths in the config"
+            f"no library of driver {host.driver_version} found (searched {searched}, and the driver root's "
+            f"ld.so.cache): set [host] driver_root, or [library] paths, in the config"
         )
-    for report in host.glob_reports:
-        if not report.matches and not report.from_cache:
-            warnings.append(f"library glob {report.pattern} matched nothing")
+    if "compute" in caps and host.libraries and host.library("libcuda.so.1") is None and any("libcuda" in r.search for r in host.reports):
+        warnings.append("compute requested but no libcuda.so.1 of the running driver was found: CUDA programs will fail")
     links: dict[str, Symlink] = {}
+    sonames: dict[str, str] = {}
     for lib in host.libraries:
-        ops.append(Mount("library", lib.host_path, lib.target, True, f"found by {lib.found_by}"))
+        ops.append(Mount("library", lib.host_path, lib.target, True, f"{lib.found_by}{', 32-bit' if lib.bits == 32 else ''}"))
         directory, name = os.path.split(lib.target)
+        if lib.soname:
+            sonames.setdefault(f"{lib.soname}:{lib.bits}", f"{directory}/{lib.soname}")
         if lib.soname and lib.soname != name:
             link = f"{directory}/{lib.soname}"
-            links.setdefault(link, Symlink(link, name, f"SONAME of {name}"))
+            links.setdefault(link, Symlink(link, name, f"SONAME of {name}", lib.host_path))
     ops.extend(links.values())
     for binary in host.binaries:
-        ops.append(Mount("binary", binary.host_path, binary.target, True, f"found in {binary.found_by}"))
+        ops.append(Mount("binary", binary.host_path, binary.target, True, binary.found_by))
+    for f in host.files:
+        ops.append(Mount("file", f.host_path, f.target, True, f.found_by))
+    for ipc in host.ipc:
+        ops.append(Mount("ipc", ipc.host_path, ipc.target, False, f"{ipc.why}: driver daemon IPC", is_dir=ipc.is_dir))
+    if caps and "params" in host.proc_files:
+        ops.append(_proc_mask(host, selection, mig_gpus))
     if host.libraries:
         directories = tuple(sorted({os.path.dirname(lib.target) for lib in host.libraries}))
         if ldconfig is None:
-            problems.append(
-                "no ldconfig on the host (looked in /sbin and /usr/sbin): set [host] ldconfig in the config"
-            )
+            problems.append("no ldconfig on the host (looked in /sbin and /usr/sbin): set [host] ldconfig in the config")
         else:
-            ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, "make the driver's libraries loadable by SONAME"))
-    return Plan(tuple(ops), gpus, host.skipped, tuple(warnings), tuple(problems))
+            checks = tuple(sorted((key.split(":")[0], path) for key, path in sonames.items() if key.endswith(":64")))
+            ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, checks, "make the driver's libraries loadable by SONAME"))
+    gpus = tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
+    return Plan(tuple(ops), gpus, selection, host.skipped, tuple(warnings), tuple(problems))
 
 
-def _device(ops: list[Operation], problems: list[str], warnings: list[str], node: DeviceNode, why: str, fatal: bool) -> None:
-    if node.problem is None:
-        ops.append(Mount("device", node.host_path, f"/dev/{node.name}", False, why, (node.major, node.minor)))
-    elif fatal:
-        problems.append(f"{why}: {node.problem}")
-    else:
-        warnings.append(f"/dev/{node.name} not injected: {node.problem}")
+def _gpu_why(gpu: Gpu) -> str:
+    return f"GPU {gpu.index} {gpu.pci_bus_id} {gpu.model}"
 
+
+def _proc_mask(host: Host, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]]) -> ProcMask:
+    params = re.sub(rb"(ModifyDeviceFiles:\s*)\d+", rb"\g<1>0", host.proc_files["params"])
+    files = [("params", params)] + [(n, host.proc_files[n]) for n in ("version", "registry") if n in host.proc_files]
+    by_index = {g.index: g for g in host.gpus}
+    visible = {g.pci_bus_id for g in selection.gpus} | {by_index[m.gpu_index].pci_bus_id for m in selection.migs}
+    visible |= {g.pci_bus_id for gpus in mig_gpus.values() for g in gpus}
+    from ponytail.host.driver import canonical_bus_id
+
+    for name, info in sorted(host.gpu_information.items()):
+        if canonical_bus_id(name) in visible:
+            files.append((f"gpus/{name}/information", info))
+    return ProcMask(PROC_DRIVER_DIR, tuple(files), "hide other GPUs; ModifyDeviceFiles: 0")

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ponytail.host.probe import Gpu, Host
-from ponytail.plan import LinkerCache, Mount, Plan, Symlink
+from ponytail.plan import LinkerCache, Mount, Plan, ProcMask, Symlink
+
+if TYPE_CHECKING:
+    from ponytail.request import Request
+
+_SECTIONS = (
+    ("libraries, binaries and driver files (read-only, nosuid, nodev):", ("library", "binary", "file")),
+    ("driver daemons' IPC:", ("ipc",)),
+)
 
 
-def render_plan(plan: Plan, host: Host, header: list[str]) -> str:
+def render_plan(plan: Plan, host: Host, request: "Request", header: list[str]) -> str:
     """The dry-run report: what a real run would do, per operation, and why."""
     out = ["ponytail -debug: dry run, nothing is changed"]
     out += [f"  {line}" for line in header]
@@ -14,29 +24,41 @@ def render_plan(plan: Plan, host: Host, header: list[str]) -> str:
     for gpu in host.gpus:
         mark = "*" if gpu in plan.gpus else " "
         out.append(f"  {mark} {_gpu_line(gpu)}")
+        for mig in gpu.mig_devices:
+            mark = "*" if mig in plan.selection.migs else " "
+            out.append(f"    {mark} MIG {mig.name}  gi {mig.gi} (nvidia-cap{mig.gi_minor})  ci {mig.ci} (nvidia-cap{mig.ci_minor})")
     out.append("device nodes:")
     for op in plan.operations:
-        if isinstance(op, Mount) and op.kind == "device":
-            assert op.rdev is not None
+        if isinstance(op, Mount) and op.kind == "device" and op.rdev is not None:
             out.append(f"  mount {op.source} -> {op.target}  (c {op.rdev[0]}:{op.rdev[1]}, {op.reason})")
     out.append("library search:")
-    for report in host.glob_reports:
-        out.append(f"  glob {report.pattern}: {len(report.matches)} match(es)")
-        out += [f"    {m}" for m in report.matches]
-        out += [f"    {m}  (from the driver root's ld.so.cache)" for m in report.from_cache]
+    empty = [r.search for r in host.reports if not r.matches and not r.from_cache]
+    for report in host.reports:
+        if report.matches or report.from_cache:
+            out.append(f"  {report.search}: {len(report.matches) + len(report.from_cache)} match(es)")
+            out += [f"    {m}" for m in report.matches]
+            out += [f"    {m}  (from the driver root's ld.so.cache)" for m in report.from_cache]
+    if empty:
+        out.append(f"  no match for {len(empty)} name(s): {', '.join(empty)}")
     for skipped in plan.skipped:
         out.append(f"  skip {skipped.path}: {skipped.reason}")
-    out.append("libraries and binaries (read-only, nosuid, nodev):")
+    for title, kinds in _SECTIONS:
+        out.append(title)
+        for op in plan.operations:
+            if isinstance(op, Mount) and op.kind in kinds:
+                out.append(f"  mount {op.source} -> {op.target}  ({op.kind}, {op.reason})")
+            elif isinstance(op, Symlink) and "library" in kinds:
+                out.append(f"  link  {op.target} -> {op.link_to}  ({op.reason})")
     for op in plan.operations:
-        if isinstance(op, Mount) and op.kind != "device":
-            out.append(f"  mount {op.source} -> {op.target}  ({op.kind}, {op.reason})")
-        elif isinstance(op, Symlink):
-            out.append(f"  link  {op.target} -> {op.link_to}  ({op.reason})")
+        if isinstance(op, ProcMask):
+            out.append(f"masked {op.target} (read-only tmpfs; {op.reason}):")
+            out += [f"  file  {name} ({len(content)} bytes)" for name, content in op.files]
     out.append("linker cache:")
     for op in plan.operations:
         if isinstance(op, LinkerCache):
             out.append(f"  write {op.conf_file}: {', '.join(op.directories)}")
-            out.append(f"  run   {op.ldconfig} -r <rootfs> {' '.join(op.directories)}  ({op.reason})")
+            out.append(f"  run   {op.ldconfig} -X -r <rootfs> {' '.join(op.directories)}  ({op.reason})")
+            out.append(f"  check the container's cache resolves {', '.join(s for s, _ in op.sonames)} to the injected files")
     out += [f"warning: {w}" for w in plan.warnings]
     if plan.problems:
         out += [f"problem: {p}" for p in plan.problems]
@@ -47,12 +69,16 @@ def render_plan(plan: Plan, host: Host, header: list[str]) -> str:
 
 
 def _gpu_line(gpu: Gpu) -> str:
-    return f"gpu {gpu.index}  {gpu.pci_bus_id}  /dev/nvidia{gpu.minor}  {gpu.uuid}  {gpu.model}"
+    mig = "  MIG enabled" if gpu.mig_enabled else ""
+    return f"gpu {gpu.index}  {gpu.pci_bus_id}  /dev/nvidia{gpu.minor}  {gpu.uuid}  {gpu.model}{mig}"
 
 
-def render_gpus(driver_version: str, gpus: tuple[Gpu, ...], notes: tuple[str, ...]) -> str:
-    lines = [f"driver version: {driver_version}", f"gpus: {len(gpus)}"]
+def render_gpus(driver_version: str, cuda_version: str | None, gpus: tuple[Gpu, ...], notes: tuple[str, ...]) -> str:
+    lines = [f"driver version: {driver_version}", f"cuda version: {cuda_version or 'unknown (no libcuda found)'}", f"gpus: {len(gpus)}"]
     for gpu in gpus:
-        lines.append(f"  index {gpu.index}  minor {gpu.minor}  {gpu.pci_bus_id}  {gpu.uuid}  {gpu.model}")
+        mig = f"  MIG enabled, {len(gpu.mig_devices)} MIG device(s)" if gpu.mig_enabled else ""
+        lines.append(f"  index {gpu.index}  minor {gpu.minor}  {gpu.pci_bus_id}  {gpu.uuid}  {gpu.model}{mig}")
+        for m in gpu.mig_devices:
+            lines.append(f"    MIG {m.name}  gpu instance {m.gi}  compute instance {m.ci}")
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines) + "\n"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ponytail.errors import InputError
 from ponytail.host.driver import canonical_bus_id
+from ponytail.host.mig import MigDevice
 from ponytail.host.probe import Gpu
 
 VISIBLE_DEVICES_VAR = "NVIDIA_VISIBLE_DEVICES"
@@ -33,29 +35,81 @@ def device_request(cli_device: str | None, env: dict[str, str] | None) -> Device
     return DeviceRequest("all", "default")
 
 
-def select_gpus(gpus: tuple[Gpu, ...], request: DeviceRequest) -> tuple[Gpu, ...]:
-    """The GPUs ``request`` names, in the order it names them (no duplicates).
+@dataclass(frozen=True)
+class Selection:
+    """Whole GPUs and MIG devices a request names, in the order it names them."""
 
-    Accepts ``all``, ``none``, and comma lists of indices, ``GPU-`` UUIDs and PCI
-    bus ids (16- or 32-bit domain, or none). Anything else is an error naming it.
-    """
+    gpus: tuple[Gpu, ...] = ()
+    migs: tuple[MigDevice, ...] = ()
+
+
+def select_devices(
+    gpus: tuple[Gpu, ...], request: DeviceRequest, mig_uuids: Callable[[], dict[str, tuple[int, int, int]]] | None = None
+) -> Selection:
+    """Resolve ``all``, ``none``, and comma lists of indices, ``GPU-`` UUIDs, PCI bus ids
+    (16- or 32-bit domain, or none), MIG devices as ``GPU:GI:CI`` indices or ``MIG-``
+    UUIDs (asked of NVML through ``mig_uuids``, only when one is named). Anything
+    else is an error naming it."""
     text = request.selector.strip()
     if text.lower() == "all":
-        return gpus
+        return Selection(gpus)
     if text.lower() in ("none", "", "void"):
-        return ()
+        return Selection()
     chosen: list[Gpu] = []
+    migs: list[MigDevice] = []
+    uuids: dict[str, tuple[int, int, int]] | None = None
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
-        gpu = _find(gpus, item)
-        if gpu is None:
-            raise InputError(
-                f"unknown GPU {item!r} in {request.source}={request.selector!r}: this host has {_describe(gpus)}"
-            )
-        if gpu not in chosen:
-            chosen.append(gpu)
-    return tuple(chosen)
+        if item.upper().startswith("MIG-"):
+            if uuids is None:
+                uuids = mig_uuids() if mig_uuids is not None else {}
+            mig = _mig_by_uuid(gpus, uuids, item)
+        elif item.count(":") == 2 and all(p.isdigit() for p in item.split(":")):
+            mig = _mig_by_index(gpus, item)
+        else:
+            gpu = _find(gpus, item)
+            if gpu is None:
+                raise _unknown(gpus, request, item)
+            if gpu not in chosen:
+                chosen.append(gpu)
+            continue
+        if mig is None:
+            raise _unknown(gpus, request, item, mig=True)
+        if mig not in migs:
+            migs.append(mig)
+    return Selection(tuple(chosen), tuple(migs))
+
+
+def select_gpus(gpus: tuple[Gpu, ...], request: DeviceRequest) -> tuple[Gpu, ...]:
+    """Whole GPUs only (for the MIG config/monitor requests)."""
+    return select_devices(gpus, request).gpus
+
+
+def _mig_by_index(gpus: tuple[Gpu, ...], item: str) -> MigDevice | None:
+    index, gi, ci = (int(p) for p in item.split(":"))
+    if index >= len(gpus):
+        return None
+    return next((m for m in gpus[index].mig_devices if (m.gi, m.ci) == (gi, ci)), None)
+
+
+def _mig_by_uuid(gpus: tuple[Gpu, ...], uuids: dict[str, tuple[int, int, int]], item: str) -> MigDevice | None:
+    found = next((v for k, v in uuids.items() if k.lower() == item.lower()), None)
+    if found is None:
+        return None
+    minor, gi, ci = found
+    gpu = next((g for g in gpus if g.minor == minor), None)
+    if gpu is None:
+        return None
+    return next((m for m in gpu.mig_devices if (m.gi, m.ci) == (gi, ci)), None)
+
+
+def _unknown(gpus: tuple[Gpu, ...], request: DeviceRequest, item: str, mig: bool = False) -> InputError:
+    if mig:
+        have = [m.name for g in gpus for m in g.mig_devices]
+        listing = f"MIG devices {', '.join(have)}" if have else "no MIG devices"
+        return InputError(f"unknown MIG device {item!r} in {request.source}={request.selector!r}: this host has {listing}")
+    return InputError(f"unknown GPU {item!r} in {request.source}={request.selector!r}: this host has {_describe(gpus)}")
 
 
 def _find(gpus: tuple[Gpu, ...], item: str) -> Gpu | None:
@@ -76,3 +130,72 @@ def _describe(gpus: tuple[Gpu, ...]) -> str:
     if len(gpus) == 1:
         return f"1 GPU (index 0, {gpus[0].pci_bus_id}, {gpus[0].uuid})"
     return f"{len(gpus)} GPUs (indices 0-{len(gpus) - 1}; see 'ponytail info')"
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything a container asks for, read from its env (or the command line)."""
+
+    devices: DeviceRequest
+    capabilities: tuple[str, ...]
+    capabilities_source: str
+    unknown_capabilities: tuple[str, ...] = ()
+    requirements: tuple[tuple[str, str], ...] = ()  # (variable, constraint expression)
+    mig_config: DeviceRequest | None = None
+    mig_monitor: DeviceRequest | None = None
+
+
+def build_request(
+    cli_device: str | None, cli_capabilities: str | None, env: dict[str, str] | None, privileged: bool = True
+) -> Request:
+    """Read the NVIDIA conventions: NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES,
+    NVIDIA_REQUIRE_* (unless NVIDIA_DISABLE_REQUIRE), NVIDIA_MIG_CONFIG_DEVICES and
+    NVIDIA_MIG_MONITOR_DEVICES (privileged containers only)."""
+    from ponytail.capabilities import DRIVER_CAPABILITIES_VAR, parse_capabilities
+
+    env = env or {}
+    if cli_capabilities is not None:
+        caps_text, caps_source = cli_capabilities, "--capabilities"
+    elif DRIVER_CAPABILITIES_VAR in env:
+        caps_text, caps_source = env[DRIVER_CAPABILITIES_VAR], DRIVER_CAPABILITIES_VAR
+    else:
+        caps_text, caps_source = None, "default"
+    capabilities, unknown = parse_capabilities(caps_text)
+    mig: dict[str, DeviceRequest] = {}
+    for var in (MIG_CONFIG_VAR, MIG_MONITOR_VAR):
+        value = env.get(var, "").strip()
+        if value and value.lower() not in ("void", "none"):
+            if not privileged:
+                raise InputError(f"{var}={value!r} is only honoured for privileged containers (with CAP_SYS_ADMIN)")
+            mig[var] = DeviceRequest(value, var)
+    return Request(
+        devices=device_request(cli_device, env),
+        capabilities=capabilities,
+        capabilities_source=caps_source,
+        unknown_capabilities=unknown,
+        requirements=requirements_from_env(env),
+        mig_config=mig.get(MIG_CONFIG_VAR),
+        mig_monitor=mig.get(MIG_MONITOR_VAR),
+    )
+
+
+MIG_CONFIG_VAR = "NVIDIA_MIG_CONFIG_DEVICES"
+MIG_MONITOR_VAR = "NVIDIA_MIG_MONITOR_DEVICES"
+REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
+DISABLE_REQUIRE_VAR = "NVIDIA_DISABLE_REQUIRE"
+
+
+def requirements_from_env(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """NVIDIA_REQUIRE_* constraints, sorted by name; none when NVIDIA_DISABLE_REQUIRE is true.
+
+    An image that predates NVIDIA_REQUIRE_CUDA but sets CUDA_VERSION (a legacy CUDA
+    image) requires a driver supporting at least that CUDA major.minor.
+    """
+    if env.get(DISABLE_REQUIRE_VAR, "").strip().lower() in ("1", "true", "yes", "on"):
+        return ()
+    found = sorted((k, v) for k, v in env.items() if k.startswith(REQUIRE_PREFIX) and v.strip())
+    if "NVIDIA_REQUIRE_CUDA" not in env and env.get("CUDA_VERSION", "").strip():
+        parts = env["CUDA_VERSION"].strip().split(".")
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            found.append(("CUDA_VERSION", f"cuda>={parts[0]}.{parts[1]}"))
+    return tuple(found)

@@ -17,15 +17,21 @@ from fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
 PONYTAIL = [sys.executable, "-m", "ponytail"]
 
 
-def run_ponytail(args: list[str], stdin: bytes | str | None = b"", env: dict | None = None, prefix: list[str] | None = None) -> subprocess.CompletedProcess:
-    """Run the ponytail command as a user would; returns text output and the exit status."""
+ISOLATED = ["unshare", "-m", "--propagation", "private"]
+
+
+def run_ponytail(args: list[str], stdin: bytes | str | None = b"", env: dict | None = None, isolated: bool = True) -> subprocess.CompletedProcess:
+    """Run the ponytail command as a user would; returns its output and exit status.
+
+    By default it runs in a private mount namespace of its own, so that a manual-mode
+    run can never leave a mount on this machine; ``isolated=False`` runs it in the
+    test's own namespace (to prove hook mode mounts nothing here)."""
     if isinstance(stdin, str):
         stdin = stdin.encode()
     full_env = {k: v for k, v in os.environ.items() if k != "PONYTAIL_CONFIG"}
     full_env.update(env or {})
-    return subprocess.run(
-        (prefix or []) + PONYTAIL + args, input=stdin, capture_output=True, env=full_env, timeout=120
-    )
+    prefix = ISOLATED if isolated else []
+    return subprocess.run(prefix + PONYTAIL + args, input=stdin, capture_output=True, env=full_env, timeout=120)
 
 
 def in_private_mount_ns(script: str, timeout: int = 120) -> subprocess.CompletedProcess:

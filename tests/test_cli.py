@@ -47,7 +47,8 @@ def test_info_json_lists_gpus_in_pci_order_with_their_own_minors(host: FakeHost)
         (1, 0, "0000:28:00.0"),
         (2, 1, "0000:38:00.0"),
     ]
-    assert set(data["gpus"][0]) == {"index", "minor", "pci_bus_id", "uuid", "model"}
+    assert {"index", "minor", "pci_bus_id", "uuid", "model"} <= set(data["gpus"][0])
+    assert data["cuda_version"] == "12.4"
 
 
 def test_info_ignores_non_gpu_functions_and_reads_32bit_domains(tmp_path: Path) -> None:
@@ -72,7 +73,7 @@ def test_debug_prints_the_plan_and_leaves_the_rootfs_untouched(host: FakeHost, r
     assert "libcuda.so.550.54.15 -> /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15" in out
     assert "skip /usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05: driver version 535.104.05" in out
     assert "link  /usr/lib/x86_64-linux-gnu/libcuda.so.1 -> libcuda.so.550.54.15" in out
-    assert "ldconfig -r" in out
+    assert "ldconfig -X -r <rootfs> /usr/lib/x86_64-linux-gnu" in out
     assert "dry run" in host.log.read_text()
 
 
@@ -170,10 +171,9 @@ def test_missing_gpu_node_fails_before_changing_anything(host: FakeHost, rootfs:
 
 
 def test_no_library_found_is_a_clear_error(host: FakeHost, rootfs: Path) -> None:
-    config = host.write_config(library_paths=["/opt/nowhere/libnvcuda.so.*"])
-    result = run_ponytail(["-config", str(config), "-root", str(rootfs)])
+    result = run_ponytail(["-config", str(host.write_config()), "-root", str(rootfs), "-libs", "/opt/nowhere/libnvcuda.so.*"])
     assert result.returncode == 1
-    assert "no library of driver 550.54.15 found (globs: /opt/nowhere/libnvcuda.so.*" in one_line_error(result)
+    assert "no library of driver 550.54.15 found (searched /opt/nowhere/libnvcuda.so.*" in one_line_error(result)
 
 
 @pytest.mark.parametrize("args", [["-bogus"], ["-root"], ["info", "--nope"]])

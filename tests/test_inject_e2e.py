@@ -88,7 +88,7 @@ def test_hook_mode_injects_into_the_container_namespace_only(host: FakeHost, tmp
     rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
     bundle = bundle_for(tmp_path, rootfs, env=["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=GPU-00000002-1111-2222-3333-000000000001"])
     config = host.write_config()
-    result = run_ponytail(["-config", str(config)], stdin=state_for(bundle, sleeper.pid))
+    result = run_ponytail(["-config", str(config)], stdin=state_for(bundle, sleeper.pid), isolated=False)
     assert result.returncode == 0, result.stderr
     assert mounts_under(rootfs) == [], "a mount leaked into the host's namespace"
     inside = sleeper.run(["chroot", str(rootfs), "/usr/local/bin/cudacheck", "/dev/nvidia1", "/dev/nvidia2"])

@@ -3,11 +3,13 @@
 Order of work:
 1. In the host's mount namespace, clone every source into a detached mount
    (open_tree) and check it is what the plan says (character device with the
-   planned major:minor, regular file); make it read-only/nosuid/nodev there.
+   planned major:minor, regular file, socket or directory); make it
+   read-only/nosuid/nodev there, before anyone can see it.
 2. Enter the container's mount namespace (hook mode) and open its rootfs.
 3. Resolve each target inside the rootfs (ponytail.inroot), create the mount
    point, and attach the detached mount onto the target's descriptor.
-4. Create SONAME links, write the linker config, run the host's ldconfig.
+4. Create SONAME links, mask /proc/driver/nvidia, write the linker config, run the
+   host's ldconfig, and check the injected libraries win in the new linker cache.
 """
 
 from __future__ import annotations
@@ -19,17 +21,22 @@ from dataclasses import dataclass, field
 
 from ponytail.apply import syscalls
 from ponytail.errors import InjectionError, InputError
-from ponytail.inroot import UnsafePath, open_root, resolve_in_root
-from ponytail.plan import LinkerCache, Mount, Plan, Symlink
+from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
+from ponytail.inroot import Resolved, UnsafePath, open_root, real_path_in_root, resolve_in_root
+from ponytail.plan import LinkerCache, Mount, Plan, ProcMask, Symlink
 
 LDCONFIG_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 LDCONFIG_TIMEOUT_S = 60
 LD_SO_CONF = "/etc/ld.so.conf"
 LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
+LD_SO_CACHE = "/etc/ld.so.cache"
+_RO = syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV
 _ATTRS = {
     "device": syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NOEXEC,
-    "library": syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV,
-    "binary": syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV,
+    "library": _RO,
+    "binary": _RO,
+    "file": _RO | syscalls.MOUNT_ATTR_NOEXEC,
+    "ipc": syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOEXEC,
 }
 
 
@@ -46,12 +53,14 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
     """Apply ``plan`` to ``rootfs``; in the mount namespace of ``container_pid`` when given."""
     syscalls.require_new_mount_api()
     outcome = Outcome()
-    trees: dict[int, int] = {}
+    trees: dict[int, int] = {}  # operation index -> detached mount
     ldconfig_fd = -1
     try:
         for i, op in enumerate(plan.operations):
             if isinstance(op, Mount):
                 trees[i] = _clone_source(op)
+            elif isinstance(op, Symlink) and op.library:
+                trees[i] = _clone_source(Mount("library", op.library, op.target, True, op.reason))
             elif isinstance(op, LinkerCache):
                 ldconfig_fd = _open_program(op.ldconfig)
         if container_pid is not None:
@@ -62,7 +71,9 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
                 if isinstance(op, Mount):
                     _mount(root_fd, op, trees[i], outcome)
                 elif isinstance(op, Symlink):
-                    _symlink(root_fd, op, outcome)
+                    _symlink(root_fd, op, trees.get(i), outcome)
+                elif isinstance(op, ProcMask):
+                    _mask_proc(root_fd, op, outcome)
                 else:
                     _linker_cache(root_fd, rootfs, op, ldconfig_fd, outcome)
         finally:
@@ -88,6 +99,9 @@ def _clone_source(op: Mount) -> int:
                 raise InjectionError(
                     f"{op.source} is no longer the character device {op.rdev[0]}:{op.rdev[1]}; refusing to mount it"
                 )
+        elif op.kind == "ipc":
+            if not (stat.S_ISDIR(st.st_mode) if op.is_dir else stat.S_ISSOCK(st.st_mode)):
+                raise InjectionError(f"{op.source} is no longer a {'directory' if op.is_dir else 'socket'}; refusing to mount it")
         elif not stat.S_ISREG(st.st_mode):
             raise InjectionError(f"{op.source} is not a regular file; refusing to mount it")
         try:
@@ -128,28 +142,43 @@ def _enter_mount_namespace(pid: int) -> None:
 def _mount(root_fd: int, op: Mount, tree: int, outcome: Outcome) -> None:
     resolved = resolve_in_root(root_fd, op.target, create_dirs=True)
     try:
-        if resolved.exists and stat.S_ISDIR(resolved.mode):
-            raise UnsafePath(f"cannot mount {op.source}: {resolved.path} is a directory in the rootfs")
+        if resolved.exists and stat.S_ISDIR(resolved.mode) != op.is_dir:
+            kind = "a directory" if op.is_dir else "not a directory"
+            raise UnsafePath(f"cannot mount {op.source}: {resolved.path} in the rootfs is {'not ' if op.is_dir else ''}a directory, the source is {kind}")
         if not resolved.exists:
-            try:
-                os.close(os.open(resolved.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=resolved.parent_fd))
-            except FileExistsError:
-                pass
-        target_fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
-        try:
-            if stat.S_ISLNK(os.fstat(target_fd).st_mode):
-                raise UnsafePath(f"{resolved.path} in the rootfs turned into a symlink while mounting; refused")
-            if _same_file(target_fd, tree):
-                outcome.unchanged.append(f"{resolved.path} (already mounted)")
-                return
-            syscalls.attach_tree(tree, target_fd)
-        except OSError as e:
-            raise InjectionError(f"cannot mount {op.source} onto {resolved.path} in the rootfs: {e.strerror}")
-        finally:
-            os.close(target_fd)
-        outcome.done.append(f"mount {op.source} -> {resolved.path}")
+            _create_mount_point(resolved, op.is_dir)
+        _attach(resolved, tree, op.source, outcome)
     finally:
         resolved.close()
+
+
+def _create_mount_point(resolved: Resolved, is_dir: bool) -> None:
+    try:
+        if is_dir:
+            os.mkdir(resolved.name, 0o755, dir_fd=resolved.parent_fd)
+        else:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            os.close(os.open(resolved.name, flags, 0o644, dir_fd=resolved.parent_fd))
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise InjectionError(f"cannot create mount point {resolved.path} in the rootfs: {e.strerror}")
+
+
+def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome) -> None:
+    target_fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+    try:
+        if stat.S_ISLNK(os.fstat(target_fd).st_mode):
+            raise UnsafePath(f"{resolved.path} in the rootfs turned into a symlink while mounting; refused")
+        if _same_file(target_fd, tree):
+            outcome.unchanged.append(f"{resolved.path} (already mounted)")
+            return
+        syscalls.attach_tree(tree, target_fd)
+    except OSError as e:
+        raise InjectionError(f"cannot mount {source} onto {resolved.path} in the rootfs: {e.strerror}")
+    finally:
+        os.close(target_fd)
+    outcome.done.append(f"mount {source} -> {resolved.path}")
 
 
 def _same_file(a: int, b: int) -> bool:
@@ -157,20 +186,24 @@ def _same_file(a: int, b: int) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _symlink(root_fd: int, op: Symlink, outcome: Outcome) -> None:
+def _symlink(root_fd: int, op: Symlink, tree: int | None, outcome: Outcome) -> None:
     resolved = resolve_in_root(root_fd, op.target, create_dirs=True, follow_last=False)
     try:
+        if resolved.exists and stat.S_ISREG(resolved.mode) and tree is not None:
+            outcome.warnings.append(
+                f"the image ships its own {resolved.path}; the driver's {op.link_to} is mounted over it"
+            )
+            _attach(resolved, tree, op.library, outcome)
+            return
         if resolved.exists:
-            if stat.S_ISLNK(resolved.mode):
-                if os.readlink(resolved.name, dir_fd=resolved.parent_fd) == op.link_to:
-                    outcome.unchanged.append(f"{resolved.path} -> {op.link_to} (already linked)")
-                    return
-                os.unlink(resolved.name, dir_fd=resolved.parent_fd)
-            else:
-                outcome.warnings.append(
-                    f"the image has its own {resolved.path} (not a symlink); left in place, it may shadow the driver's"
-                )
+            if not stat.S_ISLNK(resolved.mode):
+                raise UnsafePath(f"cannot create link {resolved.path} in the rootfs: something else is there")
+            current = os.readlink(resolved.name, dir_fd=resolved.parent_fd)
+            if current == op.link_to:
+                outcome.unchanged.append(f"{resolved.path} -> {op.link_to} (already linked)")
                 return
+            outcome.warnings.append(f"the image's link {resolved.path} -> {current} now points to the driver's {op.link_to}")
+            os.unlink(resolved.name, dir_fd=resolved.parent_fd)
         os.symlink(op.link_to, resolved.name, dir_fd=resolved.parent_fd)
         outcome.done.append(f"link {resolved.path} -> {op.link_to}")
     except OSError as e:
@@ -179,11 +212,60 @@ def _symlink(root_fd: int, op: Symlink, outcome: Outcome) -> None:
         resolved.close()
 
 
+def _mask_proc(root_fd: int, op: ProcMask, outcome: Outcome) -> None:
+    try:
+        resolved = resolve_in_root(root_fd, op.target)
+    except UnsafePath:
+        outcome.unchanged.append(f"{op.target}: not in the container, nothing to mask")
+        return
+    try:
+        if not resolved.exists or not stat.S_ISDIR(resolved.mode):
+            outcome.unchanged.append(f"{op.target}: not in the container, nothing to mask")
+            return
+        flags = syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOEXEC
+        try:
+            tmpfs = syscalls.new_tmpfs({"mode": "0555", "size": "4m"}, flags)
+        except OSError as e:
+            raise InjectionError(f"cannot create the tmpfs for {op.target}: {e.strerror}")
+        try:
+            for name, content in op.files:
+                _write_into(tmpfs, name, content)
+            syscalls.set_mount_attributes(tmpfs, flags | syscalls.MOUNT_ATTR_RDONLY)
+            _attach(resolved, tmpfs, "tmpfs (masked driver view)", outcome)
+        finally:
+            os.close(tmpfs)
+    finally:
+        resolved.close()
+
+
+def _write_into(dir_fd: int, relative: str, content: bytes) -> None:
+    """Write a file into a directory we created ourselves (the fresh tmpfs)."""
+    *dirs, name = relative.split("/")
+    fds = [dir_fd]
+    try:
+        for d in dirs:
+            try:
+                os.mkdir(d, 0o555, dir_fd=fds[-1])
+            except FileExistsError:
+                pass
+            fds.append(os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fds[-1]))
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444, dir_fd=fds[-1])
+        try:
+            os.write(fd, content)
+        finally:
+            os.close(fd)
+    finally:
+        for fd in fds[1:]:
+            os.close(fd)
+
+
 def _linker_cache(root_fd: int, rootfs: str, op: LinkerCache, ldconfig_fd: int, outcome: Outcome) -> None:
     content = "".join(f"{d}\n" for d in op.directories).encode()
     _write_file(root_fd, op.conf_file, content, outcome, replace=True)
     _write_file(root_fd, LD_SO_CONF, LD_SO_CONF_TEXT, outcome, replace=False)
-    argv = ["ldconfig", "-r", rootfs, *op.directories]
+    # -X: keep the SONAME links we made (ldconfig would repoint one at a newer-numbered
+    # copy baked into the image); the directories on the command line come first in the cache.
+    argv = ["ldconfig", "-X", "-r", rootfs, *op.directories]
     try:
         result = subprocess.run(
             argv,
@@ -203,7 +285,46 @@ def _linker_cache(root_fd: int, rootfs: str, op: LinkerCache, ldconfig_fd: int, 
         raise InjectionError(
             f"{op.ldconfig} -r {rootfs} failed (exit {result.returncode}): {detail[-1] if detail else 'no message'}"
         )
-    outcome.done.append(f"ran {op.ldconfig} -r {rootfs} ({', '.join(op.directories)})")
+    outcome.done.append(f"ran {op.ldconfig} -X -r {rootfs} ({', '.join(op.directories)})")
+    _check_cache(root_fd, op, outcome)
+
+
+def _check_cache(root_fd: int, op: LinkerCache, outcome: Outcome) -> None:
+    """The injected libraries must be what the container's linker finds first; copies the
+    image ships of the same SONAME are named in a warning."""
+    entries = _read_rootfs_cache(root_fd)
+    for soname, expected in op.sonames:
+        paths = [path for name, path, flags in entries if name == soname and is_64bit_entry(flags)]
+        if not paths:
+            continue
+        ours = real_path_in_root(root_fd, expected)
+        if real_path_in_root(root_fd, paths[0]) != ours:
+            raise InjectionError(
+                f"the container's linker cache gives {soname} as {paths[0]}, not the injected {expected}; "
+                f"remove that copy from the image"
+            )
+        others = [p for p in paths[1:] if real_path_in_root(root_fd, p) != ours]
+        if others:
+            outcome.warnings.append(
+                f"the image ships its own {soname} ({', '.join(others)}); the injected driver's {expected} wins"
+            )
+
+
+def _read_rootfs_cache(root_fd: int) -> list[tuple[str, str, int]]:
+    try:
+        resolved = resolve_in_root(root_fd, LD_SO_CACHE)
+    except UnsafePath:
+        return []
+    try:
+        if not resolved.exists or not stat.S_ISREG(resolved.mode):
+            return []
+        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+        with os.fdopen(fd, "rb") as f:
+            return parse_ld_cache_entries(f.read(64 << 20))
+    except OSError:
+        return []
+    finally:
+        resolved.close()
 
 
 def _write_file(root_fd: int, path: str, content: bytes, outcome: Outcome, replace: bool) -> None:

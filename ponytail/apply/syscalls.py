@@ -96,3 +96,25 @@ def require_new_mount_api() -> None:
         return
     if (major, minor) < (5, 12):
         raise InjectionError(f"kernel {release} is too old: ponytail needs Linux 5.12+ (open_tree, mount_setattr)")
+
+
+SYS_FSOPEN = 430
+SYS_FSCONFIG = 431
+SYS_FSMOUNT = 432
+FSOPEN_CLOEXEC = 0x1
+FSCONFIG_SET_STRING = 1
+FSCONFIG_CMD_CREATE = 6
+FSMOUNT_CLOEXEC = 0x1
+
+
+def new_tmpfs(options: dict[str, str], attributes: int) -> int:
+    """A new, detached tmpfs (fsopen/fsconfig/fsmount) as an fd to its root directory."""
+    lib = _lib()
+    fs_fd = _check(lib.syscall(SYS_FSOPEN, b"tmpfs", ctypes.c_uint(FSOPEN_CLOEXEC)), "fsopen tmpfs")
+    try:
+        for key, value in options.items():
+            _check(lib.syscall(SYS_FSCONFIG, fs_fd, ctypes.c_uint(FSCONFIG_SET_STRING), key.encode(), value.encode(), 0), f"fsconfig {key}")
+        _check(lib.syscall(SYS_FSCONFIG, fs_fd, ctypes.c_uint(FSCONFIG_CMD_CREATE), None, None, 0), "fsconfig create")
+        return _check(lib.syscall(SYS_FSMOUNT, fs_fd, ctypes.c_uint(FSMOUNT_CLOEXEC), ctypes.c_uint(attributes)), "fsmount")
+    finally:
+        os.close(fs_fd)

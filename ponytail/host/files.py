@@ -1,6 +1,8 @@
-"""The driver's user-space files: libraries found by glob and by the driver root's
-ld.so.cache, filtered to the running driver's version, with their SONAMEs; and
-its binaries (nvidia-smi) from the driver root's bin directories.
+"""The driver's user-space files: libraries found by name (in the usual library
+directories and the driver root's own ld.so.cache) or by the user's globs, filtered
+to the running driver's version and this machine's architecture, with their SONAMEs;
+binaries from the driver root's bin directories; other driver files (ICD/JSON,
+firmware) by glob.
 """
 
 from __future__ import annotations
@@ -11,14 +13,51 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ponytail.host.elf import MACHINE_BY_UNAME, NotElf, read_elf_info
+from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info
 from ponytail.host.ldcache import read_ld_cache
 from ponytail.inroot import real_path_in_root
 
 BIN_DIRS = ("/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/bin", "/usr/sbin", "/sbin", "/opt/nvidia/bin")
 CONTAINER_BIN_DIR = "/usr/bin"
+_TRIPLET = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}
 _VERSION_SUFFIX = re.compile(r"\.so\.(\d+(?:\.\d+)+)$")
 _DRIVER_LIKE = re.compile(r"^\d{3,}\.\d+(\.\d+)?$")
+
+
+def library_dirs(bits: int = 64) -> tuple[str, ...]:
+    """Where drivers keep their libraries on the usual distributions and clouds."""
+    if bits == 32:
+        return ("/usr/lib/i386-linux-gnu", "/usr/lib/i386-linux-gnu/vdpau", "/usr/lib32", "/usr/lib", "/usr/lib/vdpau", "/usr/local/nvidia/lib")
+    triplet = _TRIPLET.get(os.uname().machine, "x86_64-linux-gnu")
+    return (
+        f"/usr/lib/{triplet}", f"/usr/lib/{triplet}/vdpau", "/usr/lib64", "/usr/lib64/vdpau",
+        "/usr/local/nvidia/lib64", "/usr/lib", "/usr/lib/vdpau",
+    )
+
+
+@dataclass(frozen=True)
+class LibrarySearch:
+    """Look for file names matching ``pattern`` in ``dirs`` (globs allowed) and in the
+    driver root's ld.so.cache; ``why`` says who asked (a capability, a config glob)."""
+
+    pattern: str
+    dirs: tuple[str, ...]
+    why: str
+    bits: int = 64
+
+    @classmethod
+    def for_name(cls, name: str, why: str, bits: int = 64) -> "LibrarySearch":
+        return cls(f"{name}.so.*", library_dirs(bits), why, bits)
+
+    @classmethod
+    def for_glob(cls, path_glob: str, why: str) -> "LibrarySearch":
+        directory, pattern = os.path.split(path_glob)
+        return cls(pattern, (directory,), why)
+
+    def describe(self) -> str:
+        where = self.dirs[0] + "/" if len(self.dirs) == 1 else ""
+        arch = ", 32-bit" if self.bits == 32 else ""
+        return f"{where}{self.pattern} ({self.why}{arch})"
 
 
 @dataclass(frozen=True)
@@ -30,6 +69,7 @@ class DriverFile:
     target: str
     soname: str | None
     found_by: str
+    bits: int = 64
 
 
 @dataclass(frozen=True)
@@ -39,43 +79,44 @@ class SkippedFile:
 
 
 @dataclass(frozen=True)
-class GlobReport:
-    """What one library glob matched (in-root paths), before filtering."""
+class SearchReport:
+    """What one search matched (in-root paths), before filtering."""
 
-    pattern: str
+    search: str
     matches: tuple[str, ...]
     from_cache: tuple[str, ...] = ()
 
 
 @dataclass
-class _Search:
+class _Scan:
+    """One pass over the driver root: directory listings and ELF checks are done once."""
+
     root: str
     root_fd: int
     version: str
-    machine: int | None
+    cache: list[tuple[str, str]]
     listings: dict[str, list[str]] = field(default_factory=dict)
-    found: dict[str, DriverFile] = field(default_factory=dict)
-    skipped: dict[str, SkippedFile] = field(default_factory=dict)
-    elf_checked: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    found: dict[tuple[str, int], DriverFile] = field(default_factory=dict)
+    skipped: dict[tuple[str, int], SkippedFile] = field(default_factory=dict)
 
 
 def find_libraries(
-    driver_root: str, globs: tuple[str, ...], driver_version: str
-) -> tuple[list[DriverFile], list[GlobReport], list[SkippedFile]]:
-    """Libraries of the running driver matched by ``globs`` (directly or through ld.so.cache)."""
+    driver_root: str, searches: list[LibrarySearch], driver_version: str
+) -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile]]:
+    """Libraries of the running driver that ``searches`` find, each real file once."""
     root_fd = _open_root(driver_root)
     if root_fd is None:
-        return [], [GlobReport(g, ()) for g in globs], [SkippedFile(driver_root, "driver root does not exist")]
-    search = _Search(driver_root, root_fd, driver_version, MACHINE_BY_UNAME.get(os.uname().machine))
+        reports = [SearchReport(s.describe(), ()) for s in searches]
+        return [], reports, [SkippedFile(driver_root, "driver root does not exist")]
+    scan = _Scan(driver_root, root_fd, driver_version, read_ld_cache(host_path(driver_root, "/etc/ld.so.cache")))
     try:
-        cache = read_ld_cache(_host(driver_root, "/etc/ld.so.cache"))
-        reports = [_match_glob(search, pattern, cache) for pattern in globs]
+        reports = [_search(scan, s) for s in searches]
     finally:
         os.close(root_fd)
-    return list(search.found.values()), reports, list(search.skipped.values())
+    return list(scan.found.values()), reports, list(scan.skipped.values())
 
 
-def find_binary(driver_root: str, name: str) -> DriverFile | None:
+def find_binary(driver_root: str, name: str, why: str) -> DriverFile | None:
     """The first ``name`` in the driver root's bin directories, injected as /usr/bin/<name>."""
     root_fd = _open_root(driver_root)
     if root_fd is None:
@@ -84,57 +125,74 @@ def find_binary(driver_root: str, name: str) -> DriverFile | None:
         for directory in BIN_DIRS:
             real = real_path_in_root(root_fd, f"{directory}/{name}")
             if real is not None:
-                return DriverFile(real, _host(driver_root, real), f"{CONTAINER_BIN_DIR}/{name}", None, directory)
+                return DriverFile(real, host_path(driver_root, real), f"{CONTAINER_BIN_DIR}/{name}", None, f"{why}, in {directory}")
     finally:
         os.close(root_fd)
     return None
 
 
-def _match_glob(search: _Search, pattern: str, cache: list[tuple[str, str]]) -> GlobReport:
-    directory, name_pattern = os.path.split(pattern)
+def find_files(driver_root: str, patterns: tuple[str, ...], why: str) -> list[DriverFile]:
+    """Regular files under the driver root matching path globs, injected at the same path."""
+    root_fd = _open_root(driver_root)
+    if root_fd is None:
+        return []
+    found: dict[str, DriverFile] = {}
+    try:
+        prefix = driver_root.rstrip("/")
+        for pattern in patterns:
+            for match in sorted(glob.glob(prefix + pattern)):
+                real = real_path_in_root(root_fd, match[len(prefix):])
+                if real is not None and real not in found and os.path.isfile(host_path(driver_root, real)):
+                    found[real] = DriverFile(real, host_path(driver_root, real), match[len(prefix):], None, why)
+    finally:
+        os.close(root_fd)
+    return list(found.values())
+
+
+def _search(scan: _Scan, search: LibrarySearch) -> SearchReport:
     matches: list[str] = []
-    for d in _expand_dirs(search.root, directory):
-        matches.extend(f"{d}/{n}" for n in sorted(fnmatch.filter(_listing(search, d), name_pattern)))
-    matched_dirs = {os.path.dirname(m) for m in matches}
-    from_cache = sorted(
-        {path for name, path in cache if fnmatch.fnmatchcase(name, name_pattern) and os.path.dirname(path) not in matched_dirs}
-    )
+    for d in (x for directory in search.dirs for x in _expand_dirs(scan.root, directory)):
+        matches.extend(f"{d}/{n}" for n in sorted(fnmatch.filter(_listing(scan, d), search.pattern)))
+    seen = set(matches)
+    from_cache = sorted({p for name, p in scan.cache if fnmatch.fnmatchcase(name, search.pattern) and p not in seen})
     for path in matches:
-        _consider(search, path, f"glob {pattern}")
+        _consider(scan, path, search, "")
     for path in from_cache:
-        _consider(search, path, f"ld.so.cache entry ({name_pattern})")
-    return GlobReport(pattern, tuple(matches), tuple(from_cache))
+        _consider(scan, path, search, " via ld.so.cache")
+    return SearchReport(search.describe(), tuple(matches), tuple(from_cache))
 
 
-def _consider(search: _Search, path: str, found_by: str) -> None:
-    real = real_path_in_root(search.root_fd, path)
+def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
+    real = real_path_in_root(scan.root_fd, path)
     if real is None:
-        search.skipped.setdefault(path, SkippedFile(path, "not found (dangling link, or leaves the driver root)"))
+        scan.skipped.setdefault((path, search.bits), SkippedFile(path, "not found (dangling link, or leaves the driver root)"))
         return
-    if real in search.found or real in search.skipped:
+    key = (real, search.bits)
+    if key in scan.found or key in scan.skipped:
         return
     m = _VERSION_SUFFIX.search(real)
-    if m and m.group(1) != search.version and _DRIVER_LIKE.match(m.group(1)):
-        search.skipped[real] = SkippedFile(
-            real, f"driver version {m.group(1)}, but the running driver is {search.version} (left over from an upgrade?)"
+    if m and m.group(1) != scan.version and _DRIVER_LIKE.match(m.group(1)):
+        scan.skipped[key] = SkippedFile(
+            real, f"driver version {m.group(1)}, but the running driver is {scan.version} (left over from an upgrade?)"
         )
         return
-    soname, problem = _check_elf(search, real)
+    soname, problem = _check_elf(scan, real, search.bits)
     if problem:
-        search.skipped[real] = SkippedFile(real, problem)
+        scan.skipped[key] = SkippedFile(real, problem)
         return
-    search.found[real] = DriverFile(real, _host(search.root, real), real, soname, found_by)
+    scan.found[key] = DriverFile(real, host_path(scan.root, real), real, soname, f"{search.why}{how}", search.bits)
 
 
-def _check_elf(search: _Search, real: str) -> tuple[str | None, str | None]:
+def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[str | None, str | None]:
     try:
-        info = read_elf_info(_host(search.root, real))
+        info = read_elf_info(host_path(scan.root, real))
     except NotElf:
         return None, "not an ELF shared library"
     except OSError as e:
         return None, f"cannot read: {e.strerror}"
-    if search.machine is not None and info.machine != search.machine:
-        return None, f"built for another architecture (ELF machine {info.machine}, {info.bits}-bit)"
+    expected = EM_386 if bits == 32 else MACHINE_BY_UNAME.get(os.uname().machine)
+    if expected is not None and info.machine != expected:
+        return None, f"built for another architecture (ELF machine {info.machine}, {info.bits}-bit; wanted {bits}-bit)"
     return info.soname, None
 
 
@@ -145,18 +203,19 @@ def _expand_dirs(root: str, directory: str) -> list[str]:
     return sorted(d[len(prefix):] or "/" for d in glob.glob(prefix + directory) if os.path.isdir(d))
 
 
-def _listing(search: _Search, directory: str) -> list[str]:
-    names = search.listings.get(directory)
+def _listing(scan: _Scan, directory: str) -> list[str]:
+    names = scan.listings.get(directory)
     if names is None:
         try:
-            names = os.listdir(_host(search.root, directory))
+            names = os.listdir(host_path(scan.root, directory))
         except OSError:
             names = []
-        search.listings[directory] = names
+        scan.listings[directory] = names
     return names
 
 
-def _host(root: str, path: str) -> str:
+def host_path(root: str, path: str) -> str:
+    """``path`` inside the driver root, as a path on the host."""
     return root.rstrip("/") + path if root != "/" else path
 
 

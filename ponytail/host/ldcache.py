@@ -28,6 +28,16 @@ def read_ld_cache(path: str) -> list[tuple[str, str]]:
 
 
 def parse_ld_cache(data: bytes) -> list[tuple[str, str]]:
+    return [(name, path) for name, path, _flags in parse_ld_cache_entries(data)]
+
+
+def is_64bit_entry(flags: int) -> bool:
+    """Whether a cache entry's flags name a 64-bit ABI (x86-64, AArch64, ppc64...)."""
+    return flags & 0xFF00 != 0
+
+
+def parse_ld_cache_entries(data: bytes) -> list[tuple[str, str, int]]:
+    """(file name, path, flags) of every entry, in the cache's (lookup) order."""
     start = 0
     if data.startswith(OLD_MAGIC):
         if len(data) < 16:
@@ -45,11 +55,11 @@ def parse_ld_cache(data: bytes) -> list[tuple[str, str]]:
     entries = []
     pos = start + _NEW_HEADER.size
     for _ in range(min(nlibs, (len(data) - pos) // _NEW_ENTRY.size)):
-        _eflags, key, value, _osv, _hwcap = _NEW_ENTRY.unpack_from(data, pos)
+        flags, key, value, _osv, _hwcap = _NEW_ENTRY.unpack_from(data, pos)
         pos += _NEW_ENTRY.size
         name, path = _string(data, start + key), _string(data, start + value)
         if name and path:
-            entries.append((name, path))
+            entries.append((name, path, flags))
     return entries
 
 

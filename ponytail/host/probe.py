@@ -1,4 +1,5 @@
-"""Probe the host once: driver version, GPUs, device nodes, driver files. Plain data out.
+"""Probe the host once: driver version, GPUs (and their MIG devices), device nodes,
+driver files for the requested capabilities, daemons' sockets. Plain data out.
 
 Never opens a GPU device node and never loads NVML: reading a few /proc and
 /sys files is all it takes, which is why a container start stays fast.
@@ -10,18 +11,32 @@ import os
 import stat
 from dataclasses import dataclass
 
+from ponytail.capabilities import CAPABILITIES
 from ponytail.config import Config
+from ponytail.errors import ProbeError
 from ponytail.host.driver import (
     NVIDIA_MAJOR,
     read_char_majors,
     read_driver_version,
     read_gpu_informations,
 )
-from ponytail.host.files import DriverFile, GlobReport, SkippedFile, find_binary, find_libraries
+from ponytail.host.files import (
+    DriverFile,
+    LibrarySearch,
+    SearchReport,
+    SkippedFile,
+    find_binary,
+    find_files,
+    find_libraries,
+    host_path,
+)
+from ponytail.host.mig import MigDevice, caps_dir, read_access_minor, read_mig_devices
 from ponytail.host.pci import nvidia_gpu_bus_ids
 
-BINARIES = ("nvidia-smi",)
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/bin/ldconfig")
+CONTROL_MINORS = {"nvidiactl": 255, "nvidia-modeset": 254}
+UVM_MINORS = {"nvidia-uvm": 0, "nvidia-uvm-tools": 1}
+PROC_FILES = ("params", "version", "registry")
 
 
 @dataclass(frozen=True)
@@ -34,17 +49,29 @@ class Gpu:
     pci_bus_id: str
     uuid: str
     model: str
+    mig_enabled: bool = False
+    mig_devices: tuple[MigDevice, ...] = ()
 
 
 @dataclass(frozen=True)
 class DeviceNode:
     """A character device under the host's dev root, and what it should be."""
 
-    name: str  # relative to /dev, e.g. "nvidia0", "nvidia-uvm"
+    name: str  # relative to /dev, e.g. "nvidia0", "nvidia-uvm", "nvidia-caps/nvidia-cap12"
     host_path: str
     major: int
     minor: int
     problem: str | None  # None when the node exists and is the expected character device
+
+
+@dataclass(frozen=True)
+class IpcPath:
+    """A driver daemon's socket or pipe directory on the host, mounted at the same path."""
+
+    host_path: str
+    target: str
+    is_dir: bool
+    why: str
 
 
 @dataclass(frozen=True)
@@ -59,16 +86,32 @@ class Host:
     driver_version: str
     gpus: tuple[Gpu, ...]
     gpu_nodes: dict[int, DeviceNode]  # by minor
-    control_nodes: tuple[DeviceNode, ...]
+    control_nodes: dict[str, DeviceNode]  # nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset
+    caps_major: int | None
+    mig_global_minors: dict[str, int]  # "config", "monitor" -> nvidia-caps minor
     libraries: tuple[DriverFile, ...]
     binaries: tuple[DriverFile, ...]
-    glob_reports: tuple[GlobReport, ...]
+    files: tuple[DriverFile, ...]  # ICD/JSON files and firmware
+    ipc: tuple[IpcPath, ...]
+    reports: tuple[SearchReport, ...]
     skipped: tuple[SkippedFile, ...]
     notes: tuple[str, ...]
+    proc_files: dict[str, bytes]  # /proc/driver/nvidia/{params,version,registry}
+    gpu_information: dict[str, bytes]  # bus id -> /proc/driver/nvidia/gpus/<bus id>/information
+    dev_root: str
+
+    def caps_node(self, minor: int) -> DeviceNode:
+        name = f"nvidia-caps/nvidia-cap{minor}"
+        if self.caps_major is None:
+            return DeviceNode(name, os.path.join(self.dev_root, name), 0, minor, "no nvidia-caps in /proc/devices (MIG access nodes need it)")
+        return _node(self.dev_root, name, self.caps_major, minor)
+
+    def library(self, soname: str) -> DriverFile | None:
+        return next((lib for lib in self.libraries if lib.soname == soname and lib.bits == 64), None)
 
 
 def probe_gpus(config: Config) -> Gpus:
-    """Driver version and GPUs in PCI bus order, without touching any driver file."""
+    """Driver version and GPUs in PCI bus order (with MIG state), without touching any driver file."""
     version = read_driver_version(config.proc_root)
     infos = read_gpu_informations(config.proc_root)
     on_bus = set(nvidia_gpu_bus_ids(config.sys_root))
@@ -83,47 +126,147 @@ def probe_gpus(config: Config) -> Gpus:
         if info.excluded:
             notes.append(f"GPU {bus_id} is excluded by the driver (GPU Excluded: Yes); not offered")
             continue
-        gpus.append(Gpu(len(gpus), info.minor, bus_id, info.uuid, info.model))
+        index = len(gpus)
+        enabled, migs = read_mig_devices(config.proc_root, info.minor, index)
+        gpus.append(Gpu(index, info.minor, bus_id, info.uuid, info.model, enabled, migs))
     return Gpus(version, tuple(gpus), tuple(notes))
 
 
-def probe_host(config: Config, library_globs: tuple[str, ...]) -> Host:
-    """Everything a plan needs, read once."""
+def probe_host(config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None) -> Host:
+    """Everything a plan needs for ``capabilities``, read once. ``library_globs`` (from
+    -libs) replaces the capabilities' libraries and the config's globs."""
     found = probe_gpus(config)
     majors = read_char_majors(config.proc_root)
     nvidia_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
     uvm_major = majors.get("nvidia-uvm")
-    gpu_nodes = {g.minor: _node(config, f"nvidia{g.minor}", nvidia_major, g.minor) for g in found.gpus}
-    control = [_node(config, "nvidiactl", nvidia_major, 255)]
-    if uvm_major is None:
-        missing = "the nvidia-uvm module is not loaded (no nvidia-uvm in /proc/devices): CUDA needs it; run 'nvidia-modprobe -u -c0' or 'modprobe nvidia-uvm'"
-        control += [DeviceNode(n, os.path.join(config.dev_root, n), 0, m, missing) for n, m in (("nvidia-uvm", 0), ("nvidia-uvm-tools", 1))]
-    else:
-        control += [_node(config, "nvidia-uvm", uvm_major, 0), _node(config, "nvidia-uvm-tools", uvm_major, 1)]
-    libraries, reports, skipped = find_libraries(config.driver_root, library_globs, found.driver_version)
-    binaries = []
-    notes = list(found.notes)
-    for name in BINARIES:
-        binary = find_binary(config.driver_root, name)
-        if binary is None:
-            notes.append(f"{name} not found in the driver root's bin directories ({config.driver_root})")
+    gpu_nodes = {g.minor: _node(config.dev_root, f"nvidia{g.minor}", nvidia_major, g.minor) for g in found.gpus}
+    control = {name: _node(config.dev_root, name, nvidia_major, minor) for name, minor in CONTROL_MINORS.items()}
+    for name, minor in UVM_MINORS.items():
+        if uvm_major is None:
+            missing = "the nvidia-uvm module is not loaded (no nvidia-uvm in /proc/devices): CUDA needs it; run 'nvidia-modprobe -u -c0' or 'modprobe nvidia-uvm'"
+            control[name] = DeviceNode(name, os.path.join(config.dev_root, name), 0, minor, missing)
         else:
-            binaries.append(binary)
+            control[name] = _node(config.dev_root, name, uvm_major, minor)
+
+    searches = _library_searches(config, capabilities, library_globs)
+    libraries, reports, skipped = find_libraries(config.driver_root, searches, found.driver_version)
+    binaries: list[DriverFile] = []
+    files: list[DriverFile] = []
+    ipc: dict[str, IpcPath] = {}
+    for cap in capabilities:
+        spec = CAPABILITIES[cap]
+        for name in spec.binaries + config.capability_extras.get(cap, {}).get("binaries", ()):
+            binary = find_binary(config.driver_root, name, cap)
+            if binary is None:
+                skipped.append(SkippedFile(name, f"{cap}: binary not found in the driver root's bin directories"))
+            elif binary.target not in {b.target for b in binaries}:
+                binaries.append(binary)
+        files += find_files(config.driver_root, spec.files, cap)
+        for path in spec.ipc:
+            if path not in ipc:
+                entry = _ipc_path(config.ipc_root, path, cap)
+                if entry is not None:
+                    ipc[path] = entry
+    if capabilities:
+        files += find_files(config.driver_root, (f"/lib/firmware/nvidia/{found.driver_version}/gsp*.bin",), "GSP firmware")
     return Host(
         driver_version=found.driver_version,
         gpus=found.gpus,
         gpu_nodes=gpu_nodes,
-        control_nodes=tuple(control),
+        control_nodes=control,
+        caps_major=majors.get("nvidia-caps"),
+        mig_global_minors=_mig_global_minors(config.proc_root),
         libraries=tuple(libraries),
         binaries=tuple(binaries),
-        glob_reports=tuple(reports),
+        files=tuple(files),
+        ipc=tuple(ipc.values()),
+        reports=tuple(reports),
         skipped=tuple(skipped),
-        notes=tuple(notes),
+        notes=found.notes,
+        proc_files=_read_proc_files(config.proc_root),
+        gpu_information=_read_informations(config.proc_root, found.gpus),
+        dev_root=config.dev_root,
     )
 
 
-def _node(config: Config, name: str, major: int, minor: int) -> DeviceNode:
-    path = os.path.join(config.dev_root, name)
+def find_driver_library(config: Config, host: Host, name: str, soname: str) -> str:
+    """Host path of the running driver's ``soname`` (e.g. libcuda.so.1), whether or not the
+    request's capabilities brought it; ProbeError if the driver has none."""
+    lib = host.library(soname)
+    if lib is None:
+        found, _, _ = find_libraries(config.driver_root, [LibrarySearch.for_name(name, "probe")], host.driver_version)
+        lib = next((f for f in found if f.soname == soname), None)
+    if lib is None:
+        raise ProbeError(f"no {soname} of driver {host.driver_version} under the driver root {config.driver_root}")
+    return lib.host_path
+
+
+def _library_searches(config: Config, capabilities: tuple[str, ...], override: tuple[str, ...] | None) -> list[LibrarySearch]:
+    if override is not None:
+        return [LibrarySearch.for_glob(g, "-libs") for g in override]
+    searches = []
+    bits = (64, 32) if "compat32" in capabilities else (64,)
+    for width in bits:
+        for cap in capabilities:
+            names = CAPABILITIES[cap].libraries + config.capability_extras.get(cap, {}).get("libraries", ())
+            searches += [LibrarySearch.for_name(name, cap, width) for name in names]
+    searches += [LibrarySearch.for_glob(g, "[library] paths") for g in config.library_paths]
+    return searches
+
+
+def _ipc_path(ipc_root: str, path: str, why: str) -> IpcPath | None:
+    full = host_path(ipc_root, path)
+    try:
+        st = os.stat(full, follow_symlinks=False)
+    except OSError:
+        return None
+    if stat.S_ISSOCK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return IpcPath(full, path, stat.S_ISDIR(st.st_mode), why)
+    return None
+
+
+def _mig_global_minors(proc_root: str) -> dict[str, int]:
+    minors = {}
+    for name in ("config", "monitor"):
+        minor = read_access_minor(os.path.join(caps_dir(proc_root), "mig", name))
+        if minor is not None:
+            minors[name] = minor
+    return minors
+
+
+def _read_proc_files(proc_root: str) -> dict[str, bytes]:
+    contents = {}
+    for name in PROC_FILES:
+        try:
+            with open(os.path.join(proc_root, "driver/nvidia", name), "rb") as f:
+                contents[name] = f.read(1 << 20)
+        except OSError:
+            pass
+    return contents
+
+
+def _read_informations(proc_root: str, gpus: tuple[Gpu, ...]) -> dict[str, bytes]:
+    base = os.path.join(proc_root, "driver/nvidia/gpus")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return {}
+    from ponytail.host.driver import canonical_bus_id
+
+    wanted = {g.pci_bus_id for g in gpus}
+    result = {}
+    for name in names:
+        if canonical_bus_id(name) in wanted:
+            try:
+                with open(os.path.join(base, name, "information"), "rb") as f:
+                    result[name] = f.read(65536)
+            except OSError:
+                pass
+    return result
+
+
+def _node(dev_root: str, name: str, major: int, minor: int) -> DeviceNode:
+    path = os.path.join(dev_root, name)
     try:
         st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:

@@ -1,0 +1,86 @@
+"""Driver capabilities (NVIDIA_DRIVER_CAPABILITIES): which files, binaries, nodes and
+sockets each one brings into the container. Plain data, as NVIDIA's container stack
+defines them, so images built for it work unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DRIVER_CAPABILITIES_VAR = "NVIDIA_DRIVER_CAPABILITIES"
+ALL = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")
+DEFAULT = ("utility", "compute")
+
+
+@dataclass(frozen=True)
+class Capability:
+    libraries: tuple[str, ...] = ()  # library names without ".so.<version>"
+    binaries: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()  # control nodes beyond nvidiactl and the GPUs' own
+    files: tuple[str, ...] = ()  # other driver files (ICD/JSON), globs under the driver root
+    ipc: tuple[str, ...] = ()  # daemons' sockets and pipe directories on the host
+    implies: tuple[str, ...] = ()
+
+
+CAPABILITIES: dict[str, Capability] = {
+    "utility": Capability(
+        libraries=("libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq"),
+        binaries=("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
+        ipc=("/run/nvidia-persistenced/socket",),
+    ),
+    "compute": Capability(
+        libraries=(
+            "libcuda", "libcudadebugger", "libnvidia-opencl", "libnvidia-gpucomp", "libnvidia-ptxjitcompiler",
+            "libnvidia-fatbinaryloader", "libnvidia-allocator", "libnvidia-compiler", "libnvidia-pkcs11",
+            "libnvidia-pkcs11-openssl3", "libnvidia-nvvm",
+        ),
+        binaries=("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+        nodes=("nvidia-uvm", "nvidia-uvm-tools"),
+        files=("/etc/OpenCL/vendors/nvidia.icd",),
+        ipc=("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps"),
+    ),
+    "video": Capability(
+        libraries=("libvdpau_nvidia", "libnvidia-encode", "libnvidia-opticalflow", "libnvcuvid"),
+        implies=("compute",),
+    ),
+    "graphics": Capability(
+        libraries=(
+            "libnvidia-eglcore", "libnvidia-glcore", "libnvidia-tls", "libnvidia-glsi", "libnvidia-fbc",
+            "libnvidia-ifr", "libnvidia-rtcore", "libnvoptix", "libGLX_nvidia", "libEGL_nvidia",
+            "libGLESv2_nvidia", "libGLESv1_CM_nvidia", "libnvidia-glvkspirv", "libnvidia-egl-wayland",
+            "libnvidia-egl-gbm",
+        ),
+        files=(
+            "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+            "/usr/share/vulkan/icd.d/nvidia_icd.json",
+            "/etc/vulkan/icd.d/nvidia_icd.json",
+            "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+            "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
+            "/usr/share/egl/egl_external_platform.d/*nvidia*.json",
+        ),
+    ),
+    "display": Capability(nodes=("nvidia-modeset",)),
+    "ngx": Capability(libraries=("libnvidia-ngx",)),
+    "compat32": Capability(),  # 32-bit copies of the other requested capabilities' libraries
+}
+
+
+def parse_capabilities(text: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(capabilities, unknown names) from a NVIDIA_DRIVER_CAPABILITIES value.
+
+    Unset or empty means the default (utility, compute); ``all`` means every one;
+    ``video`` brings ``compute`` with it. Unknown names are returned for a warning.
+    """
+    if text is None or not text.strip():
+        names = list(DEFAULT)
+    else:
+        names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if "all" in names:
+        return ALL, ()
+    unknown = tuple(n for n in names if n not in CAPABILITIES)
+    chosen: list[str] = []
+    for name in names:
+        for n in (name, *CAPABILITIES[name].implies) if name in CAPABILITIES else ():
+            if n not in chosen:
+                chosen.append(n)
+    return tuple(c for c in ALL if c in chosen), unknown

@@ -1,0 +1,70 @@
+"""The CUDA version the driver supports: what its libcuda's cuDriverGetVersion returns
+(12040 means 12.4). That call needs no cuInit and opens no GPU; it runs in a forked
+child so libcuda never lives in the hook's process. The answer is cached in
+/run/ponytail, keyed by the library file's identity, so it is asked once per driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ponytail.errors import ProbeError
+
+CACHE_DIR = "/run/ponytail"
+
+
+def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR) -> int:
+    """cuDriverGetVersion() of the libcuda at ``libcuda`` (a host path)."""
+    try:
+        st = os.stat(libcuda)
+    except OSError as e:
+        raise ProbeError(f"cannot read {libcuda}: {e.strerror}")
+    key = f"{os.path.realpath(libcuda)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    cache_file = os.path.join(cache_dir, "cuda-version.json")
+    cached = _read_cache(cache_file)
+    if cached.get(key):
+        return int(cached[key])
+    from ponytail.host.child import run_in_child
+
+    result = run_in_child(_ask_libcuda, libcuda)
+    if not isinstance(result, int):
+        raise ProbeError(f"cannot get the CUDA version from {libcuda}: {result}")
+    _write_cache(cache_file, {key: result})
+    return result
+
+
+def format_cuda_version(version: int) -> str:
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _ask_libcuda(path: str) -> int | str:
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(path)
+        value = ctypes.c_int(0)
+        status = lib.cuDriverGetVersion(ctypes.byref(value))
+    except (OSError, AttributeError) as e:
+        return str(e)
+    return value.value if status == 0 else f"cuDriverGetVersion returned error {status}"
+
+
+def _read_cache(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.loads(f.read(65536))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(path: str, data: dict) -> None:
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache only: the next run asks again

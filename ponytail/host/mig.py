@@ -1,0 +1,126 @@
+"""MIG: which GPUs have MIG enabled and which GPU/compute instances exist, from the
+driver's capability tree under /proc/driver/nvidia/capabilities (no NVML needed).
+A MIG device's UUID is only known to NVML: ``mig_uuids`` asks it, in a child process,
+and only when a MIG UUID is requested.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ponytail.errors import ProbeError
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """GPU instance ``gi`` / compute instance ``ci`` of GPU ``gpu_index``, and the minors
+    of the /dev/nvidia-caps/nvidia-cap<N> nodes that grant access to them."""
+
+    gpu_index: int
+    gi: int
+    ci: int
+    gi_minor: int
+    ci_minor: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpu_index}:{self.gi}:{self.ci}"
+
+
+def caps_dir(proc_root: str) -> str:
+    return os.path.join(proc_root, "driver/nvidia/capabilities")
+
+
+def read_mig_devices(proc_root: str, gpu_minor: int, gpu_index: int) -> tuple[bool, tuple[MigDevice, ...]]:
+    """(MIG enabled, its MIG devices) for the GPU with ``gpu_minor``."""
+    base = os.path.join(caps_dir(proc_root), f"gpu{gpu_minor}", "mig")
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return False, ()
+    except OSError as e:
+        raise ProbeError(f"cannot list {base}: {e.strerror}")
+    devices = []
+    for gi_name in sorted(names, key=_number):
+        if not gi_name.startswith("gi") or not gi_name[2:].isdigit():
+            continue
+        gi_dir = os.path.join(base, gi_name)
+        gi_minor = read_access_minor(os.path.join(gi_dir, "access"))
+        if gi_minor is None:
+            continue
+        for ci_name in sorted(os.listdir(gi_dir), key=_number):
+            if ci_name.startswith("ci") and ci_name[2:].isdigit():
+                ci_minor = read_access_minor(os.path.join(gi_dir, ci_name, "access"))
+                if ci_minor is not None:
+                    devices.append(MigDevice(gpu_index, int(gi_name[2:]), int(ci_name[2:]), gi_minor, ci_minor))
+    return True, tuple(devices)
+
+
+def read_access_minor(path: str) -> int | None:
+    """The DeviceFileMinor of a capability's access file, or None."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(4096)
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def _number(name: str) -> int:
+    digits = "".join(c for c in name if c.isdigit())
+    return int(digits) if digits else -1
+
+
+def mig_uuids(libnvidia_ml: str) -> dict[str, tuple[int, int, int]]:
+    """MIG UUID -> (parent GPU minor, GI id, CI id), asked of NVML (the nvidia-ml-py
+    package, loading the driver's own ``libnvidia-ml``) in a forked child, so that
+    NVML's threads never exist in this process (which must stay single-threaded to
+    enter the container's mount namespace)."""
+    from ponytail.host.child import run_in_child
+
+    result = run_in_child(_query_nvml, libnvidia_ml)
+    if isinstance(result, str):
+        raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): {result}")
+    return {uuid: (minor, gi, ci) for uuid, (minor, gi, ci) in result.items()}
+
+
+def _query_nvml(libnvidia_ml: str) -> dict[str, list[int]] | str:
+    try:
+        import ctypes
+
+        import pynvml
+    except ImportError:
+        return "the nvidia-ml-py package is not installed (pip install nvidia-ml-py)"
+    try:
+        pynvml.nvmlLib = ctypes.CDLL(libnvidia_ml)
+        pynvml.nvmlInit()
+        found: dict[str, list[int]] = {}
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            gpu = pynvml.nvmlDeviceGetHandleByIndex(i)
+            minor = pynvml.nvmlDeviceGetMinorNumber(gpu)
+            try:
+                current, _pending = pynvml.nvmlDeviceGetMigMode(gpu)
+            except pynvml.NVMLError:
+                continue
+            if not current:
+                continue
+            for k in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(gpu)):
+                try:
+                    mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, k)
+                except pynvml.NVMLError:
+                    continue
+                uuid = pynvml.nvmlDeviceGetUUID(mig)
+                found[uuid if isinstance(uuid, str) else uuid.decode()] = [
+                    minor, pynvml.nvmlDeviceGetGpuInstanceId(mig), pynvml.nvmlDeviceGetComputeInstanceId(mig)
+                ]
+        pynvml.nvmlShutdown()
+        return found
+    except (OSError, pynvml.NVMLError) as e:
+        return str(e)
+
+
