@@ -126,7 +126,7 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
         else:
             warnings.append(f"/dev/{node.name} not injected: {node.problem}")
 
-    if not host.libraries and caps:
+    if not host.libraries and host.reports:
         searched = ", ".join(r.search for r in host.reports[:4]) + (", ..." if len(host.reports) > 4 else "")
         problems.append(
             f"no library of driver {host.driver_version} found (searched {searched}, and the driver root's "

@@ -54,17 +54,37 @@ NON_GPU_FUNCTIONS = (
 
 
 @functools.lru_cache(maxsize=None)
-def compile_library(source: str, soname: str, filename: str, driver_version: str, cuda_version: int = 12040, m32: bool = False) -> Path:
-    out = BUILD_DIR / ("m32" if m32 else "m64") / f"{cuda_version}" / filename
+def compile_library(
+    source: str, soname: str, filename: str, driver_version: str, cuda_version: int = 12040, m32: bool = False, nvml_table: str = ""
+) -> Path:
+    variant = f"{'m32' if m32 else 'm64'}-{cuda_version}-{abs(hash(nvml_table)):x}"
+    out = BUILD_DIR / variant / soname / filename
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         "gcc", "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}", f'-DDRIVER_VERSION="{driver_version}"',
         f"-DCUDA_VERSION_INT={cuda_version}", "-o", str(out), str(C_DIR / source),
     ]
-    if m32:
-        cmd.insert(1, "-m32")
+    if nvml_table:
+        cmd.insert(-3, f'-DNVML_TABLE="{nvml_table}"')
+    if m32:  # no 32-bit libc here: a bare shared object with the right SONAME
+        cmd[1:1] = ["-m32", "-nostdlib"]
     subprocess.run(cmd, check=True)
     return out
+
+
+# (file name stem, SONAME; {v} is the driver version) of libraries beyond libcuda and libnvidia-ml
+EXTRA_LIBRARIES = (
+    ("libnvidia-ptxjitcompiler", "libnvidia-ptxjitcompiler.so.1"),  # compute
+    ("libnvidia-nvvm", "libnvidia-nvvm.so.4"),  # compute
+    ("libnvidia-gpucomp", "libnvidia-gpucomp.so.{v}"),  # compute
+    ("libnvidia-cfg", "libnvidia-cfg.so.1"),  # utility
+    ("libnvcuvid", "libnvcuvid.so.1"),  # video
+    ("libnvidia-encode", "libnvidia-encode.so.1"),  # video
+    ("libGLX_nvidia", "libGLX_nvidia.so.0"),  # graphics
+    ("libEGL_nvidia", "libEGL_nvidia.so.0"),  # graphics
+    ("libnvidia-glcore", "libnvidia-glcore.so.{v}"),  # graphics
+    ("libnvidia-ngx", "libnvidia-ngx.so.1"),  # ngx
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,6 +108,10 @@ class FakeHost:
     with_smi: bool = True
     open_module: bool = False
     cuda_version: int = 12040
+    extra_libraries: bool = False  # EXTRA_LIBRARIES, graphics JSON files, MPS binaries
+    compat32: bool = False  # a 32-bit libcuda in /usr/lib/i386-linux-gnu
+    mig: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # GPU minor -> [(GI, CI)]
+    daemons: bool = False  # persistenced socket, MPS pipe directory, GSP firmware
 
     def __post_init__(self) -> None:
         self.proc = self.base / "proc"
@@ -95,7 +119,19 @@ class FakeHost:
         self.dev = self.base / "dev"
         self.driver = self.base / "driver"
         self.log = self.base / "ponytail.log"
+        self.ipc = self.base / "ipc"
+        self.nvml_table = self.base / "nvml-table"
         self._build()
+
+    @staticmethod
+    def mig_minors(gpu_minor: int, gi: int, ci: int) -> tuple[int, int]:
+        """The nvidia-caps minors granting access to a GPU instance and a compute instance."""
+        base = 100 + gpu_minor * 40 + gi * 5
+        return base, base + 1 + ci
+
+    @staticmethod
+    def mig_uuid(gpu_minor: int, gi: int, ci: int) -> str:
+        return f"MIG-{gpu_minor:08x}-{gi:04x}-{ci:04x}-aaaa-bbbbccccdddd"
 
     # -- building -------------------------------------------------------
     def _build(self) -> None:
@@ -104,7 +140,10 @@ class FakeHost:
         self._write_proc()
         self._write_sys()
         self._make_nodes()
+        self._write_nvml_table()
         self._install_driver_files()
+        if self.daemons:
+            self._start_daemons()
 
     def _write_proc(self) -> None:
         nv = self.proc / "driver/nvidia"
@@ -114,6 +153,20 @@ class FakeHost:
         else:
             line = f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {self.driver_version}  Tue Mar  5 22:23:56 UTC 2024"
         (nv / "version").write_text(line + "\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+        (nv / "params").write_text("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileMode: 438\n")
+        (nv / "registry").write_text("Binary: \"\"\n")
+        caps = nv / "capabilities"
+        for name, minor in (("config", 1), ("monitor", 2)):
+            (caps / "mig").mkdir(parents=True, exist_ok=True)
+            (caps / "mig" / name).write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+        for gpu_minor, instances in self.mig.items():
+            mig_dir = caps / f"gpu{gpu_minor}" / "mig"
+            mig_dir.mkdir(parents=True, exist_ok=True)
+            for gi, ci in instances:
+                gi_minor, ci_minor = self.mig_minors(gpu_minor, gi, ci)
+                (mig_dir / f"gi{gi}" / f"ci{ci}").mkdir(parents=True, exist_ok=True)
+                (mig_dir / f"gi{gi}" / "access").write_text(f"DeviceFileMinor: {gi_minor}\nDeviceFileMode: 292\n")
+                (mig_dir / f"gi{gi}" / f"ci{ci}" / "access").write_text(f"DeviceFileMinor: {ci_minor}\nDeviceFileMode: 292\n")
         for gpu in self.gpu_list:
             d = nv / "gpus" / (gpu.proc_bus_id or gpu.bus_id)
             d.mkdir(parents=True, exist_ok=True)
@@ -141,6 +194,14 @@ class FakeHost:
     def _make_nodes(self) -> None:
         nodes = {f"nvidia{g.minor}": (NVIDIA_MAJOR, g.minor) for g in self.gpu_list}
         nodes["nvidiactl"] = (NVIDIA_MAJOR, 255)
+        nodes["nvidia-modeset"] = (NVIDIA_MAJOR, 254)
+        (self.dev / "nvidia-caps").mkdir(exist_ok=True)
+        nodes["nvidia-caps/nvidia-cap1"] = (CAPS_MAJOR, 1)
+        nodes["nvidia-caps/nvidia-cap2"] = (CAPS_MAJOR, 2)
+        for gpu_minor, instances in self.mig.items():
+            for gi, ci in instances:
+                for minor in self.mig_minors(gpu_minor, gi, ci):
+                    nodes[f"nvidia-caps/nvidia-cap{minor}"] = (CAPS_MAJOR, minor)
         if self.with_uvm:
             nodes["nvidia-uvm"] = (UVM_MAJOR, 0)
             nodes["nvidia-uvm-tools"] = (UVM_MAJOR, 1)
@@ -149,13 +210,28 @@ class FakeHost:
             if not path.exists():
                 os.mknod(path, 0o666 | 0o020000, os.makedev(major, minor))
 
+    def _write_nvml_table(self) -> None:
+        lines = [f"gpu {g.minor} {1 if g.minor in self.mig else 0}" for g in self.gpu_list]
+        for gpu_minor, instances in self.mig.items():
+            lines += [f"mig {gpu_minor} {gi} {ci} {self.mig_uuid(gpu_minor, gi, ci)}" for gi, ci in instances]
+        self.nvml_table.write_text("\n".join(lines) + "\n")
+
     def _install_driver_files(self) -> None:
         libdir = self.driver / self.lib_dir.lstrip("/")
         libdir.mkdir(parents=True, exist_ok=True)
         for version in (self.driver_version, *self.stale_versions):
-            for source, stem in (("fake_libcuda.c", "libcuda"), ("fake_libnvidia_ml.c", "libnvidia-ml")):
-                built = compile_library(source, f"{stem}.so.1", f"{stem}.so.{version}", version, self.cuda_version)
-                shutil.copy(built, libdir / f"{stem}.so.{version}")
+            built = compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{version}", version, self.cuda_version)
+            shutil.copy(built, libdir / f"libcuda.so.{version}")
+            built = compile_library("fake_libnvidia_ml.c", "libnvidia-ml.so.1", f"libnvidia-ml.so.{version}", version, nvml_table=str(self.nvml_table))
+            shutil.copy(built, libdir / f"libnvidia-ml.so.{version}")
+        if self.extra_libraries:
+            self._install_extra_libraries(libdir)
+        if self.compat32:
+            lib32 = self.driver / "usr/lib/i386-linux-gnu"
+            lib32.mkdir(parents=True, exist_ok=True)
+            built = compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{self.driver_version}", self.driver_version, m32=True)
+            shutil.copy(built, lib32 / f"libcuda.so.{self.driver_version}")
+            _symlink(f"libcuda.so.{self.driver_version}", lib32 / "libcuda.so.1")
         for stem in ("libcuda", "libnvidia-ml"):
             _symlink(f"{stem}.so.{self.driver_version}", libdir / f"{stem}.so.1")
         _symlink("libcuda.so.1", libdir / "libcuda.so")
@@ -166,14 +242,48 @@ class FakeHost:
         etc = self.driver / "etc"
         (etc / "ld.so.conf.d").mkdir(parents=True, exist_ok=True)
         (etc / "ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
-        (etc / "ld.so.conf.d/nvidia.conf").write_text(self.lib_dir + "\n")
+        dirs = self.lib_dir + "\n" + ("/usr/lib/i386-linux-gnu\n" if self.compat32 else "")
+        (etc / "ld.so.conf.d/nvidia.conf").write_text(dirs)
         subprocess.run(["ldconfig", "-r", str(self.driver)], check=True)
+
+    def _install_extra_libraries(self, libdir: Path) -> None:
+        v = self.driver_version
+        for stem, soname in EXTRA_LIBRARIES:
+            soname = soname.format(v=v)
+            shutil.copy(compile_library("fake_plain.c", soname, f"{stem}.so.{v}", v), libdir / f"{stem}.so.{v}")
+            if soname != f"{stem}.so.{v}":
+                _symlink(f"{stem}.so.{v}", libdir / soname)
+        for path in ("usr/share/glvnd/egl_vendor.d/10_nvidia.json", "usr/share/vulkan/icd.d/nvidia_icd.json"):
+            (self.driver / path).parent.mkdir(parents=True, exist_ok=True)
+            (self.driver / path).write_text('{"file_format_version": "1.0.0", "ICD": {"library_path": "libGLX_nvidia.so.0"}}\n')
+        bindir = self.driver / "usr/bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        for name in ("nvidia-cuda-mps-control", "nvidia-debugdump"):
+            shutil.copy(compile_program("fake_nvidia_smi.c"), bindir / name)
+
+    def _start_daemons(self) -> None:
+        """What running driver daemons leave on a host: sockets, the MPS pipe directory, and
+        the GSP firmware of the running driver (and of an older one, which must not be used)."""
+        import socket
+
+        for path in ("run/nvidia-persistenced/socket", "run/nvidia-fabricmanager/socket"):
+            sock_path = self.ipc / path
+            sock_path.parent.mkdir(parents=True, exist_ok=True)
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(str(sock_path))
+        (self.ipc / "tmp/nvidia-mps").mkdir(parents=True, exist_ok=True)
+        (self.ipc / "tmp/nvidia-mps/control").write_text("")
+        for version in (self.driver_version, "535.104.05"):
+            fw = self.driver / "lib/firmware/nvidia" / version
+            fw.mkdir(parents=True, exist_ok=True)
+            for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+                (fw / name).write_bytes(b"GSP" + version.encode())
 
     # -- using -----------------------------------------------------------
     def config_text(self, **extra: str) -> str:
         text = (
             f'[host]\ndriver_root = "{self.driver}"\nproc_root = "{self.proc}"\n'
-            f'sys_root = "{self.sys}"\ndev_root = "{self.dev}"\n'
+            f'sys_root = "{self.sys}"\ndev_root = "{self.dev}"\nipc_root = "{self.ipc}"\n'
             f'[log]\nfile = "{self.log}"\n'
         )
         for key, value in extra.items():
