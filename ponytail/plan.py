@@ -66,7 +66,23 @@ class LinkerCache:
     reason: str
 
 
-Operation = Mount | Symlink | ProcMask | LinkerCache
+@dataclass(frozen=True)
+class AllowDevices:
+    """Allow the container's devices cgroup (v1) to read and write these character devices.
+
+    Applied in hook mode on cgroup v1 only; on cgroup v2 the rules must come from
+    config.json (``linux.resources.devices``, which ponytail-runtime writes).
+    """
+
+    devices: tuple[tuple[int, int], ...]  # (major, minor) of every injected node
+    reason: str
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return tuple(f"c {major}:{minor} rw" for major, minor in self.devices)
+
+
+Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices
 
 
 @dataclass(frozen=True)
@@ -160,6 +176,9 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
         else:
             checks = tuple(sorted((key.split(":")[0], path) for key, path in sonames.items() if key.endswith(":64")))
             ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, checks, "make the driver's libraries loadable by SONAME"))
+    nodes = tuple(op.rdev for op in ops if isinstance(op, Mount) and op.rdev is not None)
+    if nodes:
+        ops.append(AllowDevices(nodes, "let the container open exactly the injected device nodes"))
     gpus = tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
     return Plan(tuple(ops), gpus, selection, host.skipped, tuple(warnings), tuple(problems))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ponytail.host.probe import Gpu, Host
-from ponytail.plan import LinkerCache, Mount, Plan, ProcMask, Symlink
+from ponytail.plan import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 if TYPE_CHECKING:
     from ponytail.request import Request
@@ -59,6 +59,10 @@ def render_plan(plan: Plan, host: Host, request: "Request", header: list[str]) -
             out.append(f"  write {op.conf_file}: {', '.join(op.directories)}")
             out.append(f"  run   {op.ldconfig} -X -r <rootfs> {' '.join(op.directories)}  ({op.reason})")
             out.append(f"  check the container's cache resolves {', '.join(s for s, _ in op.sonames)} to the injected files")
+    out.append("device cgroup (hook mode, cgroup v1; on cgroup v2 the engine's config.json must allow them):")
+    for op in plan.operations:
+        if isinstance(op, AllowDevices):
+            out.append(f"  allow {', '.join(op.rules)}  ({op.reason})")
     out += [f"warning: {w}" for w in plan.warnings]
     if plan.problems:
         out += [f"problem: {p}" for p in plan.problems]

@@ -4,12 +4,14 @@ Order of work:
 1. In the host's mount namespace, clone every source into a detached mount
    (open_tree) and check it is what the plan says (character device with the
    planned major:minor, regular file, socket or directory); make it
-   read-only/nosuid/nodev there, before anyone can see it.
+   read-only/nosuid/nodev there, before anyone can see it. Open the
+   container's devices.allow (hook mode, cgroup v1; ponytail.apply.cgroup).
 2. Enter the container's mount namespace (hook mode) and open its rootfs.
 3. Resolve each target inside the rootfs (ponytail.inroot), create the mount
    point, and attach the detached mount onto the target's descriptor.
 4. Create SONAME links, mask /proc/driver/nvidia, write the linker config, run the
    host's ldconfig, and check the injected libraries win in the new linker cache.
+5. Allow the injected device nodes in the container's devices cgroup.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ponytail.apply import syscalls
+from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup
 from ponytail.errors import InjectionError, InputError
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.inroot import Resolved, UnsafePath, open_root, real_path_in_root, resolve_in_root
-from ponytail.plan import LinkerCache, Mount, Plan, ProcMask, Symlink
+from ponytail.plan import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 LDCONFIG_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 LDCONFIG_TIMEOUT_S = 60
@@ -55,6 +58,7 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
     outcome = Outcome()
     trees: dict[int, int] = {}  # operation index -> detached mount
     ldconfig_fd = -1
+    devices_cgroup = DevicesCgroup()
     try:
         for i, op in enumerate(plan.operations):
             if isinstance(op, Mount):
@@ -63,6 +67,8 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
                 trees[i] = _clone_source(Mount("library", op.library, op.target, True, op.reason))
             elif isinstance(op, LinkerCache):
                 ldconfig_fd = _open_program(op.ldconfig)
+            elif isinstance(op, AllowDevices) and container_pid is not None:
+                devices_cgroup = open_devices_cgroup(container_pid)
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
@@ -74,16 +80,27 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
                     _symlink(root_fd, op, trees.get(i), outcome)
                 elif isinstance(op, ProcMask):
                     _mask_proc(root_fd, op, outcome)
-                else:
+                elif isinstance(op, LinkerCache):
                     _linker_cache(root_fd, rootfs, op, ldconfig_fd, outcome)
+                elif isinstance(op, AllowDevices):
+                    _allow_devices(devices_cgroup, op, outcome)
         finally:
             os.close(root_fd)
     finally:
+        devices_cgroup.close()
         for fd in trees.values():
             os.close(fd)
         if ldconfig_fd >= 0:
             os.close(ldconfig_fd)
     return outcome
+
+
+def _allow_devices(devices_cgroup: DevicesCgroup, op: AllowDevices, outcome: Outcome) -> None:
+    done = allow_devices(devices_cgroup, op)
+    if done:
+        outcome.done.append(done)
+    elif devices_cgroup.note:
+        outcome.warnings.append(devices_cgroup.note)
 
 
 def _clone_source(op: Mount) -> int:
