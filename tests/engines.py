@@ -1,0 +1,168 @@
+"""Real container engines for the end-to-end tests, run the way they run on this machine
+(Debian 12, cgroup v1 hybrid, root): runc, crun, podman and a private dockerd.
+
+Every container, bundle and state directory gets a unique name, so these tests can
+run while other test runs use the same engines on the same machine. The hook is
+this checkout's console script (``.venv/bin/ponytail``, made by ``make setup``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from fakehost import make_rootfs
+
+VENV_BIN = Path(sys.executable).parent
+# crun 1.8 refuses the hybrid cgroup layout: hide cgroup2 from it in a private mount namespace.
+CRUN = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'umount /sys/fs/cgroup/unified; exec crun "$@"', "crun"]
+RUNTIMES = {"runc": ["runc"], "crun": CRUN}
+TIMEOUT = 120
+
+
+def console_script(name: str) -> str:
+    """This checkout's installed console script (``make setup`` installs it into .venv)."""
+    path = VENV_BIN / name
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{path} is missing: run 'make setup' (pip install -e .) first")
+    return str(path)
+
+
+def unique(prefix: str = "ponytail-test") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def hook_entry(config: Path) -> dict:
+    return {"path": console_script("ponytail"), "args": ["ponytail", "-config", str(config)]}
+
+
+def oci_bundle(base: Path, args: list[str], env: Sequence[str] = (), hooks: dict | None = None, annotations: dict | None = None) -> Path:
+    """A bundle as ``runc spec`` makes it (read-only root, every device denied), with a fresh rootfs."""
+    bundle = base / unique("bundle")
+    bundle.mkdir(parents=True)
+    make_rootfs(bundle / "rootfs")
+    subprocess.run(["runc", "spec", "--bundle", str(bundle)], check=True)
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["process"]["terminal"] = False
+    spec["process"]["args"] = args
+    spec["process"]["env"] += list(env)
+    if hooks:
+        spec["hooks"] = hooks
+    if annotations:
+        spec["annotations"] = annotations
+    (bundle / "config.json").write_text(json.dumps(spec, indent=1))
+    return bundle
+
+
+def run_bundle(runtime: str, bundle: Path, container_id: str | None = None) -> subprocess.CompletedProcess:
+    """``<runtime> run --bundle BUNDLE ID``: create, start, wait, delete."""
+    container_id = container_id or unique()
+    command = RUNTIMES[runtime] + ["run", "--bundle", str(bundle), container_id]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    finally:
+        subprocess.run(RUNTIMES[runtime] + ["delete", "-f", container_id], capture_output=True, timeout=TIMEOUT)
+
+
+class Podman:
+    """podman with private storage, run and tmp directories and the given hooks directory."""
+
+    def __init__(self, hooks_dir: Path) -> None:
+        self.state = Path(tempfile.mkdtemp(prefix="ponytail-podman-"))
+        self.base = [
+            "podman", "--root", str(self.state / "root"), "--runroot", str(self.state / "run"),
+            "--tmpdir", str(self.state / "tmp"), "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs",
+            "--runtime", "runc", "--hooks-dir", str(hooks_dir),
+        ]
+
+    def run(self, rootfs: Path, args: list[str], annotations: dict[str, str] | None = None, env: Sequence[str] = ()) -> subprocess.CompletedProcess:
+        command = self.base + [
+            "run", "--rm", "--name", unique(), "--network=none",
+            "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
+        ]
+        for key, value in (annotations or {}).items():
+            command += ["--annotation", f"{key}={value}"]
+        for item in env:
+            command += ["-e", item]
+        command += ["--rootfs", str(rootfs), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+
+    def close(self) -> None:
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
+class Dockerd:
+    """A private dockerd (own socket, data and exec roots, vfs storage, no networking) with
+    ponytail-runtime registered as the runtime ``ponytail``; ``env`` reaches the runtime."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.state = Path(tempfile.mkdtemp(prefix="ponytail-docker-"))
+        self.socket = f"unix://{self.state}/docker.sock"
+        log = open(self.state / "dockerd.log", "wb")
+        self.process = subprocess.Popen(
+            [
+                "dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs",
+                "--data-root", str(self.state / "data"), "--exec-root", str(self.state / "exec"),
+                "-H", self.socket, "--pidfile", str(self.state / "dockerd.pid"),
+                "--add-runtime", f"ponytail={console_script('ponytail-runtime')}",
+            ],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **env},
+        )
+        log.close()
+        deadline = time.monotonic() + 60
+        while self.docker("version").returncode != 0:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"dockerd did not start: {(self.state / 'dockerd.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+
+    def docker(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", "-H", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+
+    def import_rootfs(self, rootfs: Path) -> str:
+        image = unique("ponytail-test-image").lower() + ":1"
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        result = subprocess.run(["docker", "-H", self.socket, "import", "-", image], stdin=tar.stdout, capture_output=True, timeout=TIMEOUT)
+        tar.wait()
+        if result.returncode != 0:
+            raise RuntimeError(f"docker import failed: {result.stderr.decode()}")
+        return image
+
+    def bundle_config(self, container_id: str) -> dict:
+        """The config.json of a running container's bundle, as the runtime received it."""
+        path = self.state / "exec/containerd/daemon/io.containerd.runtime.v2.task/moby" / container_id / "config.json"
+        return json.loads(path.read_text())
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
+# cudacheck arguments and what they must give for NVIDIA_VISIBLE_DEVICES=0 on conftest's
+# host fixture (GPU index 0 has minor 2): the selected node and the control nodes open
+# with ENXIO (visible, and allowed by the device cgroup: EPERM would mean denied), the
+# other GPUs' nodes are absent.
+CUDACHECK_GPU0 = ["/usr/local/bin/cudacheck", "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1"]
+EXPECTED_GPU0 = [
+    "cuDriverGetVersion 12040",
+    "open /dev/nvidia2 ENXIO",
+    "open /dev/nvidiactl ENXIO",
+    "open /dev/nvidia-uvm ENXIO",
+    "open /dev/nvidia0 ENOENT",
+    "open /dev/nvidia1 ENOENT",
+]
