@@ -7,6 +7,7 @@ click (see ponytail.entry); both routes end in ponytail.hook.run_hook.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from typing import Iterator
@@ -122,3 +123,36 @@ def _errors() -> Iterator[None]:
     except PonytailError as e:
         click.echo(f"ponytail: error: {e.message}", err=True)
         sys.exit(e.exit_code)
+
+
+@cli.command("install-hook", context_settings=CONTEXT)
+@click.option("--dir", "-dir", "directory", metavar="DIR", default=None,
+              help="Hooks directory. Default: /usr/share/containers/oci/hooks.d (what Debian's podman reads).")
+@click.option("--config", "-config", "config", metavar="FILE", default=None,
+              help="Config file the hook is run with. Default: /etc/ponytail/config.toml.")
+@click.option("--path", "-path", "command", metavar="CMD", default=None,
+              help="The hook command. Default: this install's ponytail command.")
+def install_hook(directory: str | None, config: str | None, command: str | None) -> None:
+    """Write ponytail.json into a hooks.d directory (podman, CRI-O).
+
+    \b
+    The hook runs at prestart of containers started with the annotation
+    com.example.gpu=true, e.g.
+      podman run --annotation com.example.gpu=true -e NVIDIA_VISIBLE_DEVICES=0 IMAGE nvidia-smi
+    Its path is this install's absolute ponytail command: podman silently skips a hook
+    whose path does not exist. Podman 4.3 on Debian reads only
+    /usr/share/containers/oci/hooks.d, or the directories given with --hooks-dir.
+    """
+    from ponytail.config import DEFAULT_CONFIG_PATH
+    from ponytail.errors import UsageError
+    from ponytail.hooksd import DEFAULT_HOOKS_DIR, install_hook as write_hook_file, installed_command
+
+    config = config or DEFAULT_CONFIG_PATH
+    command = command or installed_command()
+    with _errors():
+        if command is None:
+            raise UsageError("cannot find this install's ponytail command; pass --path CMD")
+        path = write_hook_file(directory or DEFAULT_HOOKS_DIR, command, config)
+    click.echo(f"wrote {path}: runs {command} -config {config} at prestart of containers annotated com.example.gpu=true")
+    if not os.path.exists(config):
+        click.echo(f"ponytail: warning: {config} does not exist yet; GPU containers will fail to start until it does", err=True)

@@ -1,0 +1,67 @@
+"""The oci-hooks file (hooks.d, version 1.0.0) that makes podman and CRI-O run ponytail.
+
+podman silently drops a hook whose ``path`` does not exist, and a malformed file
+in a hooks directory makes every podman run fail: ``ponytail install-hook``
+writes the file atomically, with the absolute path of this install's command.
+The repository ships the same file for the usual path (hooks.d/ponytail.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import sysconfig
+
+from ponytail.config import DEFAULT_CONFIG_PATH
+from ponytail.errors import UsageError
+from ponytail.trigger import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
+
+FILE_NAME = "ponytail.json"
+DEFAULT_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"  # what Debian 12's podman 4.3.1 reads
+SHIPPED_COMMAND = "/usr/local/bin/ponytail"  # where `pip install` as root puts it on Debian
+
+
+def hook_file_text(command: str, config: str = DEFAULT_CONFIG_PATH) -> str:
+    """The hooks.d JSON: run ``command`` at prestart of containers annotated com.example.gpu=true."""
+    document = {
+        "version": "1.0.0",
+        "hook": {"path": command, "args": ["ponytail", "-config", config]},
+        "when": {"annotations": {f"^{re.escape(GPU_ANNOTATION)}$": f"^{re.escape(GPU_ANNOTATION_VALUE)}$"}},
+        "stages": ["prestart"],
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def installed_command(name: str = "ponytail") -> str | None:
+    """The absolute path of this install's console script ``name``: beside the running
+    command first (a venv, /usr/local/bin), then the interpreter's scripts directory."""
+    candidates = [
+        os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), name),
+        os.path.join(sysconfig.get_path("scripts"), name),
+        os.path.join(os.path.dirname(sys.executable), name),
+    ]
+    for candidate in candidates:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def install_hook(directory: str, command: str, config: str) -> str:
+    """Write ``directory``/ponytail.json atomically; returns its path."""
+    if not os.path.isabs(command) or not os.path.isfile(command) or not os.access(command, os.X_OK):
+        raise UsageError(f"hook command {command} is not an executable file given by an absolute path (podman would skip the hook)")
+    if not os.path.isabs(config):
+        raise UsageError(f"--config {config}: must be an absolute path (the hook runs in the bundle directory)")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, FILE_NAME)
+        temporary = os.path.join(directory, f".{FILE_NAME}.{os.getpid()}.tmp")  # not *.json: never read half-written
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(hook_file_text(command, config))
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as e:
+        raise UsageError(f"cannot write the hook file in {directory}: {e.strerror}")
+    return path

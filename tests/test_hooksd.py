@@ -1,0 +1,44 @@
+"""The shipped hooks.d file and `ponytail install-hook` (podman runs it in test_engine_podman)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from engines import console_script
+from ponytail.hooksd import SHIPPED_COMMAND, hook_file_text
+
+SHIPPED = Path(__file__).parent.parent / "hooks.d" / "ponytail.json"
+
+
+def test_shipped_file_is_what_install_hook_writes_for_the_usual_path() -> None:
+    assert SHIPPED.read_text() == hook_file_text(SHIPPED_COMMAND)
+    document = json.loads(SHIPPED.read_text())
+    assert document["version"] == "1.0.0" and document["stages"] == ["prestart"]
+    assert document["hook"]["args"] == ["ponytail", "-config", "/etc/ponytail/config.toml"]
+    assert document["when"] == {"annotations": {r"^com\.example\.gpu$": "^true$"}}
+
+
+def install_hook(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([console_script("ponytail"), "install-hook", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_install_hook_refuses_a_command_podman_would_skip(tmp_path: Path) -> None:
+    for command in ("/nonexistent/ponytail", "ponytail", str(tmp_path)):
+        result = install_hook("--dir", str(tmp_path / "hooks.d"), "--path", command)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert "podman would skip the hook" in result.stderr
+    assert not (tmp_path / "hooks.d" / "ponytail.json").exists()
+
+
+def test_install_hook_replaces_the_file_and_warns_about_a_missing_config(tmp_path: Path) -> None:
+    hooks_dir = tmp_path / "hooks.d"
+    hooks_dir.mkdir()
+    (hooks_dir / "ponytail.json").write_text("{ half written")
+    result = install_hook("--dir", str(hooks_dir), "--config", str(tmp_path / "missing.toml"))
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {hooks_dir}/ponytail.json" in result.stdout
+    assert "missing.toml does not exist yet" in result.stderr
+    assert json.loads((hooks_dir / "ponytail.json").read_text())["hook"]["path"] == console_script("ponytail")
+    assert sorted(p.name for p in hooks_dir.iterdir()) == ["ponytail.json"]
