@@ -28,6 +28,7 @@ class Config:
     log_file: str = "/var/log/ponytail.log"
     # extra library names and binaries per driver capability: {"compute": {"libraries": (...), "binaries": (...)}}
     capability_extras: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict, compare=False)
+    runtime_path: str = "runc"  # ponytail-runtime execs this (a name on PATH, or an absolute path)
 
 
 # table -> key -> (Config field, expected type)
@@ -42,6 +43,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     },
     "library": {"paths": ("library_paths", list)},
     "log": {"file": ("log_file", str)},
+    "runtime": {"path": ("runtime_path", str)},
 }
 
 

@@ -1,0 +1,82 @@
+"""Prepare a bundle before the real runtime creates the container: if it asks for GPUs,
+add the ponytail prestart hook and the device rules to its config.json (atomically)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ponytail.config import Config
+from ponytail.errors import InjectionError, InputError, PonytailError
+from ponytail.logfile import RunLog
+from ponytail.oci import parse_env, read_bundle_config
+from ponytail.shim.edit import add_gpu_hook, spec_asks_for_gpus
+
+
+def prepare_bundle(bundle: str, container_id: str | None, config: Config, config_error: PonytailError | None) -> None:
+    """Edit ``bundle``/config.json for a GPU container; leave every other bundle untouched."""
+    try:
+        spec = read_bundle_config(bundle)
+        wanted = spec_asks_for_gpus(spec)
+    except InputError:
+        return  # a bundle the runtime cannot use either: it reports that in its own words
+    if not wanted:
+        return
+    if config_error is not None:
+        raise config_error
+    from ponytail.hooksd import installed_command
+
+    command = installed_command("ponytail")
+    if command is None:
+        raise InjectionError("cannot find the ponytail command beside ponytail-runtime; reinstall ponytail")
+    args = ["ponytail", "-config", config.path] if config.path else ["ponytail"]
+    devices, note = device_rules(config, spec)
+    write_bundle_config(bundle, add_gpu_hook(spec, {"path": command, "args": args}, devices))
+    log = RunLog(config.log_file)
+    log.context = container_id or "-"
+    if note:
+        log.write("warning", f"ponytail-runtime: no device rules ({note}); the hook will report it")
+    log.write(
+        "info",
+        f"ponytail-runtime: GPU container: added the prestart hook ({command}) and {len(devices)} device rule(s) "
+        f"to {bundle}/config.json",
+    )
+    log.close()
+
+
+def device_rules(config: Config, spec: dict) -> tuple[tuple[tuple[int, int], ...], str]:
+    """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
+
+    The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
+    from dataclasses import replace
+
+    from ponytail.hook import make_plan
+    from ponytail.plan import AllowDevices
+    from ponytail.request import build_request
+
+    try:
+        process = spec.get("process") if isinstance(spec.get("process"), dict) else {}
+        env = parse_env(process.get("env"), "config.json: 'process.env'")
+        capabilities = process.get("capabilities") if isinstance(process.get("capabilities"), dict) else {}
+        privileged = "CAP_SYS_ADMIN" in (capabilities.get("bounding") or ())
+        request = build_request(None, None, env, privileged)
+        if request.devices.is_void:
+            return (), ""
+        plan, _ = make_plan(config, replace(request, requirements=()), None, dry_run=True)
+    except PonytailError as e:
+        return (), e.message
+    return next((op.devices for op in plan.operations if isinstance(op, AllowDevices)), ()), ""
+
+
+def write_bundle_config(bundle: str, spec: dict) -> None:
+    """Replace ``bundle``/config.json in one rename, keeping its mode."""
+    path = os.path.join(bundle, "config.json")
+    temporary = os.path.join(bundle, f".config.json.ponytail-{os.getpid()}")
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(spec).encode())
+        os.replace(temporary, path)
+    except OSError as e:
+        raise InjectionError(f"cannot rewrite {path}: {e.strerror}")

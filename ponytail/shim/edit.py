@@ -1,0 +1,49 @@
+"""The bundle edit for a GPU container: the ponytail prestart hook and the device rules.
+
+Pure: a config.json object in, a new one out. The device rules
+(``linux.resources.devices``) are what makes the injected nodes usable on cgroup
+v2, where a prestart hook cannot change the device cgroup; on cgroup v1 the hook
+writes the same rules itself.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ponytail.errors import InputError
+from ponytail.oci import parse_env
+from ponytail.trigger import asks_for_gpus
+
+
+def spec_asks_for_gpus(spec: dict) -> bool:
+    """NVIDIA_VISIBLE_DEVICES in process.env (set, not void/empty), or the GPU annotation."""
+    process = spec.get("process")
+    env = parse_env(process.get("env") if isinstance(process, dict) else None, "config.json: 'process.env'")
+    annotations = spec.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = {}
+    return asks_for_gpus(env, annotations)
+
+
+def add_gpu_hook(spec: dict, hook: dict, devices: tuple[tuple[int, int], ...]) -> dict:
+    """``spec`` with ``hook`` added to hooks.prestart (once) and an allow rule per device."""
+    edited = copy.deepcopy(spec)
+    hooks = _object(edited, "hooks")
+    prestart = hooks.setdefault("prestart", [])
+    if not isinstance(prestart, list):
+        raise InputError("config.json: 'hooks.prestart' is not a list")
+    if not any(isinstance(h, dict) and h.get("path") == hook["path"] for h in prestart):
+        prestart.append(hook)
+    rules = _object(_object(edited, "linux"), "resources").setdefault("devices", [])
+    if not isinstance(rules, list):
+        raise InputError("config.json: 'linux.resources.devices' is not a list")
+    for major, minor in devices:
+        rules.append({"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"})
+    return edited
+
+
+def _object(parent: dict, key: str) -> dict:
+    value = parent.setdefault(key, {})
+    if not isinstance(value, dict):
+        raise InputError(f"config.json: '{key}' is not an object")
+    return value
