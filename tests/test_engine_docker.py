@@ -23,12 +23,13 @@ class Docker:
     log: Path  # ponytail's log file
 
     def run(self, *args: str, env: tuple[str, ...] = (), detach: bool = False) -> tuple[str, subprocess.CompletedProcess]:
-        """``docker run --runtime ponytail IMAGE ARGS`` with ``-e`` for each of ``env``."""
-        name = unique()
-        options = ["-d" if detach else "--rm", "--name", name, "--network=none", "--runtime", "ponytail"]
+        """``docker run --runtime ponytail IMAGE ARGS`` with ``-e`` for each of ``env``; the container id too."""
+        cidfile = self.daemon.state / unique("cid")
+        options = ["-d" if detach else "--rm", "--cidfile", str(cidfile), "--network=none", "--runtime", "ponytail"]
         for item in env:
             options += ["-e", item]
-        return name, self.daemon.docker("run", *options, self.image, *args)
+        result = self.daemon.docker("run", *options, self.image, *args)
+        return (cidfile.read_text().strip() if cidfile.exists() else ""), result
 
     def log_text(self) -> str:
         return self.log.read_text() if self.log.exists() else ""
@@ -46,9 +47,10 @@ def docker(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_gpu_container_gets_the_selected_gpu_and_nvidia_smi_runs(docker: Docker) -> None:
-    _, result = docker.run(*CUDACHECK_GPU0, env=("NVIDIA_VISIBLE_DEVICES=0",))
+    container_id, result = docker.run(*CUDACHECK_GPU0, env=("NVIDIA_VISIBLE_DEVICES=0",))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == EXPECTED_GPU0, result.stdout
+    assert f"container={container_id} allowed c 195:2 rw" in docker.log_text()
     _, smi = docker.run("nvidia-smi", env=("NVIDIA_VISIBLE_DEVICES=0",))
     assert smi.returncode == 0, smi.stderr
     assert "Driver Version: 550.54.15" in smi.stdout and "GPU node /dev/nvidia2" in smi.stdout
@@ -68,24 +70,24 @@ def test_shim_adds_the_hook_and_device_rules_to_gpu_bundles_only(docker: Docker)
 
 @pytest.mark.parametrize("env", [(), ("NVIDIA_VISIBLE_DEVICES=void",)])
 def test_non_gpu_containers_start_untouched(docker: Docker, env: tuple[str, ...]) -> None:
-    name, result = docker.run("sh", "-c", "ls /dev; /usr/local/bin/cudacheck", env=env)
+    container_id, result = docker.run("sh", "-c", "ls /dev; /usr/local/bin/cudacheck", env=env)
     assert result.returncode == 2, result.stdout + result.stderr  # cudacheck: no libcuda.so.1
     assert "dlopen libcuda.so.1 failed" in result.stdout and "nvidia" not in result.stdout
-    assert name not in docker.log_text()
+    assert len(container_id) == 64 and container_id not in docker.log_text()
 
 
 def test_hook_failure_stops_the_container_with_the_reason(docker: Docker) -> None:
-    _, result = docker.run(*CUDACHECK_GPU0, env=("NVIDIA_VISIBLE_DEVICES=7",))
+    container_id, result = docker.run(*CUDACHECK_GPU0, env=("NVIDIA_VISIBLE_DEVICES=7",))
     assert result.returncode != 0 and "cuDriverGetVersion" not in result.stdout
     assert UNKNOWN_GPU in result.stderr, result.stderr
-    assert "unknown GPU '7'" in docker.log_text()
+    assert f"error container={container_id} unknown GPU '7'" in docker.log_text()
 
 
 def _running_bundle(docker: Docker, env: tuple[str, ...]) -> dict:
     """The config.json the real runtime got for a running container started with ``env``."""
-    name, started = docker.run("/bin/busybox", "sleep", "60", env=env, detach=True)
+    container_id, started = docker.run("/bin/busybox", "sleep", "60", env=env, detach=True)
     assert started.returncode == 0, started.stderr
     try:
-        return docker.daemon.bundle_config(started.stdout.strip())
+        return docker.daemon.bundle_config(container_id)
     finally:
-        docker.daemon.docker("rm", "-f", name)
+        docker.daemon.docker("rm", "-f", container_id)

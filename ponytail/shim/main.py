@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 import sys
 
+from ponytail.config import Config
 from ponytail.errors import InjectionError, PonytailError
+from ponytail.shim.argv import RuntimeCall, parse_runtime_args
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    from ponytail.shim.argv import RuntimeCall, parse_runtime_args
-
     call = RuntimeCall(None)
     try:
         call = parse_runtime_args(args, os.getcwd())
@@ -35,14 +35,18 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(call, e.message, e.exit_code)
     except OSError as e:  # e.g. the working directory is gone
         return _fail(call, f"{e.strerror}: {e.filename}", 1)
+    except Exception as e:  # a bug: still one line where the engine shows it
+        return _fail(call, f"internal error: {type(e).__name__}: {e}", 1)
     try:
         os.execv(runtime, [runtime, *args])
     except OSError as e:
         return _fail(call, f"cannot run {runtime}: {e.strerror}", 1)
+    return 0  # not reached: execv replaced this process
 
 
-def _load_config():  # type: ignore[no-untyped-def]
-    from ponytail.config import Config, config_path, load_config
+def _load_config() -> tuple[Config, PonytailError | None]:
+    """The config, or the defaults and the error that stopped it (it matters to GPU containers only)."""
+    from ponytail.config import config_path, load_config
 
     path, required = config_path(None)
     try:
@@ -66,7 +70,7 @@ def find_runtime(name: str, config_file: str | None) -> str:
     raise InjectionError(f"runtime {name!r} not found or not executable (not on PATH, or it is ponytail-runtime itself): set {where}")
 
 
-def _fail(call, message: str, exit_code: int) -> int:  # type: ignore[no-untyped-def]
+def _fail(call: RuntimeCall, message: str, exit_code: int) -> int:
     line = f"ponytail-runtime: {message}"
     print(line, file=sys.stderr)
     if call.log:
