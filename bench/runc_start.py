@@ -66,8 +66,10 @@ def main() -> int:
             median = statistics.median(values)
             extra = f"  (+{median - base:.1f} ms)" if name != "plain runc" else ""
             print(f"  {name:36s} median {median:6.1f} ms  min {min(values):6.1f}  max {max(values):6.1f}{extra}")
-        own = [float(m) for m in re.findall(r"injected into .*; ([0-9.]+) ms$", (work / "ponytail.log").read_text(), re.M)]
+        injected = re.findall(r"injected into \S+: (.*); ([0-9.]+) ms$", (work / "ponytail.log").read_text(), re.M)
+        own = [float(ms) for _, ms in injected]
         print(f"  the hook's own work, from its log lines: median {statistics.median(own):.1f} ms ({len(own)} runs)")
+        print(f"  what it injected each time: {injected[-1][0]}")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
