@@ -97,7 +97,25 @@ class Podman:
         return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
 
     def close(self) -> None:
+        """Wait for podman's own cleanup processes (conmon runs them after a container exits), then remove the state."""
+        deadline = time.monotonic() + 30
+        while _processes_using(str(self.state)) and time.monotonic() < deadline:
+            time.sleep(0.05)
         shutil.rmtree(self.state, ignore_errors=True)
+
+
+def _processes_using(path: str) -> list[int]:
+    """Processes whose command line names ``path``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if path.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
 
 
 class Dockerd:
