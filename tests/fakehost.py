@@ -6,6 +6,7 @@ busybox-static and the host's loader and libc.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 
 C_DIR = Path(__file__).parent / "c"
 BUILD_DIR = Path(tempfile.mkdtemp(prefix="ponytail-test-build-"))
+atexit.register(shutil.rmtree, BUILD_DIR, ignore_errors=True)
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 511
 CAPS_MAJOR = 239
