@@ -9,8 +9,8 @@ from ponytail.errors import InputError
 from ponytail.host.driver import canonical_bus_id
 from ponytail.host.mig import MigDevice
 from ponytail.host.probe import Gpu
+from ponytail.trigger import VISIBLE_DEVICES_VAR, is_void
 
-VISIBLE_DEVICES_VAR = "NVIDIA_VISIBLE_DEVICES"
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class DeviceRequest:
     @property
     def is_void(self) -> bool:
         """Not a GPU container at all: inject nothing."""
-        return self.selector.strip().lower() in ("", "void")
+        return is_void(self.selector)
 
 
 def device_request(cli_device: str | None, env: dict[str, str] | None) -> DeviceRequest:

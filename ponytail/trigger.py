@@ -8,9 +8,14 @@ GPU_ANNOTATION_VALUE = "true"
 VISIBLE_DEVICES_VAR = "NVIDIA_VISIBLE_DEVICES"
 
 
+def is_void(selector: str) -> bool:
+    """NVIDIA_VISIBLE_DEVICES=void or empty: not a GPU container at all."""
+    return selector.strip().lower() in ("", "void")
+
+
 def asks_for_gpus(env: dict[str, str], annotations: dict[str, str]) -> bool:
     """NVIDIA_VISIBLE_DEVICES set and not void/empty, or the GPU annotation set to true."""
     if annotations.get(GPU_ANNOTATION) == GPU_ANNOTATION_VALUE:
         return True
     value = env.get(VISIBLE_DEVICES_VAR)
-    return value is not None and value.strip().lower() not in ("", "void")
+    return value is not None and not is_void(value)
