@@ -5,7 +5,9 @@ to a directory file descriptor we hold, with O_NOFOLLOW; symlinks are read and
 re-walked from the root (absolute) or the current directory (relative); '..'
 never climbs above the root. Nothing is ever resolved by a path string the
 kernel could walk out of the root, so a symlink planted in the image, or one
-swapped in while we work, cannot send a mount or a write onto the host.
+swapped in while we work, cannot send a mount or a write onto the host. Magic
+links under a /proc mounted in the root are read as text, like any symlink.
+Directories are never created on a kernel filesystem (ponytail.kernelfs).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import stat
 from dataclasses import dataclass
 
 from ponytail.errors import InjectionError
+from ponytail.kernelfs import kernel_filesystem
 
 MAX_SYMLINKS = 40
+MAX_DEPTH = 255
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -70,19 +74,19 @@ def resolve_in_root(
                     return _result(stack, name, None)
                 if not create_dirs:
                     raise UnsafePath(f"{_join(stack, name)} does not exist in the root (resolving {path})")
-                try:
-                    os.mkdir(name, dir_mode, dir_fd=parent)
-                except FileExistsError:
-                    pass
+                _mkdir(parent, name, dir_mode, _join(stack, name))
                 parts.insert(0, name)
                 continue
-            except NotADirectoryError:
-                raise UnsafePath(f"{_join(stack, '')} is not a directory (resolving {path})")
+            except OSError as e:
+                raise UnsafePath(f"cannot look up {_join(stack, name)} in the root (resolving {path}): {e.strerror}")
             if stat.S_ISLNK(st.st_mode) and (follow_last or not last):
                 hops += 1
                 if hops > MAX_SYMLINKS:
                     raise UnsafePath(f"too many levels of symbolic links resolving {path} in the root (a loop?)")
-                target = os.readlink(name, dir_fd=parent)
+                try:
+                    target = os.readlink(name, dir_fd=parent)
+                except OSError as e:
+                    raise UnsafePath(f"cannot read link {_join(stack, name)} in the root (resolving {path}): {e.strerror}")
                 if target.startswith("/"):
                     while len(stack) > 1:
                         os.close(stack.pop()[0])
@@ -94,6 +98,8 @@ def resolve_in_root(
                 return _result(stack, name, st.st_mode)
             if not stat.S_ISDIR(st.st_mode):
                 raise UnsafePath(f"{_join(stack, name)} is not a directory (resolving {path})")
+            if len(stack) > MAX_DEPTH:
+                raise UnsafePath(f"{path} goes more than {MAX_DEPTH} directories deep in the root; refused")
             try:
                 fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
             except OSError as e:
@@ -104,6 +110,19 @@ def resolve_in_root(
         for fd, _ in stack:
             if fd >= 0:
                 os.close(fd)
+
+
+def _mkdir(parent: int, name: str, mode: int, where: str) -> None:
+    """Create a missing directory, never on a kernel filesystem (a cgroup mkdir makes a cgroup)."""
+    try:
+        kind = kernel_filesystem(parent)
+        if kind is not None:
+            raise UnsafePath(f"refusing to create {where}: it would be on the kernel's {kind} filesystem")
+        os.mkdir(name, mode, dir_fd=parent)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise UnsafePath(f"cannot create directory {where} in the root: {e.strerror}")
 
 
 def _result(stack: list[tuple[int, str]], name: str, mode: int | None) -> Resolved:
