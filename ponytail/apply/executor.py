@@ -12,24 +12,28 @@ Order of work:
 4. Create SONAME links, mask /proc/driver/nvidia, write the linker config, run the
    host's ldconfig, and check the injected libraries win in the new linker cache.
 5. Allow the injected device nodes in the container's devices cgroup.
+Nothing is ever created or written on a kernel filesystem (proc, sysfs, cgroup...
+see ponytail.kernelfs), wherever a symlink in the image points; the one mount
+made onto one is the tmpfs that masks /proc/driver/nvidia. When a step fails,
+the mounts this run attached are detached again before the error is reported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
-import subprocess
 from dataclasses import dataclass, field
 
 from ponytail.apply import syscalls
 from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup
-from ponytail.errors import InjectionError, InputError
+from ponytail.apply.ldconfig import run_ldconfig
+from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.inroot import Resolved, UnsafePath, open_root, real_path_in_root, resolve_in_root
+from ponytail.kernelfs import kernel_filesystem
 from ponytail.plan import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
-LDCONFIG_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-LDCONFIG_TIMEOUT_S = 60
 LD_SO_CONF = "/etc/ld.so.conf"
 LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
 LD_SO_CACHE = "/etc/ld.so.cache"
@@ -50,6 +54,7 @@ class Outcome:
     done: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    attached: list[int] = field(default_factory=list, repr=False)  # a descriptor of each mount made
 
 
 def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
@@ -81,18 +86,38 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
                 elif isinstance(op, ProcMask):
                     _mask_proc(root_fd, op, outcome)
                 elif isinstance(op, LinkerCache):
-                    _linker_cache(root_fd, rootfs, op, ldconfig_fd, outcome)
+                    _linker_cache(root_fd, op, ldconfig_fd, outcome)
                 elif isinstance(op, AllowDevices):
                     _allow_devices(devices_cgroup, op, outcome)
+        except BaseException as e:
+            leftover = _undo(outcome.attached)
+            if leftover and isinstance(e, PonytailError):
+                e.message += leftover
+            raise
         finally:
             os.close(root_fd)
     finally:
+        for fd in outcome.attached:
+            os.close(fd)
         devices_cgroup.close()
         for fd in trees.values():
             os.close(fd)
         if ldconfig_fd >= 0:
             os.close(ldconfig_fd)
     return outcome
+
+
+def _undo(attached: list[int]) -> str:
+    """Detach the mounts this run attached (each descriptor names its mount), newest first."""
+    failed = []
+    for tree in reversed(attached):
+        try:
+            syscalls.detach_mount(f"/proc/self/fd/{tree}")
+        except OSError as e:
+            failed.append(e.strerror)
+    if not failed:
+        return ""
+    return f" (and {len(failed)} of the {len(attached)} mount(s) made could not be undone: {failed[0]})"
 
 
 def _allow_devices(devices_cgroup: DevicesCgroup, op: AllowDevices, outcome: Outcome) -> None:
@@ -149,11 +174,18 @@ def _enter_mount_namespace(pid: int) -> None:
     try:
         if os.fstat(ns_fd).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
             return  # already there (the container shares our mount namespace)
+        host_root = os.stat("/")
         syscalls.setns_mount(ns_fd)
+        same_root = os.path.samestat(os.stat("/"), host_root)
     except OSError as e:
         raise InjectionError(f"cannot enter the mount namespace of process {pid}: {e.strerror}")
     finally:
         os.close(ns_fd)
+    if not same_root:  # pivoted: its / is the image, and nothing may be loaded or run from there
+        raise InjectionError(
+            f"process {pid} has already switched its root to the rootfs: run ponytail as a prestart or "
+            "createRuntime hook, before the container pivots"
+        )
 
 
 def _mount(root_fd: int, op: Mount, tree: int, outcome: Outcome) -> None:
@@ -162,9 +194,10 @@ def _mount(root_fd: int, op: Mount, tree: int, outcome: Outcome) -> None:
         if resolved.exists and stat.S_ISDIR(resolved.mode) != op.is_dir:
             kind = "a directory" if op.is_dir else "not a directory"
             raise UnsafePath(f"cannot mount {op.source}: {resolved.path} in the rootfs is {'not ' if op.is_dir else ''}a directory, the source is {kind}")
+        _refuse_kernel_fs(resolved, resolved.parent_fd, f"mount {op.source}")
         if not resolved.exists:
             _create_mount_point(resolved, op.is_dir)
-        _attach(resolved, tree, op.source, outcome)
+        _attach(resolved, tree, op.source, outcome, on_kernel_fs=False)
     finally:
         resolved.close()
 
@@ -182,20 +215,38 @@ def _create_mount_point(resolved: Resolved, is_dir: bool) -> None:
         raise InjectionError(f"cannot create mount point {resolved.path} in the rootfs: {e.strerror}")
 
 
-def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome) -> None:
-    target_fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_kernel_fs: bool) -> None:
+    """Attach ``tree`` onto the resolved target (never a symlink; on a kernel filesystem only
+    when ``on_kernel_fs``); remember it, to take it back if a later step fails."""
+    try:
+        target_fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+    except OSError as e:
+        raise InjectionError(f"cannot mount {source} onto {resolved.path} in the rootfs: {e.strerror}")
     try:
         if stat.S_ISLNK(os.fstat(target_fd).st_mode):
             raise UnsafePath(f"{resolved.path} in the rootfs turned into a symlink while mounting; refused")
         if _same_file(target_fd, tree):
             outcome.unchanged.append(f"{resolved.path} (already mounted)")
             return
+        if not on_kernel_fs:
+            _refuse_kernel_fs(resolved, target_fd, f"mount {source}")
         syscalls.attach_tree(tree, target_fd)
+        outcome.attached.append(os.dup(tree))
     except OSError as e:
         raise InjectionError(f"cannot mount {source} onto {resolved.path} in the rootfs: {e.strerror}")
     finally:
         os.close(target_fd)
     outcome.done.append(f"mount {source} -> {resolved.path}")
+
+
+def _refuse_kernel_fs(resolved: Resolved, fd: int, what: str) -> None:
+    """A symlink in the image led to /proc, /sys, a cgroup...: acting there would act on the host's kernel."""
+    try:
+        kind = kernel_filesystem(fd)
+    except OSError as e:
+        raise UnsafePath(f"cannot {what} at {resolved.path} in the rootfs: {e.strerror}")
+    if kind is not None:
+        raise UnsafePath(f"refusing to {what} at {resolved.path}: a symlink in the image leads it onto the kernel's {kind} filesystem")
 
 
 def _same_file(a: int, b: int) -> bool:
@@ -206,11 +257,12 @@ def _same_file(a: int, b: int) -> bool:
 def _symlink(root_fd: int, op: Symlink, tree: int | None, outcome: Outcome) -> None:
     resolved = resolve_in_root(root_fd, op.target, create_dirs=True, follow_last=False)
     try:
+        _refuse_kernel_fs(resolved, resolved.parent_fd, f"link {op.link_to}")
         if resolved.exists and stat.S_ISREG(resolved.mode) and tree is not None:
             outcome.warnings.append(
                 f"the image ships its own {resolved.path}; the driver's {op.link_to} is mounted over it"
             )
-            _attach(resolved, tree, op.library, outcome)
+            _attach(resolved, tree, op.library, outcome, on_kernel_fs=False)
             return
         if resolved.exists:
             if not stat.S_ISLNK(resolved.mode):
@@ -248,7 +300,7 @@ def _mask_proc(root_fd: int, op: ProcMask, outcome: Outcome) -> None:
             for name, content in op.files:
                 _write_into(tmpfs, name, content)
             syscalls.set_mount_attributes(tmpfs, flags | syscalls.MOUNT_ATTR_RDONLY)
-            _attach(resolved, tmpfs, "tmpfs (masked driver view)", outcome)
+            _attach(resolved, tmpfs, "tmpfs (masked driver view)", outcome, on_kernel_fs=True)
         finally:
             os.close(tmpfs)
     finally:
@@ -276,32 +328,11 @@ def _write_into(dir_fd: int, relative: str, content: bytes) -> None:
             os.close(fd)
 
 
-def _linker_cache(root_fd: int, rootfs: str, op: LinkerCache, ldconfig_fd: int, outcome: Outcome) -> None:
+def _linker_cache(root_fd: int, op: LinkerCache, ldconfig_fd: int, outcome: Outcome) -> None:
     content = "".join(f"{d}\n" for d in op.directories).encode()
     _write_file(root_fd, op.conf_file, content, outcome, replace=True)
     _write_file(root_fd, LD_SO_CONF, LD_SO_CONF_TEXT, outcome, replace=False)
-    # -X: keep the SONAME links we made (ldconfig would repoint one at a newer-numbered
-    # copy baked into the image); the directories on the command line come first in the cache.
-    argv = ["ldconfig", "-X", "-r", rootfs, *op.directories]
-    try:
-        result = subprocess.run(
-            argv,
-            executable=f"/proc/self/fd/{ldconfig_fd}",
-            pass_fds=(ldconfig_fd,),
-            env=LDCONFIG_ENV,
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            timeout=LDCONFIG_TIMEOUT_S,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise InjectionError(f"cannot run {op.ldconfig} on the rootfs: {e}")
-    if result.returncode != 0:
-        detail = (result.stderr or result.stdout).decode(errors="replace").strip().splitlines()
-        raise InjectionError(
-            f"{op.ldconfig} -r {rootfs} failed (exit {result.returncode}): {detail[-1] if detail else 'no message'}"
-        )
+    rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, root_fd, op.directories)
     outcome.done.append(f"ran {op.ldconfig} -X -r {rootfs} ({', '.join(op.directories)})")
     _check_cache(root_fd, op, outcome)
 
@@ -345,20 +376,43 @@ def _read_rootfs_cache(root_fd: int) -> list[tuple[str, str, int]]:
 
 
 def _write_file(root_fd: int, path: str, content: bytes, outcome: Outcome, replace: bool) -> None:
+    """Write ``path`` as a new file: never opens what is there (a FIFO, a hard link), replaces it by rename."""
     resolved = resolve_in_root(root_fd, path, create_dirs=True)
+    temp = f".{resolved.name}.ponytail-new"
     try:
         if resolved.exists and not replace:
             return
         if resolved.exists and not stat.S_ISREG(resolved.mode):
             raise UnsafePath(f"{resolved.path} in the rootfs is not a regular file; refusing to write it")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(resolved.name, flags, 0o644, dir_fd=resolved.parent_fd)
+        _refuse_kernel_fs(resolved, resolved.parent_fd, "write")
+        name = temp if replace else resolved.name
+        if replace:
+            _unlink(resolved.parent_fd, temp)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=resolved.parent_fd)
+        except FileExistsError:
+            if replace:
+                raise
+            return  # created meanwhile: not ours to overwrite
         try:
             os.write(fd, content)
         finally:
             os.close(fd)
+        if replace:
+            os.rename(temp, resolved.name, src_dir_fd=resolved.parent_fd, dst_dir_fd=resolved.parent_fd)
         outcome.done.append(f"wrote {resolved.path}")
     except OSError as e:
         raise InjectionError(f"cannot write {resolved.path} in the rootfs: {e.strerror}")
     finally:
+        if replace:
+            with contextlib.suppress(OSError):
+                _unlink(resolved.parent_fd, temp)
         resolved.close()
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass

@@ -1,5 +1,5 @@
-"""Thin ctypes wrappers for the syscalls Python's os module lacks: setns and the
-new mount API (open_tree, mount_setattr, move_mount; Linux 5.12+).
+"""Thin ctypes wrappers for the syscalls Python's os module lacks: setns, unshare,
+umount2 and the new mount API (open_tree, mount_setattr, move_mount; Linux 5.12+).
 
 With the new mount API a bind mount is made from file descriptors alone: the
 source is cloned into a detached mount in the host's namespace, made read-only
@@ -30,6 +30,9 @@ MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
 MOUNT_ATTR_NOEXEC = 0x8
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
 
 _libc: ctypes.CDLL | None = None
 
@@ -85,6 +88,17 @@ def attach_tree(tree_fd: int, target_fd: int) -> None:
     """Attach the detached mount ``tree_fd`` onto the file ``target_fd`` refers to."""
     flags = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
     _check(_lib().syscall(SYS_MOVE_MOUNT, tree_fd, b"", target_fd, b"", ctypes.c_uint(flags)), "move_mount")
+
+
+def unshare_mount_namespace() -> None:
+    """Give this process a private copy of its mount namespace: what it unmounts stays there."""
+    _check(_lib().unshare(CLONE_NEWNS), "unshare")
+    _check(_lib().mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None), "mount --make-rprivate /")
+
+
+def detach_mount(path: str) -> None:
+    """Lazily unmount the mount at ``path`` (a /proc/self/fd/N path names the mount that fd holds)."""
+    _check(_lib().umount2(path.encode(), MNT_DETACH), f"umount {path}")
 
 
 def require_new_mount_api() -> None:
