@@ -89,6 +89,8 @@ def parse_config(raw: bytes, path: str) -> Config:
         raise ConfigError(f"config file {path} is not UTF-8 text")
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path}: TOML syntax error: {e}")
+    except RecursionError:
+        raise ConfigError(f"config file {path}: arrays or tables nested too deeply")
     values: dict[str, object] = {"path": path}
     capabilities = data.pop("capabilities", None)
     if capabilities is not None:
@@ -142,7 +144,7 @@ def _check_type(path: str, key: str, value: object, expected: type) -> object:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"config file {path}: '{key}' must be a list of strings")
     for v in value:
-        if not v.startswith("/"):
+        if not v.startswith("/") or "\0" in v:
             raise ConfigError(f"config file {path}: '{key}' entry {v!r} must be an absolute path or glob")
     return tuple(value)
 

@@ -45,3 +45,11 @@ class InjectionError(PonytailError):
     """Applying the plan failed."""
 
     exit_code = EXIT_INJECTION_FAILED
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters and invalid Unicode escaped: names from an image can hold
+    newlines, and an error or log entry must stay one line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)

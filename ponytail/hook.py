@@ -11,9 +11,9 @@ import sys
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from ponytail.config import Config, config_path, load_config
-from ponytail.errors import EXIT_INJECTION_FAILED, InputError, PonytailError, ProbeError, UsageError
+from ponytail.errors import EXIT_INJECTION_FAILED, InputError, PonytailError, ProbeError, UsageError, one_line
 from ponytail.logfile import RunLog
-from ponytail.oci import MAX_STATE_BYTES, Container, container_from_state, read_bounded
+from ponytail.oci import MAX_STATE_BYTES, Container, load_container, parse_state, read_bounded
 from ponytail.options import HookOptions
 
 if TYPE_CHECKING:
@@ -34,14 +34,14 @@ def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO
         return _run(options, config, stdin, stdout, log)
     except PonytailError as e:
         log.write("error", e.message)
-        print(f"ponytail: error: {e.message}", file=stderr)
+        print(f"ponytail: error: {one_line(e.message)}", file=stderr)
         return e.exit_code
     except Exception as e:  # a bug: still one line for the user, the details in the log
         import traceback
 
         log.write("error", "internal error: " + traceback.format_exc().replace("\n", " | "))
         where = f" (traceback in {log.path})" if log.path else ""
-        print(f"ponytail: internal error: {type(e).__name__}: {e}{where}", file=stderr)
+        print(f"ponytail: internal error: {type(e).__name__}: {one_line(str(e))}{where}", file=stderr)
         return EXIT_INJECTION_FAILED
     finally:
         log.close()
@@ -53,8 +53,8 @@ def _load_config(options: HookOptions) -> Config:
 
 
 def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, log: RunLog) -> int:
-    container = _container(options, stdin)
-    log.context = container.id if container else (f"manual:{options.root}" if options.root else "-")
+    log.context = f"manual:{options.root}" if options.root else "-"
+    container = _container(options, stdin, log)
     from ponytail.request import build_request
 
     request = build_request(
@@ -148,7 +148,7 @@ def _mig_uuids(config: Config, host: "Host") -> dict[str, tuple[int, int, int]]:
     return mig_uuids(find_driver_library(config, host, "libnvidia-ml", "libnvidia-ml.so.1"))
 
 
-def _container(options: HookOptions, stdin: BinaryIO) -> Container | None:
+def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container | None:
     if options.root is not None:
         if not os.path.isdir(options.root):
             raise UsageError(f"-root {options.root}: not a directory")
@@ -163,7 +163,9 @@ def _container(options: HookOptions, stdin: BinaryIO) -> Container | None:
             "no OCI state on stdin: ponytail runs as an OCI prestart hook; to inject by hand pass -root DIR, "
             "to see the plan pass -debug"
         )
-    return container_from_state(raw)
+    state = parse_state(raw)
+    log.context = state.id  # from here on every failure is logged with the container's id
+    return load_container(state)
 
 
 def _interactive(stdin: BinaryIO) -> bool:

@@ -11,6 +11,8 @@ import os
 import sys
 import time
 
+from ponytail.errors import one_line
+
 
 class RunLog:
     def __init__(self, path: str) -> None:
@@ -35,7 +37,7 @@ class RunLog:
         if self._fd < 0:
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        line = f"{stamp} ponytail[{os.getpid()}] {level} container={self.context} {message}\n"
+        line = f"{stamp} ponytail[{os.getpid()}] {level} container={one_line(self.context)} {one_line(message)}\n"
         try:
             os.write(self._fd, line.encode("utf-8", "replace"))
         except OSError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 
 from ponytail.errors import InputError
@@ -25,6 +26,17 @@ class Container:
     privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
 
 
+@dataclass(frozen=True)
+class State:
+    """The OCI state the engine writes on the hook's stdin."""
+
+    id: str
+    pid: int
+    bundle: str
+    status: str
+    annotations: dict[str, str]
+
+
 def read_bounded(stream, limit: int, what: str) -> bytes:  # type: ignore[no-untyped-def]
     data = stream.read(limit + 1)
     if len(data) > limit:
@@ -43,11 +55,20 @@ def parse_json_object(raw: bytes, what: str) -> dict:
         raise InputError(f"{what} is not valid JSON: {e}")
     if not isinstance(value, dict):
         raise InputError(f"{what} must be a JSON object, not {type(value).__name__}")
+    try:  # a lone surrogate (\ud800) is valid JSON but no text: it cannot be a path or be printed
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{what} contains a string that is not valid Unicode (a lone \\uD8xx escape)")
     return value
 
 
 def container_from_state(raw_state: bytes) -> Container:
     """Parse the OCI state from stdin and read the bundle's config.json it points at."""
+    return load_container(parse_state(raw_state))
+
+
+def parse_state(raw_state: bytes) -> State:
+    """The OCI state alone, validated; the bundle is not read yet."""
     state = parse_json_object(raw_state, "OCI state on stdin")
     container_id = _field(state, "id", str, "OCI state")
     pid = state.get("pid")
@@ -59,31 +80,37 @@ def container_from_state(raw_state: bytes) -> Container:
         raise InputError(f"OCI state for container {container_id}: 'status' must be a string")
     if status == "stopped":
         raise InputError(f"container {container_id} is already stopped; nothing to inject")
-    if not os.path.isabs(bundle):
+    if not os.path.isabs(bundle) or "\0" in bundle:
         raise InputError(f"OCI state for container {container_id}: bundle {bundle!r} is not an absolute path")
     annotations = _string_map(state.get("annotations"), f"OCI state for container {container_id}: 'annotations'")
+    return State(container_id, pid, bundle, status, annotations)
+
+
+def load_container(state: State) -> Container:
+    """The container ``state`` names: its bundle's config.json read and validated."""
+    bundle = state.bundle
     spec = read_bundle_config(bundle)
-    root = spec.get("root")
-    root_path = root.get("path") if isinstance(root, dict) else None
-    if not isinstance(root_path, str) or not root_path:
+    root = _section(spec, "root", bundle, required=True)
+    root_path = root.get("path")
+    if not isinstance(root_path, str) or not root_path or "\0" in root_path:
         raise InputError(f"{bundle}/config.json: 'root.path' is missing or not a string")
     rootfs = os.path.normpath(os.path.join(bundle, root_path))
-    process = spec.get("process") if isinstance(spec.get("process"), dict) else {}
+    process = _section(spec, "process", bundle)
     env = parse_env(process.get("env"), f"{bundle}/config.json: 'process.env'")
     capabilities = process.get("capabilities") if isinstance(process.get("capabilities"), dict) else {}
     bounding = capabilities.get("bounding")
     privileged = isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
     spec_annotations = _string_map(spec.get("annotations"), f"{bundle}/config.json: 'annotations'")
-    linux = spec.get("linux") if isinstance(spec.get("linux"), dict) else {}
+    linux = _section(spec, "linux", bundle)
     cgroups_path = linux.get("cgroupsPath")
     return Container(
-        id=container_id,
-        pid=pid,
+        id=state.id,
+        pid=state.pid,
         bundle=bundle,
         rootfs=rootfs,
-        status=status,
+        status=state.status,
         env=env,
-        annotations={**spec_annotations, **annotations},
+        annotations={**spec_annotations, **state.annotations},
         cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
         privileged=privileged,
     )
@@ -91,8 +118,11 @@ def container_from_state(raw_state: bytes) -> Container:
 
 def read_bundle_config(bundle: str) -> dict:
     path = os.path.join(bundle, "config.json")
-    try:
-        with open(path, "rb") as f:
+    try:  # O_NONBLOCK: a FIFO planted as config.json must not hang the container start
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InputError(f"{path} is not a regular file")
             raw = read_bounded(f, MAX_BUNDLE_CONFIG_BYTES, path)
     except FileNotFoundError:
         what = "bundle directory" if not os.path.isdir(bundle) else "config.json"
@@ -115,6 +145,15 @@ def parse_env(value: object, what: str) -> dict[str, str]:
         if sep:
             env[key] = val
     return env
+
+
+def _section(spec: dict, key: str, bundle: str, required: bool = False) -> dict:
+    value = spec.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{bundle}/config.json: '{key}' must be an object")
+    return value
 
 
 def _field(obj: dict, key: str, kind: type, what: str) -> str:

@@ -113,7 +113,7 @@ def _unknown(gpus: tuple[Gpu, ...], request: DeviceRequest, item: str, mig: bool
 
 
 def _find(gpus: tuple[Gpu, ...], item: str) -> Gpu | None:
-    if item.isdigit():
+    if item.isascii() and item.isdigit():  # not int("²")
         index = int(item)
         return gpus[index] if index < len(gpus) else None
     if item.upper().startswith("GPU-"):
