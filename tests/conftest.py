@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -111,3 +112,19 @@ def mounts_under(path: Path) -> list[str]:
     prefix = str(path)
     with open("/proc/self/mountinfo") as f:
         return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+
+
+def tree_digest(path: Path) -> str:
+    """Names, types, modes and contents of everything under ``path``."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(path)):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            st = p.lstat()
+            h.update(f"{p}:{st.st_mode}:{st.st_size}".encode())
+            if p.is_symlink():
+                h.update(os.readlink(p).encode())
+            elif p.is_file():
+                h.update(p.read_bytes())
+    return h.hexdigest()

@@ -90,10 +90,11 @@ EXTRA_LIBRARIES = (
 
 
 @functools.lru_cache(maxsize=None)
-def compile_program(source: str) -> Path:
+def compile_program(source: str, defines: tuple[str, ...] = ()) -> Path:
     out = BUILD_DIR / "bin" / Path(source).stem
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["gcc", "-O1", "-o", str(out), str(C_DIR / source), "-ldl"], check=True)
+    flags = [f"-D{d}" for d in defines]
+    subprocess.run(["gcc", "-O1", *flags, "-o", str(out), str(C_DIR / source), "-ldl"], check=True)
     return out
 
 

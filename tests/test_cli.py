@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-from conftest import FakeHost, bundle_for, run_ponytail, state_for
+from conftest import FakeHost, bundle_for, run_ponytail, state_for, tree_digest
 from fakehost import FakeGpu, gpus
-
-
-def tree_digest(path: Path) -> str:
-    """Names, types, modes and contents of everything under ``path``."""
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in sorted(os.walk(path)):
-        dirnames.sort()
-        for name in sorted(dirnames + filenames):
-            p = Path(dirpath) / name
-            st = p.lstat()
-            h.update(f"{p}:{st.st_mode}:{st.st_size}".encode())
-            if p.is_symlink():
-                h.update(os.readlink(p).encode())
-            elif p.is_file():
-                h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 def one_line_error(result) -> str:
