@@ -54,13 +54,15 @@ def resolve_in_root(
 ) -> Resolved:
     """Walk ``path`` under ``root_fd``; create missing directories when ``create_dirs``."""
     parts = _split(path)
-    if not parts:
+    if not path.strip("/."):
         raise UnsafePath(f"{path!r} names the root itself, not a file in it")
     stack: list[tuple[int, str]] = [(os.dup(root_fd), "")]
     hops = 0
     try:
         while parts:
             name = parts.pop(0)
+            if name == ".":
+                continue
             if name == "..":
                 if len(stack) > 1:
                     os.close(stack.pop()[0])
@@ -91,8 +93,6 @@ def resolve_in_root(
                     while len(stack) > 1:
                         os.close(stack.pop()[0])
                 parts = _split(target) + parts
-                if not parts:  # a link to "/" as the last component
-                    raise UnsafePath(f"{path} resolves to the root directory itself")
                 continue
             if last:
                 return _result(stack, name, st.st_mode)
@@ -105,7 +105,13 @@ def resolve_in_root(
             except OSError as e:
                 raise UnsafePath(f"{_join(stack, name)} changed while resolving {path}: {e.strerror}")
             stack.append((fd, name))
-        raise UnsafePath(f"{path!r} resolves to the root directory itself")
+        # the walk ended on a directory it holds ('..', a link to '.' or '/'): name it in its parent
+        if len(stack) == 1:
+            raise UnsafePath(f"{path} resolves to the root directory itself")
+        fd, name = stack.pop()
+        mode = os.fstat(fd).st_mode
+        os.close(fd)
+        return _result(stack, name, mode)
     finally:
         for fd, _ in stack:
             if fd >= 0:
@@ -139,7 +145,8 @@ def _join(stack: list[tuple[int, str]], name: str) -> str:
 
 
 def _split(path: str) -> list[str]:
-    return [p for p in path.split("/") if p and p != "."]
+    """Components, keeping '.' (and a trailing '/'): in 'c/.' or 'c/', c must be a directory."""
+    return [p or "." for p in path.split("/")]
 
 
 def open_root(path: str) -> int:
