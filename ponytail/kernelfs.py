@@ -36,6 +36,7 @@ KERNEL_FS_MAGIC: dict[int, str] = {
     0x19800202: "mqueue",
 }
 KERNEL_FS_TYPES = frozenset(KERNEL_FS_MAGIC.values())
+TMPFS_MAGIC = 0x01021994
 
 _STATFS_SIZE = 256  # larger than struct statfs on every Linux ABI; f_type is its first word
 _libc: ctypes.CDLL | None = None
@@ -43,6 +44,11 @@ _libc: ctypes.CDLL | None = None
 
 def kernel_filesystem(fd: int) -> str | None:
     """The kernel filesystem ``fd`` (any descriptor, O_PATH included) lies on, or None."""
+    return KERNEL_FS_MAGIC.get(filesystem_magic(fd))
+
+
+def filesystem_magic(fd: int) -> int:
+    """statfs f_type of the filesystem ``fd`` lies on."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -50,8 +56,7 @@ def kernel_filesystem(fd: int) -> str | None:
     if _libc.fstatfs(fd, buf) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
-    f_type = ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
-    return KERNEL_FS_MAGIC.get(f_type)
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
 def kernel_mounts_under(path: str, mountinfo: str = "/proc/self/mountinfo") -> list[str]:

@@ -31,7 +31,7 @@ from ponytail.apply.ldconfig import run_ldconfig
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.inroot import Resolved, UnsafePath, open_root, real_path_in_root, resolve_in_root
-from ponytail.kernelfs import kernel_filesystem
+from ponytail.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
 from ponytail.plan import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 LD_SO_CONF = "/etc/ld.so.conf"
@@ -291,6 +291,9 @@ def _mask_proc(root_fd: int, op: ProcMask, outcome: Outcome) -> None:
         if not resolved.exists or not stat.S_ISDIR(resolved.mode):
             outcome.unchanged.append(f"{op.target}: not in the container, nothing to mask")
             return
+        if _masked_already(resolved):
+            outcome.unchanged.append(f"{op.target} (already masked)")
+            return
         flags = syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOEXEC
         try:
             tmpfs = syscalls.new_tmpfs({"mode": "0555", "size": "4m"}, flags)
@@ -305,6 +308,18 @@ def _mask_proc(root_fd: int, op: ProcMask, outcome: Outcome) -> None:
             os.close(tmpfs)
     finally:
         resolved.close()
+
+
+def _masked_already(resolved: Resolved) -> bool:
+    """A read-only tmpfs there is the mask of an earlier run: another would stack on it."""
+    try:
+        fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+    except OSError as e:
+        raise InjectionError(f"cannot open {resolved.path} in the rootfs: {e.strerror}")
+    try:
+        return filesystem_magic(fd) == TMPFS_MAGIC and bool(os.fstatvfs(fd).f_flag & os.ST_RDONLY)
+    finally:
+        os.close(fd)
 
 
 def _write_into(dir_fd: int, relative: str, content: bytes) -> None:
@@ -366,8 +381,10 @@ def _read_rootfs_cache(root_fd: int) -> list[tuple[str, str, int]]:
     try:
         if not resolved.exists or not stat.S_ISREG(resolved.mode):
             return []
-        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
         with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO meanwhile
+                return []
             return parse_ld_cache_entries(f.read(64 << 20))
     except OSError:
         return []
