@@ -65,7 +65,7 @@ def select_devices(
             if uuids is None:
                 uuids = mig_uuids() if mig_uuids is not None else {}
             mig = _mig_by_uuid(gpus, uuids, item)
-        elif item.count(":") == 2 and all(p.isdigit() for p in item.split(":")):
+        elif item.count(":") == 2 and all(_number(p) for p in item.split(":")):
             mig = _mig_by_index(gpus, item)
         else:
             gpu = _find(gpus, item)
@@ -112,8 +112,13 @@ def _unknown(gpus: tuple[Gpu, ...], request: DeviceRequest, item: str, mig: bool
     return InputError(f"unknown GPU {item!r} in {request.source}={request.selector!r}: this host has {_describe(gpus)}")
 
 
+def _number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '²', which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _find(gpus: tuple[Gpu, ...], item: str) -> Gpu | None:
-    if item.isascii() and item.isdigit():  # not int("²")
+    if _number(item):
         index = int(item)
         return gpus[index] if index < len(gpus) else None
     if item.upper().startswith("GPU-"):
