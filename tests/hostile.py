@@ -106,8 +106,9 @@ class Stage:
         return state_for(bundle_for(self.tmp, self.rootfs, env=env), self.sleeper.pid, container_id=self.id)
 
     def inject(self, env: list[str] | None = None, config: Path | None = None, **kwargs) -> subprocess.CompletedProcess:
+        """Run the hook from this (the host's) mount namespace, as an engine does."""
         config = config or self.host.write_config()
-        return run_ponytail(["-config", str(config)], stdin=self.state(env), **kwargs)
+        return run_ponytail(["-config", str(config)], stdin=self.state(env), isolated=False, **kwargs)
 
     def in_container(self, args: list[str], check: bool = False) -> subprocess.CompletedProcess:
         result = self.sleeper.run(args)

@@ -71,7 +71,8 @@ def test_bad_bundle_is_one_line_exit_2_and_injects_nothing(host: FakeHost, tmp_p
     sleeper = Sleeper()
     try:
         mounts = sleeper.run(["cat", "/proc/self/mountinfo"]).stdout
-        result = run_ponytail(["-config", str(host.write_config())], stdin=state_for(bundle, sleeper.pid, container_id=f"bad-{name}"))
+        state = state_for(bundle, sleeper.pid, container_id=f"bad-{name}")
+        result = run_ponytail(["-config", str(host.write_config())], stdin=state, isolated=False)
         assert result.returncode == 2, result.stderr
         assert message in one_line(result.stderr)
         assert sleeper.run(["cat", "/proc/self/mountinfo"]).stdout == mounts

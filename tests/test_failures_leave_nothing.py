@@ -103,9 +103,28 @@ def test_a_container_that_has_already_pivoted_is_refused(host: FakeHost, tmp_pat
     sleeper = PivotedSleeper(rootfs)
     try:
         before = tree_digest(rootfs)
-        result = run_ponytail(["-config", str(host.write_config())], stdin=state_for(bundle_for(tmp_path, rootfs), sleeper.proc.pid))
+        state = state_for(bundle_for(tmp_path, rootfs), sleeper.proc.pid)
+        result = run_ponytail(["-config", str(host.write_config())], stdin=state, isolated=False)
         assert result.returncode == 1
         assert "has already switched its root to the rootfs" in result.stderr.decode()
         assert tree_digest(rootfs) == before
     finally:
         sleeper.stop()
+
+
+def test_a_second_run_in_manual_mode_stacks_no_mount_either(host: FakeHost, tmp_path: Path) -> None:
+    """Also the read-only tmpfs that masks /proc/driver/nvidia, and the IPC sockets."""
+    rootfs = make_rootfs(tmp_path / "rootfs")
+    (rootfs / "proc/driver/nvidia").mkdir(parents=True)
+    result = in_private_mount_ns(
+        f"""
+        {PY} -config {host.write_config()} -root {rootfs} -capabilities all
+        grep -c ' {rootfs}/' /proc/self/mountinfo
+        {PY} -config {host.write_config()} -root {rootfs} -capabilities all
+        grep -c ' {rootfs}/' /proc/self/mountinfo
+        grep -c ' {rootfs}/proc/driver/nvidia ' /proc/self/mountinfo
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    first, second, masks = (int(n) for n in result.stdout.split())
+    assert first == second and masks == 1, result.stdout

@@ -5,6 +5,7 @@
   kernel can say (openat2 with RESOLVE_IN_ROOT) it resolves to the very file the kernel does.
 - The OCI state, the bundle's config.json and config.toml parsers, alone and through the whole
   hook in-process (-debug, so nothing is mounted): a valid input or one line, exit 2.
+- The ld.so.cache parser, which reads the rootfs's cache back after ldconfig: any bytes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import io
 import json
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
@@ -21,12 +23,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ponytail.config import parse_config
-from ponytail.errors import ConfigError, InputError
+from ponytail.config import load_config, parse_config
+from ponytail.errors import ConfigError, InputError, PonytailError
 from ponytail.hook import run_hook
+from ponytail.host.ldcache import _NEW_ENTRY, _NEW_HEADER, NEW_MAGIC, OLD_MAGIC, parse_ld_cache_entries
 from ponytail.inroot import UnsafePath, resolve_in_root
-from ponytail.oci import container_from_state
+from ponytail.host.probe import Host, probe_host
+from ponytail.oci import container_from_state, parse_env
 from ponytail.options import HookOptions
+from ponytail.request import build_request, select_devices
+from ponytail.require import Facts, check_requirements
 
 from conftest import tree_digest
 from fakehost import FakeHost, gpus
@@ -174,15 +180,29 @@ def state_object(bundle: str) -> st.SearchStrategy:
     return mostly(st.fixed_dictionaries(required, optional=optional), st.fixed_dictionaries({}, optional={**required, **optional}))
 
 
+selector = st.one_of(
+    st.sampled_from(("all", "void", "none", "", "0", "1", "0,1", "GPU-00000001-1111-2222-3333-000000000000", "00000000:18:00.0")),
+    st.sampled_from(("0:0:0", "²:0:0", "0:²:1", "9:9:9", "0:0", "MIG-00000000-0000-0000-0000-000000000000")),
+    st.text(alphabet=st.sampled_from(list("0123456789,:.- ²٣GPUabcdefx")), max_size=10),
+)
+capabilities = st.lists(st.sampled_from(("compute", "utility", "graphics", "video", "display", "compat32", "ngx", "all", "bogus", "", "²")), max_size=3).map(",".join)
+requirement = st.text(alphabet=st.sampled_from(list("cudariverbnh<>=!,. 0123456789²٣")), max_size=16)
+env_item = st.one_of(
+    selector.map(lambda v: "NVIDIA_VISIBLE_DEVICES=" + v),
+    selector.map(lambda v: "NVIDIA_VISIBLE_DEVICES=" + v.replace(",", ":")),  # MIG GPU:GI:CI
+    selector.map(lambda v: "NVIDIA_MIG_CONFIG_DEVICES=" + v),
+    selector.map(lambda v: "NVIDIA_MIG_MONITOR_DEVICES=" + v),
+    capabilities.map(lambda v: "NVIDIA_DRIVER_CAPABILITIES=" + v),
+    requirement.map(lambda v: "NVIDIA_REQUIRE_CUDA=" + v),
+    st.sampled_from(("PATH=/bin", "=", "X", "NVIDIA_DISABLE_REQUIRE=1", "CUDA_VERSION=12.4", "CUDA_VERSION=²٣.0")),
+    json_value,
+)
+
+
 def bundle_object() -> st.SearchStrategy:
-    selector = st.one_of(
-        st.sampled_from(("all", "void", "none", "", "0", "1", "0,1", "GPU-00000001-1111-2222-3333-000000000000", "00000000:18:00.0")),
-        st.text(alphabet=st.sampled_from(list("0123456789,:.- ²٣GPUabcdefx")), max_size=10),
-    )
-    env_item = st.one_of(selector.map(lambda v: "NVIDIA_VISIBLE_DEVICES=" + v), st.sampled_from(("PATH=/bin", "=", "X")), json_value)
     required = {"root": mostly(st.fixed_dictionaries({"path": mostly(st.just("rootfs"), st.one_of(path_text, json_value))}))}
     optional = {
-        "process": mostly(st.fixed_dictionaries({"env": mostly(st.lists(env_item, min_size=1, max_size=3))})),
+        "process": mostly(st.fixed_dictionaries({"env": mostly(st.lists(env_item, min_size=1, max_size=4))})),
         "annotations": mostly(st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3)),
         "linux": mostly(st.fixed_dictionaries({}, optional={"cgroupsPath": json_value})),
     }
@@ -274,3 +294,47 @@ def test_the_whole_hook_answers_every_input_with_one_line(fuzz_host, data) -> No
         assert message == "" and out.getvalue().startswith("ponytail -debug")
     else:
         assert code == 2 and message.startswith("ponytail: error: ") and message.count("\n") == 1, message
+
+
+cache_header = st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 255), st.integers(0, 2**32 - 1))
+cache_entry = st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(0, 300), st.integers(0, 300), st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1))
+
+
+@fuzz(500)
+@given(
+    old=st.one_of(st.none(), st.integers(0, 2**32 - 1)),
+    header=cache_header,
+    entries=st.lists(cache_entry, max_size=6),
+    tail=st.binary(max_size=200),
+)
+def test_ld_cache_parser_takes_any_bytes(old, header, entries, tail) -> None:
+    """The rootfs's /etc/ld.so.cache is read back after ldconfig to check the injected libraries
+    win; the image can swap it for anything meanwhile."""
+    data = b""
+    if old is not None:
+        data = OLD_MAGIC + b"\0" + struct.pack("<I", old)
+    data += _NEW_HEADER.pack(NEW_MAGIC, *header) + b"".join(_NEW_ENTRY.pack(*e) for e in entries) + tail
+    for sample in (data, data[: len(data) // 2], tail):
+        for name, path, flags in parse_ld_cache_entries(sample):
+            assert isinstance(name, str) and isinstance(path, str) and "\0" not in path and isinstance(flags, int)
+
+
+@pytest.fixture(scope="module")
+def probed(fuzz_host) -> Host:
+    host, _ = fuzz_host
+    config = load_config(str(host.write_config()), required=True)
+    return probe_host(config, ("compute", "utility"))
+
+
+@fuzz(1000)
+@given(env=st.lists(env_item.filter(lambda e: isinstance(e, str)), max_size=5), privileged=st.booleans())
+def test_the_nvidia_variables_give_a_request_or_an_input_error(probed: Host, env: list[str], privileged: bool) -> None:
+    """NVIDIA_VISIBLE_DEVICES, _DRIVER_CAPABILITIES, _REQUIRE_*, MIG selectors: the image's own
+    words, read by the hook on the host."""
+    try:
+        request = build_request(None, None, parse_env(env, "env"), privileged)
+        selection = select_devices(probed.gpus, request.devices, lambda: {})
+        facts = Facts(probed.driver_version, lambda: "12.4", tuple(g.model for g in selection.gpus))
+        check_requirements(request.requirements, facts)
+    except PonytailError as e:
+        assert e.message

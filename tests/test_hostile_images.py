@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import run_ponytail
+from conftest import PONYTAIL, run_ponytail
 from fakehost import FakeHost, compile_library, compile_program, gpus
 from hostile import CUDA_OK, Stage, evil_library
 
@@ -155,7 +156,7 @@ def test_write_to_a_sysctl_is_refused(stage: Stage) -> None:
         "$@" -config {stage.host.write_config()} < {state} && echo rc=0 || echo rc=$?
         echo "hostname=$(hostname)"
     """
-    result = run_ponytail([], prefix=["unshare", "-u", "bash", "-c", script, "--"])
+    result = subprocess.run(["unshare", "-u", "bash", "-c", script, "--", *PONYTAIL], capture_output=True, timeout=120)
     out, err = result.stdout.decode(), result.stderr.decode()
     assert "hostname=ponytail-sentinel" in out, out + err
     assert "rc=1" in out and "kernel's proc filesystem" in err, out + err
@@ -230,7 +231,7 @@ def test_ponytails_own_environment_does_not_reach_its_helper(stage: Stage, spy: 
     env = poisoned_environment(tmp_path)
     del env["LD_PRELOAD"], env["LD_AUDIT"], env["PYTHONPATH"], env["PYTHONSTARTUP"], env["PYTHONINSPECT"]
     env["PATH"] += ":" + os.environ.get("PATH", "/usr/bin:/bin")
-    result = run_ponytail(["-config", str(spy)], stdin=stage.state(), env=env)
+    result = run_ponytail(["-config", str(spy)], stdin=stage.state(), env=env, isolated=False)
     assert result.returncode == 0, result.stderr
     stage.assert_host_untouched()
     assert_helper_environment_is_fixed(spy.parent / "spy" / "ldconfig-spy.env", stage)
