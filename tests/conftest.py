@@ -16,13 +16,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
 
 PONYTAIL = [sys.executable, "-m", "ponytail"]
+REPO = Path(__file__).resolve().parent.parent
+BINARY = REPO / "dist" / "ponytail" / "ponytail"
 
 
 ISOLATED = ["unshare", "-m", "--propagation", "private"]
 
 
-def run_ponytail(args: list[str], stdin: bytes | str | None = b"", env: dict | None = None, isolated: bool = True) -> subprocess.CompletedProcess:
-    """Run the ponytail command as a user would; returns its output and exit status.
+def run_ponytail(
+    args: list[str], stdin: bytes | str | None = b"", env: dict | None = None, isolated: bool = True,
+    command: list[str] | None = None,
+) -> subprocess.CompletedProcess:
+    """Run the ponytail command (``python -m ponytail`` unless ``command`` says otherwise)
+    as a user would; returns its output and exit status.
 
     By default it runs in a private mount namespace of its own, so that a manual-mode
     run can never leave a mount on this machine; ``isolated=False`` runs it in the
@@ -32,7 +38,24 @@ def run_ponytail(args: list[str], stdin: bytes | str | None = b"", env: dict | N
     full_env = {k: v for k, v in os.environ.items() if k != "PONYTAIL_CONFIG"}
     full_env.update(env or {})
     prefix = ISOLATED if isolated else []
-    return subprocess.run(prefix + PONYTAIL + args, input=stdin, capture_output=True, env=full_env, timeout=120)
+    return subprocess.run(
+        prefix + (command or PONYTAIL) + args, input=stdin, capture_output=True, env=full_env, timeout=120
+    )
+
+
+@pytest.fixture(scope="session")
+def binary() -> Path:
+    """The self-contained executable of ``make binary``, built or brought up to date once per run."""
+    subprocess.run(["make", "-s", "-C", str(REPO), "binary"], check=True, stdout=subprocess.DEVNULL)
+    return BINARY
+
+
+@pytest.fixture(params=["python -m ponytail", "binary"])
+def ponytail_command(request: pytest.FixtureRequest) -> list[str]:
+    """The ponytail command both ways it ships: the Python package and the binary."""
+    if request.param == "binary":
+        return [str(request.getfixturevalue("binary"))]
+    return PONYTAIL
 
 
 def in_private_mount_ns(script: str, timeout: int = 120) -> subprocess.CompletedProcess:

@@ -15,11 +15,13 @@ from fakehost import make_rootfs
 PY = "python3 -m ponytail"
 
 
-def test_manual_mode_gives_the_rootfs_a_loadable_libcuda_and_the_selected_gpu(host: FakeHost, rootfs: Path) -> None:
+def test_manual_mode_gives_the_rootfs_a_loadable_libcuda_and_the_selected_gpu(
+    host: FakeHost, rootfs: Path, ponytail_command: list[str]
+) -> None:
     config = host.write_config()
     result = in_private_mount_ns(
         f"""
-        {PY} -config {config} -root {rootfs} -device 0
+        {" ".join(ponytail_command)} -config {config} -root {rootfs} -device 0
         chroot {rootfs} /usr/local/bin/cudacheck /dev/nvidia2 /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools
         chroot {rootfs} /usr/bin/nvidia-smi
         """
@@ -84,11 +86,15 @@ def test_stale_library_of_an_older_driver_is_not_injected(host: FakeHost, rootfs
     assert "535.104.05" not in result.stdout
 
 
-def test_hook_mode_injects_into_the_container_namespace_only(host: FakeHost, tmp_path: Path, sleeper) -> None:
+def test_hook_mode_injects_into_the_container_namespace_only(
+    host: FakeHost, tmp_path: Path, sleeper, ponytail_command: list[str]
+) -> None:
     rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
     bundle = bundle_for(tmp_path, rootfs, env=["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=GPU-00000002-1111-2222-3333-000000000001"])
     config = host.write_config()
-    result = run_ponytail(["-config", str(config)], stdin=state_for(bundle, sleeper.pid), isolated=False)
+    result = run_ponytail(
+        ["-config", str(config)], stdin=state_for(bundle, sleeper.pid), isolated=False, command=ponytail_command
+    )
     assert result.returncode == 0, result.stderr
     assert mounts_under(rootfs) == [], "a mount leaked into the host's namespace"
     inside = sleeper.run(["chroot", str(rootfs), "/usr/local/bin/cudacheck", "/dev/nvidia1", "/dev/nvidia2"])

@@ -1,0 +1,49 @@
+/* Runs one command and reports its wall time and peak RSS, for bench/hookbench.py.
+ *
+ *   measure RESULT-FILE COMMAND [ARG...]
+ *
+ * Writes "<wall nanoseconds> <peak RSS KiB> <exit status>" to RESULT-FILE. The peak
+ * RSS is ru_maxrss from wait4: the largest of the command and the children it waited
+ * for. A small launcher measures it because the kernel counts, at exec, the size of
+ * the process that forked: a Python harness would add its own ~17 MiB. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: measure RESULT-FILE COMMAND [ARG...]\n");
+        return 2;
+    }
+    struct timespec start, end;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        return 2;
+    }
+    if (pid == 0) {
+        execv(argv[2], argv + 2);
+        perror(argv[2]);
+        _exit(127);
+    }
+    int status = 0;
+    struct rusage usage;
+    if (wait4(pid, &status, 0, &usage) < 0) {
+        perror("wait4");
+        return 2;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    long long ns = (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    FILE *out = fopen(argv[1], "w");
+    if (!out) {
+        perror(argv[1]);
+        return 2;
+    }
+    fprintf(out, "%lld %ld %d\n", ns, usage.ru_maxrss, code);
+    return fclose(out) == 0 ? 0 : 2;
+}

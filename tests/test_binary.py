@@ -1,0 +1,47 @@
+"""The binary of ``make binary`` runs where there is no Python at all.
+
+(The end-to-end injection tests in test_inject_e2e.py run with the binary too.)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from fakehost import LIB_DIR, FakeHost, gpus, make_rootfs
+
+
+def test_binary_needs_no_python_on_the_machine(binary: Path, tmp_path: Path) -> None:
+    # a busybox image with the loader, libc and zlib (the binary's only system libraries),
+    # the binary's folder, and a fake host: no Python, no pip packages
+    rootfs = make_rootfs(tmp_path / "rootfs", programs=())
+    shutil.copy(Path(f"{LIB_DIR}/libz.so.1").resolve(), rootfs / LIB_DIR.lstrip("/") / "libz.so.1")
+    shutil.copytree(binary.parent, rootfs / "opt/ponytail", symlinks=True)
+    host = FakeHost(rootfs / "host", gpu_list=gpus(2, minors=[1, 0]))
+    (rootfs / "host/config.toml").write_text(host.config_text().replace(str(rootfs), ""))
+    assert not [p for p in rootfs.rglob("python*") if p.is_file() and not p.is_relative_to(rootfs / "opt")]
+
+    def run(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+        command = [shutil.which("chroot") or "chroot", str(rootfs), "/opt/ponytail/ponytail", *args]
+        return subprocess.run(command, input=stdin, capture_output=True, env={"PATH": "/bin"}, timeout=60)
+
+    info = run("info", "--json", "-config", "/host/config.toml")
+    assert info.returncode == 0, info.stderr
+    data = json.loads(info.stdout)
+    assert data["driver_version"] == "550.54.15"
+    assert [(g["index"], g["minor"]) for g in data["gpus"]] == [(0, 1), (1, 0)]
+
+    plan = run("-debug", "-config", "/host/config.toml")
+    assert plan.returncode == 0, plan.stderr
+    assert f"mount /host/driver{LIB_DIR}/libcuda.so.550.54.15 -> {LIB_DIR}/libcuda.so.550.54.15" in plan.stdout.decode()
+    assert "skip" in plan.stdout.decode() and "535.104.05" in plan.stdout.decode()
+
+    bad = run("-config", "/host/config.toml", stdin=b'{"id": "x"')
+    assert bad.returncode == 2
+    assert bad.stderr.decode().startswith("ponytail: error: OCI state on stdin is not valid JSON")
+    assert "Traceback" not in bad.stderr.decode() and len(bad.stderr.decode().splitlines()) == 1
+
+    usage = run("info", "--help")
+    assert usage.returncode == 0 and b"PCI bus order" in usage.stdout
