@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from fakehost import LIB_DIR, FakeHost, gpus, make_rootfs  # noqa: E402
+from fakehost import LIB_DIR, FakeGpu, FakeHost, make_rootfs  # noqa: E402
 
 SHELL_HOOK = REPO / "bench" / "shell_hook.sh"
 STALE_VERSION = "535.104.05"
@@ -83,7 +83,8 @@ class BenchHost:
 
 def build_host(base: Path, gpu_count: int, work: Path) -> BenchHost:
     """A FakeHost with ``gpu_count`` GPUs and the whole compute+utility file set."""
-    host = FakeHost(base, gpu_list=gpus(gpu_count))
+    gpu_list = [FakeGpu(f"0000:{0x10 + 3 * i:02x}:00.0", i, f"GPU-{i:08x}-1111-2222-3333-444444444444") for i in range(gpu_count)]
+    host = FakeHost(base, gpu_list=gpu_list)
     libdir = host.driver / LIB_DIR.lstrip("/")
     for stem, soname in LIBRARIES.items():
         if stem in ("libcuda", "libnvidia-ml"):
@@ -290,10 +291,10 @@ def default_binary() -> Path:
     return default_binary()
 
 
-def hook_configurations(pip: Path, binaries: dict[str, Path], bench: BenchHost) -> dict[str, list[str]]:
+def hook_configurations(pip: Path, commands: dict[str, Path], bench: BenchHost) -> dict[str, list[str]]:
     config = str(bench.config)
     runs = {"pip": [str(pip), "-config", config]}
-    for label, path in binaries.items():
+    for label, path in commands.items():
         runs[label] = [str(path), "-config", config]
     runs["shell"] = [
         "/bin/sh", str(SHELL_HOOK), str(bench.host.proc), str(bench.host.dev), str(bench.host.driver), LIB_DIR, *LIBRARIES,
@@ -302,16 +303,16 @@ def hook_configurations(pip: Path, binaries: dict[str, Path], bench: BenchHost) 
 
 
 def measure_hooks(
-    benches: list[BenchHost], pip: Path, binaries: dict[str, Path], runs: int, work: Path, template: Path
+    benches: list[BenchHost], pip: Path, commands: dict[str, Path], runs: int, work: Path, template: Path
 ) -> dict[int, dict[str, Series]]:
     python = str(pip.parent / "python")
     results: dict[int, dict[str, Series]] = {}
     for bench in benches:
-        labels = ["floor", *hook_configurations(pip, binaries, bench), "ldconfig"]
+        labels = ["floor", *hook_configurations(pip, commands, bench), "ldconfig"]
         results[bench.gpu_count] = {label: Series(label) for label in labels}
     for rep in range(runs):
         for bench in benches:
-            configs = hook_configurations(pip, binaries, bench)
+            configs = hook_configurations(pip, commands, bench)
             labels = list(results[bench.gpu_count])
             shift = rep % len(labels)
             for label in labels[shift:] + labels[:shift]:  # a different order each round
@@ -326,10 +327,10 @@ def measure_hooks(
     return results
 
 
-def measure_runc(bench: BenchHost, pip: Path, binaries: dict[str, Path], runs: int, work: Path, template: Path) -> dict[str, Series]:
+def measure_runc(bench: BenchHost, pip: Path, commands: dict[str, Path], runs: int, work: Path, template: Path) -> dict[str, Series]:
     """``runc run`` of a container that runs /bin/true, without and with the hook."""
     variants: dict[str, dict | None] = {"runc, no hook": None}
-    for label, path in {"pip": pip, **binaries}.items():
+    for label, path in {"pip": pip, **commands}.items():
         variants[f"runc + {label} hook"] = {
             "prestart": [{"path": str(path), "args": ["ponytail", "-config", str(bench.config)]}]
         }
@@ -445,6 +446,11 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=15, help="runs of each configuration (default 15)")
     parser.add_argument("--gpus", default="1,8,64", help="GPU counts of the fake hosts (default 1,8,64)")
     parser.add_argument("--binary", action="append", default=[], metavar="LABEL=PATH", help="a binary to measure (repeatable; default: dist/)")
+    parser.add_argument("--no-binary", action="store_true", help="measure no binary")
+    parser.add_argument(
+        "--command", action="append", default=[], metavar="LABEL=PATH",
+        help="another ponytail command to measure beside them, e.g. an older version's (repeatable)",
+    )
     parser.add_argument("--pip", metavar="PATH", help="an installed ponytail command instead of a fresh 'pip install .' venv")
     parser.add_argument("--no-runc", action="store_true", help="skip the runc runs")
     parser.add_argument("--no-pci", action="store_true", help="skip the live /sys/bus/pci scan")
@@ -453,9 +459,10 @@ def main() -> int:
         print("bench: run as root (it mounts and enters mount namespaces)", file=sys.stderr)
         return 2
     binaries = {}
-    for item in args.binary or [f"binary={default_binary()}"]:
+    for item in [] if args.no_binary else args.binary or [f"binary={default_binary()}"]:
         label, _, path = item.partition("=")
         binaries[label] = Path(path).resolve()
+    others = {label: Path(path).resolve() for label, _, path in (item.partition("=") for item in args.command)}
     work = Path(tempfile.mkdtemp(prefix="ponytail-bench-"))
     try:
         build_measure(work)
@@ -464,9 +471,9 @@ def main() -> int:
         benches = [build_host(work / f"host-{n}", n, work) for n in counts]
         template = make_rootfs(work / "image" / "rootfs", programs=())
         _write_runc_config(template.parent / "runc-config.json")
-        hooks = measure_hooks(benches, pip, binaries, args.runs, work, template)
+        hooks = measure_hooks(benches, pip, {**binaries, **others}, args.runs, work, template)
         runc_bench = next((b for b in benches if b.gpu_count == 8), benches[0])
-        runc = {} if args.no_runc else measure_runc(runc_bench, pip, binaries, args.runs, work, template)
+        runc = {} if args.no_runc else measure_runc(runc_bench, pip, {**binaries, **others}, args.runs, work, template)
         pci = {} if args.no_pci else measure_pci_scan(pip, args.runs)
         print("\n".join(report(hooks, runc, pci, args.runs, list(binaries))))
     finally:

@@ -5,7 +5,7 @@ defines them, so images built for it work unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 DRIVER_CAPABILITIES_VAR = "NVIDIA_DRIVER_CAPABILITIES"
 ALL = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from ponytail.records import dataclass, field
 
 from ponytail.errors import ConfigError
 

@@ -115,7 +115,7 @@ def make_plan(config: Config, request: "Request", library_globs: tuple[str, ...]
     if unmet is not None:
         if not dry_run:
             raise unmet
-        from dataclasses import replace
+        from ponytail.records import replace
 
         plan = replace(plan, problems=plan.problems + (unmet.message,))
     if plan.problems and not dry_run:

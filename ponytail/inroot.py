@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 from ponytail.errors import InjectionError
 from ponytail.kernelfs import kernel_filesystem

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass, field
+from ponytail.records import dataclass, field
 
 from ponytail.errors import InputError
 

@@ -7,7 +7,7 @@ Each option takes both spellings: ``-root DIR`` and ``--root DIR`` (or ``--root=
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 from ponytail.capabilities import CAPABILITIES
 from ponytail.host.files import SkippedFile

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
+
+from ponytail.records import dataclass
 
 from ponytail.errors import InputError
 from ponytail.host.driver import canonical_bus_id

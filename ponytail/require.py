@@ -10,7 +10,7 @@ Example (every nvidia/cuda image has one):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from ponytail.records import dataclass
 from typing import Callable
 
 from ponytail.errors import InputError, PonytailError

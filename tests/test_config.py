@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ponytail.config import DEFAULT_CONFIG_PATH, Config, config_path, load_config
 from ponytail.errors import ConfigError
+from ponytail.records import replace
 
 
 def test_shipped_example_config_is_valid() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 from ponytail.errors import InjectionError, InputError
 from ponytail.plan import AllowDevices

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from dataclasses import dataclass, field
+from ponytail.records import dataclass, field
 
 from ponytail.apply import syscalls
 from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup

@@ -7,7 +7,7 @@ maps or loads the library.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 EM_386 = 3
 EM_X86_64 = 62

@@ -11,7 +11,7 @@ import fnmatch
 import glob
 import os
 import re
-from dataclasses import dataclass, field
+from ponytail.records import dataclass, field
 
 from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info
 from ponytail.host.ldcache import read_ld_cache

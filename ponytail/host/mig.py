@@ -7,7 +7,7 @@ and only when a MIG UUID is requested.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 from ponytail.errors import ProbeError
 

@@ -7,7 +7,7 @@ On the live ``/sys`` the bus is enumerated with pyudev; under a relocated sys ro
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 NVIDIA_VENDOR = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller

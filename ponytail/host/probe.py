@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 from ponytail.capabilities import CAPABILITIES
 from ponytail.config import Config

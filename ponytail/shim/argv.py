@@ -5,7 +5,7 @@ gets the arguments unchanged."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from ponytail.records import dataclass
 
 # Global flags that take a value (runc 1.1, crun 1.8); every other flag is a switch.
 GLOBAL_VALUE_FLAGS = frozenset({"log", "log-format", "root", "criu", "rootless", "cgroup-manager"})
