@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import FakeHost, bundle_for, gpus, in_private_mount_ns, mounts_under, run_ponytail, state_for
+from conftest import PONYTAIL, FakeHost, bundle_for, gpus, in_private_mount_ns, mounts_under, run_ponytail, state_for
 from fakehost import make_rootfs
 
 PY = "python3 -m ponytail"
@@ -122,3 +122,16 @@ def test_void_request_injects_nothing(host: FakeHost, tmp_path: Path, sleeper) -
     assert result.returncode == 0, result.stderr
     inside = sleeper.run(["chroot", str(rootfs), "/usr/local/bin/cudacheck"])
     assert "dlopen libcuda.so.1 failed" in inside.stdout
+
+
+def test_manual_mode_with_a_relative_root(host: FakeHost, tmp_path: Path) -> None:
+    make_rootfs(tmp_path / "images" / "rel")
+    result = in_private_mount_ns(
+        f"""
+        cd {tmp_path}/images
+        {" ".join(PONYTAIL)} -config {host.write_config()} -root rel -device 0
+        chroot rel /usr/local/bin/cudacheck
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cuDriverGetVersion 12040" in result.stdout

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
 
 from ponytail.apply import syscalls
+from ponytail.apply.program import run_program
 from ponytail.errors import InjectionError
 from ponytail.kernelfs import kernel_mounts_under
 
@@ -35,26 +35,17 @@ def run_ldconfig(program: str, program_fd: int, root_fd: int, directories: tuple
     rootfs = _canonical_path(root_fd)
     argv = ["ldconfig", "-X", "-r", rootfs, *directories]
     try:
-        result = subprocess.run(
-            argv,
-            executable=f"/proc/self/fd/{program_fd}",
-            pass_fds=(program_fd,),
-            env=dict(LDCONFIG_ENV),
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            timeout=LDCONFIG_TIMEOUT_S,
-            preexec_fn=functools.partial(_isolate, rootfs),
+        status, output = run_program(
+            program_fd, argv, dict(LDCONFIG_ENV), LDCONFIG_TIMEOUT_S, before_exec=functools.partial(_isolate, rootfs)
         )
-    except (OSError, subprocess.SubprocessError) as e:
+    except OSError as e:
         raise InjectionError(f"cannot run {program} on the rootfs: {e}")
-    detail = (result.stderr or result.stdout).decode(errors="replace").strip().splitlines()
+    detail = output.decode(errors="replace").strip().splitlines()
     last = detail[-1] if detail else "no message"
-    if result.returncode == _NOT_ISOLATED:
+    if status == _NOT_ISOLATED:
         raise InjectionError(f"refusing to run {program} on {rootfs}: {last}")
-    if result.returncode != 0:
-        raise InjectionError(f"{program} -r {rootfs} failed (exit {result.returncode}): {last}")
+    if status != 0:
+        raise InjectionError(f"{program} -r {rootfs} failed (exit {status}): {last}")
     return rootfs
 
 
