@@ -6,6 +6,7 @@ import os
 from ponytail.records import dataclass, field
 
 from ponytail.errors import ConfigError
+from ponytail.plaintoml import loads_plain
 
 DEFAULT_CONFIG_PATH = "/etc/ponytail/config.toml"
 CONFIG_ENV_VAR = "PONYTAIL_CONFIG"
@@ -80,17 +81,12 @@ def load_config(path: str, required: bool) -> Config:
 def parse_config(raw: bytes, path: str) -> Config:
     """Validate TOML text against the schema; unknown keys and wrong types are errors."""
     try:
-        import tomllib  # type: ignore[import-not-found]
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text")
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path}: TOML syntax error: {e}")
-    except RecursionError:
-        raise ConfigError(f"config file {path}: arrays or tables nested too deeply")
+    data = loads_plain(text)  # the usual plain config, without tomllib's ~7 ms import
+    if data is None:
+        data = _load_toml(text, path)
     values: dict[str, object] = {"path": path}
     capabilities = data.pop("capabilities", None)
     if capabilities is not None:
@@ -130,6 +126,19 @@ def _capability_extras(path: str, table: object) -> dict[str, dict[str, tuple[st
                 raise ConfigError(f"config file {path}: 'capabilities.{name}.{key}' must be a list of file names (no '/')")
             extras[name][key] = tuple(value)
     return extras
+
+
+def _load_toml(text: str, path: str) -> dict:
+    try:
+        import tomllib  # type: ignore[import-not-found]
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {path}: TOML syntax error: {e}")
+    except RecursionError:
+        raise ConfigError(f"config file {path}: arrays or tables nested too deeply")
 
 
 def _check_type(path: str, key: str, value: object, expected: type) -> object:

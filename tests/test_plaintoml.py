@@ -1,0 +1,134 @@
+"""ponytail.plaintoml reads plain configs as tomllib does, and leaves the rest to tomllib."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fakehost import FakeHost, gpus
+from ponytail.plaintoml import loads_plain
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_shipped_config_and_the_test_configs_are_plain(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path / "h", gpu_list=gpus(1))
+    texts = [
+        (REPO / "config/config.toml").read_text(),
+        host.write_config(library_paths=["/usr/lib/x86_64-linux-gnu/libcuda.so.*"]).read_text(),
+    ]
+    for text in texts:
+        assert loads_plain(text) == tomllib.loads(text)
+        assert loads_plain(text) is not None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[host]\r\nldconfig = ''  # empty\r\n[library]\npaths = [\n  # the driver\n  '/a/*',\n  \"/b\", ]\n",
+        "[ log ]\nfile='/x/\"quoted\"\\\\not an escape'\n\n\n[host]\nretries = -3\nverbose = false\nzero = +0\n",
+        "# only a comment",
+        "",
+        '[t]\nkey = "ünïcødé"\n',
+    ],
+)
+def test_plain_text_reads_as_tomllib_reads_it(text: str) -> None:
+    assert loads_plain(text) == tomllib.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'top = "level"\n',  # a key outside any table
+        '[a.b]\nk = "v"\n',  # dotted table
+        '[[a]]\nk = "v"\n',  # array of tables
+        '[a]\nb.c = "v"\n',  # dotted key
+        '[a]\n"quoted" = "v"\n',  # quoted key
+        '[a]\nk = "tab\\tescape"\n',  # escape
+        '[a]\nk = """multi\nline"""\n',  # multi-line string
+        "[a]\nk = 1.5\n",  # float
+        "[a]\nk = 1_000\n",  # underscore
+        "[a]\nk = 0x1f\n",  # hex
+        "[a]\nk = 1979-05-27\n",  # date
+        "[a]\nk = { x = 1 }\n",  # inline table
+        "[a]\nk = [1, 2]\n",  # array of numbers
+        '[a]\nk = [["nested"]]\n',  # nested array
+    ],
+)
+def test_anything_else_is_left_to_tomllib(text: str) -> None:
+    tomllib.loads(text)  # valid TOML, just not plain
+    assert loads_plain(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[a]\nk = "v"\nk = "w"\n',  # repeated key
+        '[a]\n[a]\n',  # repeated table
+        '[a]\nk = "v" junk\n',
+        '[a]\nk = "unterminated\n',
+        '[a]\nk = ["a" "b"]\n',
+        '[a]\nk = ["a",\n',
+        "[a]\nk = 01\n",
+        "[a]\nk =\n",
+        "[a]\nk = truex\n",
+        "[a] # comment with a \x01 control\n",
+        '[a]\nk = "bell \x07"\n',
+        "[a]\r k = 1\n",
+        "[a\n",
+    ],
+)
+def test_invalid_toml_is_left_to_tomllib_for_its_error(text: str) -> None:
+    with pytest.raises(tomllib.TOMLDecodeError):
+        tomllib.loads(text)
+    assert loads_plain(text) is None
+
+
+KEY = st.text("abcXYZ09_-", min_size=1, max_size=6)
+STRING = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
+VALUE = st.one_of(
+    STRING.map(lambda s: f'"{s}"'),
+    STRING.map(lambda s: f"'{s}'"),
+    st.integers(-(10**6), 10**6).map(str),
+    st.sampled_from(["true", "false", "[]"]),
+    st.lists(STRING.map(lambda s: f"'{s}'"), max_size=3).map(lambda xs: "[\n  " + ",\n  ".join(xs) + ",\n]"),
+)
+LINE = st.one_of(
+    KEY.map(lambda k: f"[{k}]"),
+    st.tuples(KEY, VALUE).map(lambda kv: f"{kv[0]} = {kv[1]}"),
+    STRING.map(lambda s: f"# {s}"),
+    st.just(""),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(LINE, max_size=12), st.sampled_from(["\n", "\r\n"]))
+def test_whatever_it_reads_tomllib_reads_the_same(lines: list[str], newline: str) -> None:
+    text = newline.join(lines)
+    plain = loads_plain(text)
+    try:
+        expected = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        assert plain is None, text
+        return
+    assert plain is None or plain == expected, text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("[]=\"' \t\n\r#,.abc01-+\\\x00\x7fé")), max_size=40))
+def test_on_garbage_it_agrees_with_tomllib_or_gives_up(text: str) -> None:
+    plain = loads_plain(text)
+    try:
+        expected = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        assert plain is None, repr(text)
+        return
+    assert plain is None or plain == expected, repr(text)
