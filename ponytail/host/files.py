@@ -7,6 +7,7 @@ firmware) by glob.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import glob
 import os
@@ -22,6 +23,7 @@ CONTAINER_BIN_DIR = "/usr/bin"
 _TRIPLET = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}
 _VERSION_SUFFIX = re.compile(r"\.so\.(\d+(?:\.\d+)+)$")
 _DRIVER_LIKE = re.compile(r"^\d{3,}\.\d+(\.\d+)?$")
+_GLOB_MAGIC = re.compile(r"[*?[]")
 
 
 def library_dirs(bits: int = 64) -> tuple[str, ...]:
@@ -94,7 +96,7 @@ class _Scan:
     root: str
     root_fd: int
     version: str
-    cache: list[tuple[str, str]]
+    cache: list[tuple[str, str]]  # (file name, path), sorted
     listings: dict[str, list[str]] = field(default_factory=dict)
     found: dict[tuple[str, int], DriverFile] = field(default_factory=dict)
     skipped: dict[tuple[str, int], SkippedFile] = field(default_factory=dict)
@@ -108,7 +110,8 @@ def find_libraries(
     if root_fd is None:
         reports = [SearchReport(s.describe(), ()) for s in searches]
         return [], reports, [SkippedFile(driver_root, "driver root does not exist")]
-    scan = _Scan(driver_root, root_fd, driver_version, read_ld_cache(host_path(driver_root, "/etc/ld.so.cache")))
+    cache = sorted(read_ld_cache(host_path(driver_root, "/etc/ld.so.cache")))
+    scan = _Scan(driver_root, root_fd, driver_version, cache)
     try:
         reports = [_search(scan, s) for s in searches]
     finally:
@@ -152,9 +155,9 @@ def find_files(driver_root: str, patterns: tuple[str, ...], why: str) -> list[Dr
 def _search(scan: _Scan, search: LibrarySearch) -> SearchReport:
     matches: list[str] = []
     for d in (x for directory in search.dirs for x in _expand_dirs(scan.root, directory)):
-        matches.extend(f"{d}/{n}" for n in sorted(fnmatch.filter(_listing(scan, d), search.pattern)))
+        matches.extend(f"{d}/{n}" for n in _sorted_matches(_listing(scan, d), search.pattern))
     seen = set(matches)
-    from_cache = sorted({p for name, p in scan.cache if fnmatch.fnmatchcase(name, search.pattern) and p not in seen})
+    from_cache = sorted({p for _, p in _sorted_matches(scan.cache, search.pattern) if p not in seen})
     for path in matches:
         _consider(scan, path, search, "")
     for path in from_cache:
@@ -204,14 +207,36 @@ def _expand_dirs(root: str, directory: str) -> list[str]:
 
 
 def _listing(scan: _Scan, directory: str) -> list[str]:
+    """The sorted names in ``directory``, read once however many searches look there."""
     names = scan.listings.get(directory)
     if names is None:
         try:
-            names = os.listdir(host_path(scan.root, directory))
+            names = sorted(os.listdir(host_path(scan.root, directory)))
         except OSError:
             names = []
         scan.listings[directory] = names
     return names
+
+
+def _sorted_matches(entries: list, name_pattern: str) -> list:
+    """The entries of a sorted list (names, or (name, path) pairs) whose name matches
+    ``name_pattern``. Only the run that starts with the pattern's literal prefix is
+    tried: a glob costs a binary search and its matches, not a pass over a driver
+    root's ~1000 libraries."""
+    prefix = _GLOB_MAGIC.split(name_pattern, 1)[0]
+    start = bisect.bisect_left(entries, prefix, key=_name)
+    found = []
+    for entry in entries[start:]:
+        name = _name(entry)
+        if not name.startswith(prefix):
+            break
+        if fnmatch.fnmatchcase(name, name_pattern):
+            found.append(entry)
+    return found
+
+
+def _name(entry: str | tuple[str, str]) -> str:
+    return entry if isinstance(entry, str) else entry[0]
 
 
 def host_path(root: str, path: str) -> str:

@@ -1,0 +1,50 @@
+"""Library globs find what a full fnmatch pass over the directory and the ld.so.cache finds."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+
+import pytest
+
+from fakehost import LIB_DIR, FakeHost, gpus
+from ponytail.host.files import LibrarySearch, find_libraries
+from ponytail.host.ldcache import read_ld_cache
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
+    host = FakeHost(tmp_path_factory.mktemp("globs") / "host", gpu_list=gpus(1), lib_dir="/usr/local/nvidia/lib64")
+    libdir = host.driver / LIB_DIR.lstrip("/")
+    libdir.mkdir(parents=True)
+    for name in ("libcudart.so.12", "libnvidia-egl-wayland.so.1", "libcuda.so.1.bak", "libacuda.so.1", "libcuda.so"):
+        (libdir / name).write_bytes(b"not a library")
+    return host
+
+
+@pytest.mark.parametrize(
+    "name_pattern",
+    ["libcuda.so.*", "libcuda*", "*cuda.so.*", "lib?uda.so.[0-9]*", "libnvidia-*.so.*", "libcuda.so.[!0-9]*", "*", "libcuda.so"],
+)
+@pytest.mark.parametrize("directory", [LIB_DIR, "/usr/local/nvidia/lib64"])
+def test_a_glob_matches_exactly_what_fnmatch_matches(host: FakeHost, directory: str, name_pattern: str) -> None:
+    search = LibrarySearch.for_glob(f"{directory}/{name_pattern}", "a test")
+    _, reports, _ = find_libraries(str(host.driver), [search], host.driver_version)
+    names = os.listdir(host.driver / directory.lstrip("/"))
+    matches = tuple(f"{directory}/{n}" for n in sorted(fnmatch.filter(names, name_pattern)))
+    assert reports[0].matches == matches
+    cache = read_ld_cache(str(host.driver / "etc/ld.so.cache"))
+    expected = sorted({p for n, p in cache if fnmatch.fnmatchcase(n, name_pattern) and p not in matches})
+    assert list(reports[0].from_cache) == expected
+
+
+def test_one_listing_per_directory(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    listed: list[str] = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: listed.append(str(path)) or real_listdir(path))
+    searches = [LibrarySearch.for_name(stem, "a test") for stem in ("libcuda", "libnvidia-ml", "libnvidia-cfg")]
+    found, _, _ = find_libraries(str(host.driver), searches, host.driver_version)
+    assert str(Path(host.driver) / "usr/local/nvidia/lib64") in listed
+    assert sorted(listed) == sorted(set(listed)), "a directory was listed twice"
+    assert {f.soname for f in found} == {"libcuda.so.1", "libnvidia-ml.so.1"}
