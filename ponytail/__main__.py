@@ -1,3 +1,3 @@
-from ponytail.entry import main
+from ponytail.entry import run
 
-raise SystemExit(main())
+run()

@@ -48,3 +48,10 @@ def test_one_listing_per_directory(host: FakeHost, monkeypatch: pytest.MonkeyPat
     assert str(Path(host.driver) / "usr/local/nvidia/lib64") in listed
     assert sorted(listed) == sorted(set(listed)), "a directory was listed twice"
     assert {f.soname for f in found} == {"libcuda.so.1", "libnvidia-ml.so.1"}
+
+
+def test_a_glob_in_the_directory_part(host: FakeHost) -> None:
+    plain = LibrarySearch.for_glob("/usr/local/nvidia/lib64/libcuda.so.*", "a test")
+    dirglob = LibrarySearch.for_glob("/usr/local/*/lib6?/libcuda.so.*", "a test")
+    plain, dirglob = (find_libraries(str(host.driver), [s], host.driver_version)[1][0] for s in (plain, dirglob))
+    assert dirglob.matches == plain.matches and plain.matches
