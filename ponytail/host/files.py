@@ -224,13 +224,14 @@ def _sorted_matches(entries: list, name_pattern: str) -> list:
     tried: a glob costs a binary search and its matches, not a pass over a driver
     root's ~1000 libraries."""
     prefix = _GLOB_MAGIC.split(name_pattern, 1)[0]
+    any_rest = name_pattern == prefix + "*"  # "libcuda.so.*": the prefix says it all, no fnmatch
     start = bisect.bisect_left(entries, prefix, key=_name)
     found = []
     for entry in entries[start:]:
         name = _name(entry)
         if not name.startswith(prefix):
             break
-        if fnmatch.fnmatchcase(name, name_pattern):
+        if any_rest or fnmatch.fnmatchcase(name, name_pattern):
             found.append(entry)
     return found
 

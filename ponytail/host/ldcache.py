@@ -45,18 +45,18 @@ def parse_ld_cache_entries(data: bytes) -> list[tuple[str, str, int]]:
         nlibs, = struct.unpack_from("<I", data, 12)
         start = 16 + nlibs * _OLD_ENTRY_SIZE
         start = (start + 7) & ~7  # the new table is aligned
-        if not data[start:].startswith(NEW_MAGIC):
+        if not data.startswith(NEW_MAGIC, start):
             start = data.find(NEW_MAGIC, 16)
             if start < 0:
                 return []
-    if not data[start:].startswith(NEW_MAGIC) or len(data) < start + _NEW_HEADER.size:
+    if not data.startswith(NEW_MAGIC, start) or len(data) < start + _NEW_HEADER.size:
         return []
     _magic, nlibs, _len_strings, _flags, _ext = _NEW_HEADER.unpack_from(data, start)
-    entries = []
     pos = start + _NEW_HEADER.size
-    for _ in range(min(nlibs, (len(data) - pos) // _NEW_ENTRY.size)):
-        flags, key, value, _osv, _hwcap = _NEW_ENTRY.unpack_from(data, pos)
-        pos += _NEW_ENTRY.size
+    count = min(nlibs, (len(data) - pos) // _NEW_ENTRY.size)
+    table = memoryview(data)[pos : pos + count * _NEW_ENTRY.size]
+    entries = []
+    for flags, key, value, _osv, _hwcap in _NEW_ENTRY.iter_unpack(table):
         name, path = _string(data, start + key), _string(data, start + value)
         if name and path:
             entries.append((name, path, flags))
@@ -64,9 +64,7 @@ def parse_ld_cache_entries(data: bytes) -> list[tuple[str, str, int]]:
 
 
 def _string(data: bytes, offset: int) -> str | None:
-    if not 0 <= offset < len(data):
-        return None
-    end = data.find(b"\0", offset)
+    end = data.find(b"\0", offset)  # -1 past the end, or unterminated
     if end < 0:
         return None
     return data[offset:end].decode("utf-8", "replace")
