@@ -23,7 +23,7 @@ CONTAINER_BIN_DIR = "/usr/bin"
 _TRIPLET = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}
 _VERSION_SUFFIX = re.compile(r"\.so\.(\d+(?:\.\d+)+)$")
 _DRIVER_LIKE = re.compile(r"^\d{3,}\.\d+(\.\d+)?$")
-_GLOB_MAGIC = re.compile(r"[*?[]")
+_GLOB_MAGIC = "*?["
 
 
 def library_dirs(bits: int = 64) -> tuple[str, ...]:
@@ -200,7 +200,7 @@ def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[str | None, str | Non
 
 
 def _expand_dirs(root: str, directory: str) -> list[str]:
-    if not glob.has_magic(directory):
+    if not any(c in directory for c in _GLOB_MAGIC):
         return [directory]
     prefix = root.rstrip("/")
     return sorted(d[len(prefix):] or "/" for d in glob.glob(prefix + directory) if os.path.isdir(d))
@@ -223,7 +223,7 @@ def _sorted_matches(entries: list, name_pattern: str) -> list:
     ``name_pattern``. Only the run that starts with the pattern's literal prefix is
     tried: a glob costs a binary search and its matches, not a pass over a driver
     root's ~1000 libraries."""
-    prefix = _GLOB_MAGIC.split(name_pattern, 1)[0]
+    prefix = _literal_prefix(name_pattern)
     any_rest = name_pattern == prefix + "*"  # "libcuda.so.*": the prefix says it all, no fnmatch
     start = bisect.bisect_left(entries, prefix, key=_name)
     found = []
@@ -234,6 +234,14 @@ def _sorted_matches(entries: list, name_pattern: str) -> list:
         if any_rest or fnmatch.fnmatchcase(name, name_pattern):
             found.append(entry)
     return found
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The part of a glob before its first wildcard."""
+    for i, c in enumerate(pattern):
+        if c in _GLOB_MAGIC:
+            return pattern[:i]
+    return pattern
 
 
 def _name(entry: str | tuple[str, str]) -> str:
