@@ -354,22 +354,35 @@ def measure_runc(bench: BenchHost, pip: Path, commands: dict[str, Path], runs: i
     return results
 
 
-def measure_pci_scan(pip: Path, runs: int) -> dict[str, Series]:
-    """This machine's live /sys/bus/pci scanned as ponytail does it: pyudev (the live
-    /sys path today) or plain sysfs reads (the relocated sys root path), import included."""
+def measure_pci_scan(pip: Path, bench: BenchHost, runs: int, work: Path) -> dict[str, Series]:
+    """This machine's live /sys/bus/pci scanned as ponytail does it: with pyudev (what
+    a live /sys gets today) or with plain sysfs reads (what a relocated sys root gets).
+    First the scan alone in a fresh interpreter, import included; then a whole
+    ``ponytail -debug`` whose config names the live /sys (pyudev) or a bind mount of it
+    (sysfs reads), both run the same way in a private mount namespace."""
     python = str(pip.parent / "python")
     code = (
         "import time; t = time.perf_counter(); from ponytail.host import pci; "
         "n = len(pci.{}); print((time.perf_counter() - t) * 1000, n)"
     )
-    variants = {"pyudev": "pci_functions_pyudev()", "sysfs": "pci_functions_sysfs('/sys')"}
-    results = {label: Series(label) for label in variants}
+    scans = {"pyudev": "pci_functions_pyudev()", "sysfs": "pci_functions_sysfs('/sys')"}
+    bind = work / "live-sys"
+    bind.mkdir(exist_ok=True)
+    configs = {}
+    for label, sys_root in (("pyudev", "/sys"), ("sysfs", str(bind))):
+        configs[label] = work / f"debug-{label}.toml"
+        configs[label].write_text(bench.config.read_text().replace(f'sys_root = "{bench.host.sys}"', f'sys_root = "{sys_root}"'))
+    results: dict[str, Series] = {}
     for rep in range(runs):
-        for label in (list(variants) if rep % 2 == 0 else list(variants)[::-1]):
-            out = subprocess.run([python, "-I", "-c", code.format(variants[label])], capture_output=True, text=True, check=True)
+        for label in (["pyudev", "sysfs"] if rep % 2 == 0 else ["sysfs", "pyudev"]):
+            out = subprocess.run([python, "-I", "-c", code.format(scans[label])], capture_output=True, text=True, check=True)
             ms, count = out.stdout.split()
-            results[label].samples.append(Sample(float(ms) / 1000, 0))
-            results[label].label = f"{label} ({count} PCI functions)"
+            results.setdefault(f"scan: {label} ({count} PCI functions)", Series("")).samples.append(Sample(float(ms) / 1000, 0))
+            script = f'mount --bind /sys {bind} && exec {pip} -debug -config {configs[label]}'
+            sample, status, err = spawn_timed(["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c", script])
+            if status != 0:
+                raise SystemExit(f"ponytail -debug ({label}): exit {status}: {err.strip()}")
+            results.setdefault(f"ponytail -debug: {label}", Series("")).samples.append(sample)
     return results
 
 
@@ -410,7 +423,7 @@ def report(hooks: dict[int, dict[str, Series]], runc: dict[str, Series], pci: di
             if label != "runc, no hook":
                 out.append(f"container-start overhead, {label}: {s.median() - bare:+.1f} ms (median with - median without)")
     if pci:
-        out += ["", "PCI scan of this machine's live /sys (import + enumerate, in-process):"]
+        out += ["", "This machine's live /sys/bus/pci: the scan alone (import + enumerate, in-process), then whole runs:"]
         out += table(list(pci.items()), with_rss=False)
     out += ["", "targets:"] + targets(hooks, binaries)
     return out
@@ -474,7 +487,7 @@ def main() -> int:
         hooks = measure_hooks(benches, pip, {**binaries, **others}, args.runs, work, template)
         runc_bench = next((b for b in benches if b.gpu_count == 8), benches[0])
         runc = {} if args.no_runc else measure_runc(runc_bench, pip, {**binaries, **others}, args.runs, work, template)
-        pci = {} if args.no_pci else measure_pci_scan(pip, args.runs)
+        pci = {} if args.no_pci else measure_pci_scan(pip, runc_bench, args.runs, work)
         print("\n".join(report(hooks, runc, pci, args.runs, list(binaries))))
     finally:
         shutil.rmtree(work, ignore_errors=True)
