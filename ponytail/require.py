@@ -10,10 +10,13 @@ Example (every nvidia/cuda image has one):
 from __future__ import annotations
 
 import re
-from ponytail.records import dataclass
-from typing import Callable
 
 from ponytail.errors import InputError, PonytailError
+from ponytail.records import dataclass
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+    from typing import Callable
 
 _CONSTRAINT = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|!=|==|=|<|>)(\S+)$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
