@@ -55,3 +55,24 @@ def test_a_glob_in_the_directory_part(host: FakeHost) -> None:
     dirglob = LibrarySearch.for_glob("/usr/local/*/lib6?/libcuda.so.*", "a test")
     plain, dirglob = (find_libraries(str(host.driver), [s], host.driver_version)[1][0] for s in (plain, dirglob))
     assert dirglob.matches == plain.matches and plain.matches
+
+
+def test_file_globs_find_what_glob_finds(tmp_path: Path) -> None:
+    import glob
+
+    from ponytail.host.files import _glob
+
+    fw = tmp_path / "lib/firmware/nvidia/550.54.15"
+    fw.mkdir(parents=True)
+    for name in ("gsp_ga10x.bin", "gsp_tu10x.bin", ".gsp_hidden.bin", "other.bin"):
+        (fw / name).write_bytes(b"x")
+    (tmp_path / "etc/vendors").mkdir(parents=True)
+    (tmp_path / "etc/vendors/nvidia.icd").write_text("libcuda.so.1\n")
+    (tmp_path / "etc/vendors/dangling.json").symlink_to("nowhere")
+    patterns = [
+        "/lib/firmware/nvidia/550.54.15/gsp*.bin", "/lib/firmware/nvidia/550.54.15/*", "/lib/firmware/nvidia/550.54.15/.g*",
+        "/lib/firmware/nvidia/*/gsp_[gt]*.bin", "/etc/vendors/nvidia.icd", "/etc/vendors/*.json", "/etc/vendors/missing.icd",
+        "/no/such/dir/*.bin", "/etc/vendors/nvidia.icd/*",
+    ]
+    for pattern in patterns:
+        assert _glob(f"{tmp_path}{pattern}") == sorted(glob.glob(f"{tmp_path}{pattern}")), pattern

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
-import glob
 import os
 import re
 from ponytail.records import dataclass, field
@@ -143,7 +142,7 @@ def find_files(driver_root: str, patterns: tuple[str, ...], why: str) -> list[Dr
     try:
         prefix = driver_root.rstrip("/")
         for pattern in patterns:
-            for match in sorted(glob.glob(prefix + pattern)):
+            for match in _glob(prefix + pattern):
                 real = real_path_in_root(root_fd, match[len(prefix):])
                 if real is not None and real not in found and os.path.isfile(host_path(driver_root, real)):
                     found[real] = DriverFile(real, host_path(driver_root, real), match[len(prefix):], None, why)
@@ -200,10 +199,33 @@ def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[str | None, str | Non
 
 
 def _expand_dirs(root: str, directory: str) -> list[str]:
-    if not any(c in directory for c in _GLOB_MAGIC):
+    if not _has_magic(directory):
         return [directory]
     prefix = root.rstrip("/")
-    return sorted(d[len(prefix):] or "/" for d in glob.glob(prefix + directory) if os.path.isdir(d))
+    return sorted(d[len(prefix):] or "/" for d in _glob(prefix + directory) if os.path.isdir(d))
+
+
+def _glob(pattern: str) -> list[str]:
+    """``sorted(glob.glob(pattern))``. A wildcard only in the last component (the firmware's
+    gsp*.bin, a vendor file) takes one listing; the glob module (~1 ms to import, with
+    contextlib) only for a wildcard in a directory."""
+    directory, name = os.path.split(pattern)
+    if _has_magic(directory):
+        import glob
+
+        return sorted(glob.glob(pattern))
+    if not _has_magic(name):
+        return [pattern] if os.path.lexists(pattern) else []
+    try:
+        names = os.listdir(directory or os.curdir)
+    except OSError:
+        return []
+    hidden = name.startswith(".")  # as glob: a wildcard does not match a leading dot
+    return sorted(os.path.join(directory, n) for n in fnmatch.filter(names, name) if hidden or not n.startswith("."))
+
+
+def _has_magic(path: str) -> bool:
+    return any(c in path for c in _GLOB_MAGIC)
 
 
 def _listing(scan: _Scan, directory: str) -> list[str]:
