@@ -49,21 +49,26 @@ from fakehost import LIB_DIR, FakeGpu, FakeHost, make_rootfs  # noqa: E402
 
 SHELL_HOOK = REPO / "bench" / "shell_hook.sh"
 STALE_VERSION = "535.104.05"
-# The compute+utility libraries (reference.md), by file stem, with their SONAMEs
-# ("{v}": the driver version). libcuda and libnvidia-ml come from FakeHost itself.
+# The compute+utility libraries and binaries (ponytail.capabilities, as NVIDIA defines them),
+# libraries by file stem with their SONAMEs ("{v}": the driver version). libcuda and
+# libnvidia-ml come from FakeHost itself.
 LIBRARIES = {
     "libcuda": "libcuda.so.1",
     "libnvidia-ml": "libnvidia-ml.so.1",
-    "libcudadebugger": "libcudadebugger.so.1",
     "libnvidia-cfg": "libnvidia-cfg.so.1",
+    "libnvidia-nscq": "libnvidia-nscq.so.{v}",
+    "libcudadebugger": "libcudadebugger.so.1",
     "libnvidia-opencl": "libnvidia-opencl.so.1",
     "libnvidia-gpucomp": "libnvidia-gpucomp.so.{v}",
     "libnvidia-ptxjitcompiler": "libnvidia-ptxjitcompiler.so.1",
+    "libnvidia-fatbinaryloader": "libnvidia-fatbinaryloader.so.{v}",
     "libnvidia-allocator": "libnvidia-allocator.so.1",
-    "libnvidia-nvvm": "libnvidia-nvvm.so.4",
+    "libnvidia-compiler": "libnvidia-compiler.so.{v}",
     "libnvidia-pkcs11": "libnvidia-pkcs11.so.{v}",
     "libnvidia-pkcs11-openssl3": "libnvidia-pkcs11-openssl3.so.{v}",
+    "libnvidia-nvvm": "libnvidia-nvvm.so.4",
 }
+BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
 FILLER_LIBRARIES = 550  # other libraries in the driver root's ld.so.cache (this Debian 12 host has ~550)
 CONTROL_NODES = 3  # nvidiactl, nvidia-uvm, nvidia-uvm-tools
 HOOK_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -97,11 +102,11 @@ def build_host(base: Path, gpu_count: int, work: Path) -> BenchHost:
             link.symlink_to(f"{stem}.so.{host.driver_version}")
     _add_filler_libraries(work, libdir)
     bindir = host.driver / "usr/bin"
-    for name in ("nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"):
+    for name in BINARIES[1:]:
         shutil.copy(bindir / "nvidia-smi", bindir / name)
     subprocess.run(["ldconfig", "-r", str(host.driver)], check=True)
-    config = host.write_config(library_paths=[f"{LIB_DIR}/{stem}.so.*" for stem in LIBRARIES])
-    expected = gpu_count + CONTROL_NODES + len(LIBRARIES) + 1  # + nvidia-smi
+    config = host.write_config()  # the default capabilities (utility, compute) name every file above
+    expected = gpu_count + CONTROL_NODES + len(LIBRARIES) + len(BINARIES)
     return BenchHost(gpu_count, host, config, expected)
 
 
@@ -296,9 +301,8 @@ def hook_configurations(pip: Path, commands: dict[str, Path], bench: BenchHost) 
     runs = {"pip": [str(pip), "-config", config]}
     for label, path in commands.items():
         runs[label] = [str(path), "-config", config]
-    runs["shell"] = [
-        "/bin/sh", str(SHELL_HOOK), str(bench.host.proc), str(bench.host.dev), str(bench.host.driver), LIB_DIR, *LIBRARIES,
-    ]
+    host = bench.host
+    runs["shell"] = ["/bin/sh", str(SHELL_HOOK), str(host.proc), str(host.dev), str(host.driver), LIB_DIR, " ".join(BINARIES), *LIBRARIES]
     return runs
 
 
