@@ -76,3 +76,29 @@ def test_file_globs_find_what_glob_finds(tmp_path: Path) -> None:
     ]
     for pattern in patterns:
         assert _glob(f"{tmp_path}{pattern}") == sorted(glob.glob(f"{tmp_path}{pattern}")), pattern
+
+
+def test_candidates_resolve_as_real_path_in_root_does(tmp_path: Path) -> None:
+    from ponytail.host.files import _real_path, _Scan
+    from ponytail.inroot import real_path_in_root
+
+    root = tmp_path / "root"
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    lib.mkdir(parents=True)
+    (root / "lib").symlink_to("usr/lib")
+    (lib / "libcuda.so.550.54.15").write_bytes(b"x")
+    (lib / "libcuda.so.1").symlink_to("libcuda.so.550.54.15")
+    (lib / "abs.so.1").symlink_to("/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15")
+    (lib / "out.so.1").symlink_to("../../../../../../etc/hostname")
+    (lib / "dangling.so.1").symlink_to("nowhere.so")
+    (lib / "subdir").mkdir()
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+    try:
+        scan = _Scan(str(root), fd, "550.54.15", [])
+        names = ["libcuda.so.550.54.15", "libcuda.so.1", "abs.so.1", "out.so.1", "dangling.so.1", "subdir", "missing.so", "..", "."]
+        for directory in ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/lib/../lib/x86_64-linux-gnu", "/nope"):
+            for name in names:
+                path = f"{directory}/{name}"
+                assert _real_path(scan, path) == real_path_in_root(fd, path), path
+    finally:
+        os.close(fd)

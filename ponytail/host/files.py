@@ -11,6 +11,7 @@ import bisect
 import fnmatch
 import os
 import re
+import stat
 from ponytail.records import dataclass, field
 
 from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info
@@ -99,6 +100,7 @@ class _Scan:
     listings: dict[str, list[str]] = field(default_factory=dict)
     found: dict[tuple[str, int], DriverFile] = field(default_factory=dict)
     skipped: dict[tuple[str, int], SkippedFile] = field(default_factory=dict)
+    real_dirs: dict[str, str | None] = field(default_factory=dict)
 
 
 def find_libraries(
@@ -165,7 +167,7 @@ def _search(scan: _Scan, search: LibrarySearch) -> SearchReport:
 
 
 def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
-    real = real_path_in_root(scan.root_fd, path)
+    real = _real_path(scan, path)
     if real is None:
         scan.skipped.setdefault((path, search.bits), SkippedFile(path, "not found (dangling link, or leaves the driver root)"))
         return
@@ -183,6 +185,27 @@ def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
         scan.skipped[key] = SkippedFile(real, problem)
         return
     scan.found[key] = DriverFile(real, host_path(scan.root, real), real, soname, f"{search.why}{how}", search.bits)
+
+
+def _real_path(scan: _Scan, path: str) -> str | None:
+    """``real_path_in_root(path)``, with each directory resolved once: the candidates of a
+    search are mostly plain files in directories that other candidates share."""
+    directory, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        return real_path_in_root(scan.root_fd, path)
+    if directory not in scan.real_dirs:
+        scan.real_dirs[directory] = "" if directory == "/" else real_path_in_root(scan.root_fd, directory)
+    real_dir = scan.real_dirs[directory]
+    if real_dir is None:
+        return None
+    real = f"{real_dir}/{name}"
+    try:
+        mode = os.lstat(host_path(scan.root, real)).st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):  # where it leads is resolved inside the root, from the start
+        return real_path_in_root(scan.root_fd, path)
+    return real
 
 
 def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[str | None, str | None]:
