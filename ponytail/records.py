@@ -136,6 +136,11 @@ def _add_methods(
     values_of = attrgetter(*compared) if len(compared) > 1 else (lambda self: tuple(getattr(self, n) for n in compared))
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not kwargs and len(args) == count:  # the usual call: every field, in order
+            self.__dict__.update(zip(names, args))
+            if post_init is not None:
+                post_init(self)
+            return
         if len(args) > count:
             raise TypeError(f"{title}() takes {count} positional arguments but {len(args)} were given")
         values = dict(zip(names, args))
