@@ -20,7 +20,6 @@ the mounts this run attached are detached again before the error is reported.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from ponytail.records import dataclass, field
@@ -423,8 +422,10 @@ def _write_file(root_fd: int, path: str, content: bytes, outcome: Outcome, repla
         raise InjectionError(f"cannot write {resolved.path} in the rootfs: {e.strerror}")
     finally:
         if replace:
-            with contextlib.suppress(OSError):
+            try:
                 _unlink(resolved.parent_fd, temp)
+            except OSError:
+                pass
         resolved.close()
 
 
