@@ -190,24 +190,30 @@ def spawn_timed(argv: list[str], stdin: bytes = b"", cwd: str | None = None) -> 
 
 
 class StandIn:
-    """A process in a fresh private mount namespace: the container at prestart."""
+    """A process in a fresh private mount namespace: the container at prestart, with its
+    own tmpfs on the rootfs's /dev as runc mounts one before the prestart hooks run."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "600"])
-        own = os.readlink("/proc/self/ns/mnt")
-        for _ in range(500):
+    def __init__(self, rootfs: Path) -> None:
+        script = 'mount -t tmpfs -o mode=755 tmpfs "$1/dev" && exec sleep 600'
+        self.proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "/bin/sh", "-c", script, "sh", str(rootfs)])
+        for _ in range(1000):
             try:
-                if os.readlink(f"/proc/{self.proc.pid}/ns/mnt") != own:
-                    return
+                with open(f"/proc/{self.proc.pid}/comm") as f:
+                    if f.read().strip() == "sleep":  # exec'd: its /dev is mounted
+                        return
             except FileNotFoundError:
                 pass
+            if self.proc.poll() is not None:
+                break
             time.sleep(0.002)
-        raise RuntimeError("the stand-in container never entered its own mount namespace")
+        raise RuntimeError("the stand-in container did not start in its own mount namespace with its /dev")
 
     def mounts_under(self, path: Path) -> int:
+        """Mounts below ``path`` in the container's namespace, its own /dev tmpfs left out."""
         prefix = str(path) + "/"
         with open(f"/proc/{self.proc.pid}/mountinfo") as f:
-            return sum(1 for line in f if line.split()[4].startswith(prefix))
+            points = [line.split()[4] for line in f]
+        return sum(1 for point in points if point.startswith(prefix) and point != f"{path}/dev")
 
     def stop(self) -> None:
         self.proc.kill()
@@ -241,7 +247,7 @@ def state_for(bundle: Bundle, pid: int) -> bytes:
 
 def hook_sample(argv: list[str], bench: BenchHost, work: Path, template: Path, check: bool = True) -> Sample:
     bundle = fresh_bundle(work, template)
-    container = StandIn()
+    container = StandIn(bundle.rootfs)
     try:
         sample, code, err = spawn_timed(argv, state_for(bundle, container.proc.pid))
         mounted = container.mounts_under(bundle.rootfs)
