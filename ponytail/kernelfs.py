@@ -75,4 +75,6 @@ def kernel_mounts_under(path: str, mountinfo: str = "/proc/self/mountinfo") -> l
 
 def _unescape(field: str) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes (\\040...)."""
+    if "\\" not in field:  # the usual path: no regex to compile in ldconfig's child
+        return field
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
