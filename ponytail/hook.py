@@ -155,9 +155,10 @@ def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container 
         if not os.path.isdir(options.root):
             raise UsageError(f"-root {options.root}: not a directory")
         return None
-    if options.debug and _interactive(stdin):
-        return None
-    raw = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")
+    if _interactive(stdin):  # a person at a terminal, not a container engine: never wait for input
+        raw = b""
+    else:
+        raw = read_bounded(stdin, MAX_STATE_BYTES, "OCI state on stdin")
     if options.debug and not raw.strip():
         return None
     if not raw.strip():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import FakeHost, bundle_for, run_ponytail, state_for, tree_digest
+from conftest import PONYTAIL, FakeHost, bundle_for, run_ponytail, state_for, tree_digest
 from fakehost import FakeGpu, gpus
 
 
@@ -172,3 +173,13 @@ def test_help_teaches_both_spellings_and_modes() -> None:
     out = result.stdout.decode()
     for text in ("-root, --root DIR", "-device, --device SEL", "-libs, --libs", "-debug, --debug", "Hook mode", "info"):
         assert text in out
+
+
+def test_hook_mode_at_a_terminal_says_what_to_do_instead_of_waiting(host: FakeHost) -> None:
+    # `script` gives ponytail a terminal on stdin, as when a person types the bare command
+    result = subprocess.run(
+        ["script", "-qec", f"{' '.join(PONYTAIL)} -config {host.write_config()}", "/dev/null"],
+        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+    )
+    assert "no OCI state on stdin" in result.stdout and "-root DIR" in result.stdout
+    assert result.returncode == 2
