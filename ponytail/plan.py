@@ -12,6 +12,7 @@ from ponytail.records import dataclass
 
 from ponytail.capabilities import CAPABILITIES
 from ponytail.host.files import SkippedFile
+from ponytail.host.mig import mig_access_path
 from ponytail.host.probe import DeviceNode, Gpu, Host
 from ponytail.request import Request, Selection
 
@@ -198,4 +199,8 @@ def _proc_mask(host: Host, selection: Selection, mig_gpus: dict[str, tuple[Gpu, 
     for name, info in sorted(host.gpu_information.items()):
         if canonical_bus_id(name) in visible:
             files.append((f"gpus/{name}/information", info))
+    # what CUDA in the container reads to learn which MIG instances it may use
+    access = [p for m in selection.migs for p in mig_access_path(by_index[m.gpu_index].minor, m)]
+    access += [f"capabilities/mig/{what}" for what in mig_gpus]
+    files += [(p, host.capability_files[p]) for p in dict.fromkeys(access) if p in host.capability_files]
     return ProcMask(PROC_DRIVER_DIR, tuple(files), "hide other GPUs; ModifyDeviceFiles: 0")

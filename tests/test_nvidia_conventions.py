@@ -248,3 +248,20 @@ def test_driver_libraries_baked_into_the_image_do_not_shadow_the_host(full_host:
     assert "cuDriverGetVersion 12040" in inside.stdout, inside.stdout  # the host's, not the image's 11080
     log = [line for line in full_host.log.read_text().splitlines() if f"shadow-{where}" in line and "warning" in line]
     assert any("libcuda.so.1" in line and ("image ships its own" in line or "image's link" in line) for line in log), log
+
+
+def test_masked_proc_shows_a_mig_container_its_own_access_files(full_host: FakeHost, rootfs: Path) -> None:
+    (rootfs / "proc/driver/nvidia").mkdir(parents=True)
+    gi_minor, ci_minor = FakeHost.mig_minors(0, 2, 1)
+    result = in_private_mount_ns(
+        f"""
+        {PY} -config {full_host.write_config()} -root {rootfs} -device 1:2:1
+        cd {rootfs}/proc/driver/nvidia
+        find capabilities -type f | sort
+        cat capabilities/gpu0/mig/gi2/access capabilities/gpu0/mig/gi2/ci1/access
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    files = [line for line in result.stdout.splitlines() if line.startswith("capabilities/")]
+    assert files == ["capabilities/gpu0/mig/gi2/access", "capabilities/gpu0/mig/gi2/ci1/access"]
+    assert f"DeviceFileMinor: {gi_minor}" in result.stdout and f"DeviceFileMinor: {ci_minor}" in result.stdout

@@ -71,6 +71,29 @@ def read_access_minor(path: str) -> int | None:
     return None
 
 
+def mig_access_path(gpu_minor: int, device: MigDevice) -> tuple[str, str]:
+    """The access files of a MIG device's GPU and compute instance, relative to /proc/driver/nvidia."""
+    gi = f"capabilities/gpu{gpu_minor}/mig/gi{device.gi}"
+    return f"{gi}/access", f"{gi}/ci{device.ci}/access"
+
+
+def read_access_files(proc_root: str, migs: list[tuple[int, MigDevice]]) -> dict[str, bytes]:
+    """The capability access files a container given these MIG devices (and the MIG
+    config/monitor capabilities) reads to learn what it may use, by path relative to
+    /proc/driver/nvidia."""
+    wanted = ["capabilities/mig/config", "capabilities/mig/monitor"]
+    for gpu_minor, device in migs:
+        wanted += mig_access_path(gpu_minor, device)
+    contents = {}
+    for relative in wanted:
+        try:
+            with open(os.path.join(proc_root, "driver/nvidia", relative), "rb") as f:
+                contents[relative] = f.read(4096)
+        except OSError:
+            pass
+    return contents
+
+
 def _number(name: str) -> int:
     digits = "".join(c for c in name if c.isdigit())
     return int(digits) if digits else -1

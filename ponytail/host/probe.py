@@ -30,7 +30,7 @@ from ponytail.host.files import (
     find_libraries,
     host_path,
 )
-from ponytail.host.mig import MigDevice, caps_dir, read_access_minor, read_mig_devices
+from ponytail.host.mig import MigDevice, caps_dir, read_access_files, read_access_minor, read_mig_devices
 from ponytail.host.pci import nvidia_gpu_bus_ids
 
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/bin/ldconfig")
@@ -98,6 +98,7 @@ class Host:
     notes: tuple[str, ...]
     proc_files: dict[str, bytes]  # /proc/driver/nvidia/{params,version,registry}
     gpu_information: dict[str, bytes]  # bus id -> /proc/driver/nvidia/gpus/<bus id>/information
+    capability_files: dict[str, bytes]  # MIG access files, by path relative to /proc/driver/nvidia
     dev_root: str
 
     def caps_node(self, minor: int) -> DeviceNode:
@@ -185,6 +186,7 @@ def probe_host(config: Config, capabilities: tuple[str, ...], library_globs: tup
         notes=found.notes,
         proc_files=_read_proc_files(config.proc_root),
         gpu_information=_read_informations(config.proc_root, found.gpus),
+        capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
     )
 
