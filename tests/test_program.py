@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -89,15 +91,45 @@ def test_the_program_gets_no_other_descriptor_and_runs_in_root(tmp_path: Path) -
     assert "213" not in lines[1:], lines
 
 
-def test_a_step_before_exec_runs_in_the_child_and_may_end_it(tmp_path: Path) -> None:
-    fd = program(tmp_path, "echo ran\n")
-
-    def refuse() -> None:
-        os.write(2, b"refused in the child\n")
-        os._exit(125)
-
-    assert run_program(fd, ["prog"], {}, timeout_s=10, before_exec=refuse) == (125, b"refused in the child\n")
-    marker = tmp_path / "marker"
-    status, output = run_program(fd, ["prog"], {}, timeout_s=10, before_exec=lambda: marker.write_text(str(os.getpid())))
+def test_a_descriptor_handed_down_stays_open_in_the_caller(tmp_path: Path) -> None:
+    opened = os.open(tmp_path, os.O_PATH)
+    leaked = os.dup2(opened, 214)
+    os.close(opened)
+    fd = program(tmp_path, "exit 0\n")
+    before = os.getcwd()
+    assert run_program(fd, ["prog"], {}, timeout_s=10) == (0, b"")
+    assert os.get_inheritable(leaked) and not os.get_inheritable(fd) and os.getcwd() == before
     os.close(fd)
-    assert (status, output) == (0, b"ran\n") and int(marker.read_text()) != os.getpid()
+    os.close(leaked)
+
+
+ISOLATION_CHECK = """
+import os, subprocess, sys
+from ponytail.apply.ldconfig import run_ldconfig
+rootfs, program, record = sys.argv[1:]
+subprocess.run(["mount", "-t", "proc", "proc", rootfs + "/proc"], check=True)
+namespace = os.stat("/proc/self/ns/mnt").st_ino
+root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY)
+program_fd = os.open(program, os.O_PATH | os.O_CLOEXEC)
+print(run_ldconfig(program, program_fd, root_fd, ("/lib",)))
+print(os.stat("/proc/self/ns/mnt").st_ino == namespace, os.path.ismount(rootfs + "/proc"))
+"""
+
+
+def test_ldconfig_runs_without_the_kernel_filesystems_under_the_rootfs_and_the_hook_comes_back(tmp_path: Path) -> None:
+    """ldconfig sees no proc under the rootfs (its magic links lead out of the chroot); the
+    hook is back in its own mount namespace afterwards, with the container's proc in place."""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "proc").mkdir(parents=True)
+    record = tmp_path / "seen"
+    os.close(program(tmp_path, f'echo "$@" > {record}; cat /proc/self/mountinfo >> {record}\n'))
+    result = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", ISOLATION_CHECK, str(rootfs), str(tmp_path / "prog"), str(record)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(rootfs), "True", "True"]
+    args, *mounts = record.read_text().splitlines()
+    assert args == f"-X -r {rootfs} /lib"
+    assert any(line.split()[4] == "/proc" for line in mounts)  # the program's own view of the host
+    assert not [line for line in mounts if line.split()[4].startswith(str(rootfs))], mounts

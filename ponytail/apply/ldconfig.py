@@ -13,11 +13,16 @@ hierarchy. So the host's ldconfig (never the image's) runs:
 - with -X: ponytail makes the SONAME links it needs itself, ldconfig only writes its cache;
 - with a fixed environment (nothing of the container's, nothing of ponytail's own), stdin
   from /dev/null, no descriptor but its own binary, and a time limit.
+
+The hook makes that private namespace itself, for as long as ldconfig runs, and then
+returns into the one it came from (the container's): ldconfig is spawned without
+forking the hook (ponytail.apply.program), so there is no child of ours in which to
+isolate it, and nothing but the spawn happens in between. A failure to return is an
+error, before anything else is done.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 
 from ponytail.apply import syscalls
@@ -27,23 +32,26 @@ from ponytail.kernelfs import kernel_mounts_under
 
 LDCONFIG_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 LDCONFIG_TIMEOUT_S = 60
-_NOT_ISOLATED = 125  # exit status of the child when it could not isolate itself; ldconfig never uses it
 
 
 def run_ldconfig(program: str, program_fd: int, root_fd: int, directories: tuple[str, ...]) -> str:
     """Rebuild the linker cache of the root ``root_fd``; returns the rootfs path ldconfig was given."""
     rootfs = _canonical_path(root_fd)
     argv = ["ldconfig", "-X", "-r", rootfs, *directories]
+    home = _open_namespace()
     try:
-        status, output = run_program(
-            program_fd, argv, dict(LDCONFIG_ENV), LDCONFIG_TIMEOUT_S, before_exec=functools.partial(_isolate, rootfs)
-        )
-    except OSError as e:
-        raise InjectionError(f"cannot run {program} on the rootfs: {e}")
+        try:
+            _isolate(rootfs)
+        except OSError as e:
+            raise InjectionError(f"refusing to run {program} on {rootfs}: cannot isolate it from the host's kernel filesystems: {e}")
+        try:
+            status, output = run_program(program_fd, argv, dict(LDCONFIG_ENV), LDCONFIG_TIMEOUT_S)
+        except OSError as e:
+            raise InjectionError(f"cannot run {program} on the rootfs: {e}")
+    finally:
+        _return(home)
     detail = output.decode(errors="replace").strip().splitlines()
     last = detail[-1] if detail else "no message"
-    if status == _NOT_ISOLATED:
-        raise InjectionError(f"refusing to run {program} on {rootfs}: {last}")
     if status != 0:
         raise InjectionError(f"{program} -r {rootfs} failed (exit {status}): {last}")
     return rootfs
@@ -61,20 +69,34 @@ def _canonical_path(root_fd: int) -> str:
     return path
 
 
-def _isolate(rootfs: str) -> None:
-    """In the child, before exec: a private mount namespace with no kernel filesystem under the rootfs."""
+def _open_namespace() -> int:
+    """The mount namespace this process is in (the container's, in hook mode)."""
     try:
-        syscalls.unshare_mount_namespace()
-        for _ in range(3):
-            mounts = kernel_mounts_under(rootfs)
-            if not mounts:
-                return
-            for point in mounts:
-                try:
-                    syscalls.detach_mount(point)
-                except OSError:
-                    pass  # already gone with a parent; checked again above
-        raise OSError(f"kernel filesystems stay mounted under it: {', '.join(mounts)}")
+        return os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
-        os.write(2, f"cannot isolate it from the host's kernel filesystems: {e}\n".encode(errors="replace"))
-        os._exit(_NOT_ISOLATED)
+        raise InjectionError(f"cannot open this process's mount namespace: {e.strerror}")
+
+
+def _isolate(rootfs: str) -> None:
+    """Move this process into a private mount namespace with no kernel filesystem under the rootfs."""
+    syscalls.unshare_mount_namespace()
+    for _ in range(3):
+        mounts = kernel_mounts_under(rootfs)
+        if not mounts:
+            return
+        for point in mounts:
+            try:
+                syscalls.detach_mount(point)
+            except OSError:
+                pass  # already gone with a parent; checked again above
+    raise OSError(f"kernel filesystems stay mounted under it: {', '.join(mounts)}")
+
+
+def _return(namespace_fd: int) -> None:
+    """Back into the mount namespace ``namespace_fd`` (the private copy is dropped with it)."""
+    try:
+        syscalls.setns_mount(namespace_fd)
+    except OSError as e:
+        raise InjectionError(f"cannot return to the container's mount namespace after running ldconfig: {e}")
+    finally:
+        os.close(namespace_fd)
