@@ -8,6 +8,10 @@ kernel could walk out of the root, so a symlink planted in the image, or one
 swapped in while we work, cannot send a mount or a write onto the host. Magic
 links under a /proc mounted in the root are read as text, like any symlink.
 Directories are never created on a kernel filesystem (ponytail.kernelfs).
+
+``InRoot`` resolves many paths under one root the same way, keeping each directory it
+has resolved open: the files of one directory (a GPU's nodes, a driver's libraries)
+then cost one lookup each instead of a walk from the root.
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ def resolve_in_root(
     root_fd: int, path: str, *, create_dirs: bool = False, follow_last: bool = True, dir_mode: int = 0o755
 ) -> Resolved:
     """Walk ``path`` under ``root_fd``; create missing directories when ``create_dirs``."""
+    return _walk(root_fd, path, create_dirs, follow_last, dir_mode)[0]
+
+
+def _walk(root_fd: int, path: str, create_dirs: bool, follow_last: bool, dir_mode: int) -> tuple[Resolved, int]:
+    """``resolve_in_root``, and how many symlinks it followed."""
     parts = _split(path)
     if not path.strip("/."):
         raise UnsafePath(f"{path!r} names the root itself, not a file in it")
@@ -73,7 +82,7 @@ def resolve_in_root(
                 st = os.stat(name, dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
                 if last:
-                    return _result(stack, name, None)
+                    return _result(stack, name, None), hops
                 if not create_dirs:
                     raise UnsafePath(f"{_join(stack, name)} does not exist in the root (resolving {path})")
                 _mkdir(parent, name, dir_mode, _join(stack, name))
@@ -95,7 +104,7 @@ def resolve_in_root(
                 parts = _split(target) + parts
                 continue
             if last:
-                return _result(stack, name, st.st_mode)
+                return _result(stack, name, st.st_mode), hops
             if not stat.S_ISDIR(st.st_mode):
                 raise UnsafePath(f"{_join(stack, name)} is not a directory (resolving {path})")
             if len(stack) > MAX_DEPTH:
@@ -111,7 +120,7 @@ def resolve_in_root(
         fd, name = stack.pop()
         mode = os.fstat(fd).st_mode
         os.close(fd)
-        return _result(stack, name, mode)
+        return _result(stack, name, mode), hops
     finally:
         for fd, _ in stack:
             if fd >= 0:
@@ -165,3 +174,88 @@ def real_path_in_root(root_fd: int, path: str) -> str | None:
         return None
     resolved.close()
     return resolved.path if resolved.exists else None
+
+
+class InRoot:
+    """``resolve_in_root`` for many paths under one root, each directory resolved once.
+
+    A path's directory is walked from the root the first time (creating it when asked),
+    and its descriptor is kept; the last component is then looked up in it, a symlink
+    to a plain name in the same directory followed there. Anything else (a symlink
+    that leads elsewhere, a directory that is missing or not one, '.' or '..' as the
+    last component) takes the whole walk, with its errors. The results are those of
+    ``resolve_in_root``; the caller says when something it did may have changed what a
+    directory path leads to (a directory mounted over, a link replaced): ``forget()``.
+    """
+
+    def __init__(self, root_fd: int) -> None:
+        self.root_fd = root_fd
+        self._dirs: dict[str, tuple[int, str, int] | None] = {}  # directory -> (fd, canonical path, links followed)
+
+    def resolve(self, path: str, *, create_dirs: bool = False, follow_last: bool = True) -> Resolved:
+        directory, _, name = path.rpartition("/")
+        held = None if name in ("", ".", "..") else self._directory(directory, create_dirs)
+        if held is None:
+            return resolve_in_root(self.root_fd, path, create_dirs=create_dirs, follow_last=follow_last)
+        dir_fd, dir_path, hops = held
+        while True:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return Resolved(os.dup(dir_fd), name, False, f"{dir_path}/{name}", 0)
+            except OSError:
+                break
+            if not (follow_last and stat.S_ISLNK(st.st_mode)):
+                return Resolved(os.dup(dir_fd), name, True, f"{dir_path}/{name}", st.st_mode)
+            hops += 1
+            try:
+                target = os.readlink(name, dir_fd=dir_fd)
+            except OSError:
+                break
+            if hops > MAX_SYMLINKS or "/" in target or target in ("", ".", ".."):
+                break
+            name = target  # a link to a name beside it, as a walk would follow it
+        return resolve_in_root(self.root_fd, path, create_dirs=create_dirs, follow_last=follow_last)
+
+    def real_path(self, path: str) -> str | None:
+        """``real_path_in_root`` through the directories held."""
+        try:
+            resolved = self.resolve(path)
+        except (UnsafePath, OSError):
+            return None
+        resolved.close()
+        return resolved.path if resolved.exists else None
+
+    def _directory(self, directory: str, create_dirs: bool) -> tuple[int, str, int] | None:
+        """The descriptor and canonical path of an existing directory (and the symlinks its
+        walk followed, which count towards MAX_SYMLINKS as in a whole walk), resolved once."""
+        if directory in self._dirs:
+            return self._dirs[directory]
+        held = None
+        if not directory.strip("/."):
+            held = (os.dup(self.root_fd), "", 0) if directory == "" else None
+        else:
+            try:
+                resolved, hops = _walk(self.root_fd, directory, create_dirs, True, 0o755)
+            except (UnsafePath, OSError):
+                return None  # the whole walk says why
+            try:
+                if resolved.exists and stat.S_ISDIR(resolved.mode):
+                    held = (os.open(resolved.name, _DIR_FLAGS, dir_fd=resolved.parent_fd), resolved.path, hops)
+            except OSError:
+                pass
+            finally:
+                resolved.close()
+            if held is None:
+                return None  # missing (a walk creates it) or not a directory: not remembered
+        self._dirs[directory] = held
+        return held
+
+    def forget(self) -> None:
+        """Drop every directory held: the next lookups walk from the root again."""
+        for held in self._dirs.values():
+            if held is not None:
+                os.close(held[0])
+        self._dirs.clear()
+
+    close = forget

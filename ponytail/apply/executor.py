@@ -7,8 +7,9 @@ Order of work:
    read-only/nosuid/nodev there, before anyone can see it. Open the
    container's devices.allow (hook mode, cgroup v1; ponytail.apply.cgroup).
 2. Enter the container's mount namespace (hook mode) and open its rootfs.
-3. Resolve each target inside the rootfs (ponytail.inroot), create the mount
-   point, and attach the detached mount onto the target's descriptor.
+3. Resolve each target inside the rootfs (ponytail.inroot; each directory once,
+   until something this run does could change what it leads to), create the
+   mount point, and attach the detached mount onto the target's descriptor.
 4. Create SONAME links, mask /proc/driver/nvidia, write the linker config, run the
    host's ldconfig, and check the injected libraries win in the new linker cache.
 5. Allow the injected device nodes in the container's devices cgroup.
@@ -29,7 +30,7 @@ from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgr
 from ponytail.apply.ldconfig import run_ldconfig
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
-from ponytail.inroot import Resolved, UnsafePath, open_root, real_path_in_root, resolve_in_root
+from ponytail.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
 from ponytail.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
 from ponytail.plan import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
@@ -76,16 +77,20 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
+        paths = InRoot(root_fd)
         try:
             for i, op in enumerate(plan.operations):
                 if isinstance(op, Mount):
-                    _mount(root_fd, op, trees[i], outcome)
+                    _mount(paths, op, trees[i], outcome)
+                    if op.is_dir:  # what a path through it leads to has changed
+                        paths.forget()
                 elif isinstance(op, Symlink):
-                    _symlink(root_fd, op, trees.get(i), outcome)
+                    _symlink(paths, op, trees.get(i), outcome)
                 elif isinstance(op, ProcMask):
                     _mask_proc(root_fd, op, outcome)
+                    paths.forget()
                 elif isinstance(op, LinkerCache):
-                    _linker_cache(root_fd, op, ldconfig_fd, outcome)
+                    _linker_cache(paths, op, ldconfig_fd, outcome)
                 elif isinstance(op, AllowDevices):
                     _allow_devices(devices_cgroup, op, outcome)
         except BaseException as e:
@@ -94,6 +99,7 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
                 e.message += leftover
             raise
         finally:
+            paths.close()
             os.close(root_fd)
     finally:
         for fd in outcome.attached:
@@ -187,8 +193,8 @@ def _enter_mount_namespace(pid: int) -> None:
         )
 
 
-def _mount(root_fd: int, op: Mount, tree: int, outcome: Outcome) -> None:
-    resolved = resolve_in_root(root_fd, op.target, create_dirs=True)
+def _mount(paths: InRoot, op: Mount, tree: int, outcome: Outcome) -> None:
+    resolved = paths.resolve(op.target, create_dirs=True)
     try:
         if resolved.exists and stat.S_ISDIR(resolved.mode) != op.is_dir:
             kind = "a directory" if op.is_dir else "not a directory"
@@ -253,8 +259,8 @@ def _same_file(a: int, b: int) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _symlink(root_fd: int, op: Symlink, tree: int | None, outcome: Outcome) -> None:
-    resolved = resolve_in_root(root_fd, op.target, create_dirs=True, follow_last=False)
+def _symlink(paths: InRoot, op: Symlink, tree: int | None, outcome: Outcome) -> None:
+    resolved = paths.resolve(op.target, create_dirs=True, follow_last=False)
     try:
         _refuse_kernel_fs(resolved, resolved.parent_fd, f"link {op.link_to}")
         if resolved.exists and stat.S_ISREG(resolved.mode) and tree is not None:
@@ -271,6 +277,7 @@ def _symlink(root_fd: int, op: Symlink, tree: int | None, outcome: Outcome) -> N
                 outcome.unchanged.append(f"{resolved.path} -> {op.link_to} (already linked)")
                 return
             outcome.warnings.append(f"the image's link {resolved.path} -> {current} now points to the driver's {op.link_to}")
+            paths.forget()  # a path through the old link led elsewhere
             os.unlink(resolved.name, dir_fd=resolved.parent_fd)
         os.symlink(op.link_to, resolved.name, dir_fd=resolved.parent_fd)
         outcome.done.append(f"link {resolved.path} -> {op.link_to}")
@@ -342,39 +349,40 @@ def _write_into(dir_fd: int, relative: str, content: bytes) -> None:
             os.close(fd)
 
 
-def _linker_cache(root_fd: int, op: LinkerCache, ldconfig_fd: int, outcome: Outcome) -> None:
+def _linker_cache(paths: InRoot, op: LinkerCache, ldconfig_fd: int, outcome: Outcome) -> None:
     content = "".join(f"{d}\n" for d in op.directories).encode()
-    _write_file(root_fd, op.conf_file, content, outcome, replace=True)
-    _write_file(root_fd, LD_SO_CONF, LD_SO_CONF_TEXT, outcome, replace=False)
-    rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, root_fd, op.directories)
+    _write_file(paths, op.conf_file, content, outcome, replace=True)
+    _write_file(paths, LD_SO_CONF, LD_SO_CONF_TEXT, outcome, replace=False)
+    rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, paths.root_fd, op.directories)
     outcome.done.append(f"ran {op.ldconfig} -X -r {rootfs} ({', '.join(op.directories)})")
-    _check_cache(root_fd, op, outcome)
+    paths.forget()  # what ldconfig did is looked at afresh
+    _check_cache(paths, op, outcome)
 
 
-def _check_cache(root_fd: int, op: LinkerCache, outcome: Outcome) -> None:
+def _check_cache(paths: InRoot, op: LinkerCache, outcome: Outcome) -> None:
     """The injected libraries must be what the container's linker finds first; copies the
     image ships of the same SONAME are named in a warning."""
-    entries = _read_rootfs_cache(root_fd)
+    entries = _read_rootfs_cache(paths)
     for soname, expected in op.sonames:
-        paths = [path for name, path, flags in entries if name == soname and is_64bit_entry(flags)]
-        if not paths:
+        found = [path for name, path, flags in entries if name == soname and is_64bit_entry(flags)]
+        if not found:
             continue
-        ours = real_path_in_root(root_fd, expected)
-        if real_path_in_root(root_fd, paths[0]) != ours:
+        ours = paths.real_path(expected)
+        if paths.real_path(found[0]) != ours:
             raise InjectionError(
-                f"the container's linker cache gives {soname} as {paths[0]}, not the injected {expected}; "
+                f"the container's linker cache gives {soname} as {found[0]}, not the injected {expected}; "
                 f"remove that copy from the image"
             )
-        others = [p for p in paths[1:] if real_path_in_root(root_fd, p) != ours]
+        others = [p for p in found[1:] if paths.real_path(p) != ours]
         if others:
             outcome.warnings.append(
                 f"the image ships its own {soname} ({', '.join(others)}); the injected driver's {expected} wins"
             )
 
 
-def _read_rootfs_cache(root_fd: int) -> list[tuple[str, str, int]]:
+def _read_rootfs_cache(paths: InRoot) -> list[tuple[str, str, int]]:
     try:
-        resolved = resolve_in_root(root_fd, LD_SO_CACHE)
+        resolved = paths.resolve(LD_SO_CACHE)
     except UnsafePath:
         return []
     try:
@@ -391,9 +399,9 @@ def _read_rootfs_cache(root_fd: int) -> list[tuple[str, str, int]]:
         resolved.close()
 
 
-def _write_file(root_fd: int, path: str, content: bytes, outcome: Outcome, replace: bool) -> None:
+def _write_file(paths: InRoot, path: str, content: bytes, outcome: Outcome, replace: bool) -> None:
     """Write ``path`` as a new file: never opens what is there (a FIFO, a hard link), replaces it by rename."""
-    resolved = resolve_in_root(root_fd, path, create_dirs=True)
+    resolved = paths.resolve(path, create_dirs=True)
     temp = f".{resolved.name}.ponytail-new"
     try:
         if resolved.exists and not replace:
