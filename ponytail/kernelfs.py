@@ -67,13 +67,13 @@ def kernel_mounts_under(path: str, mountinfo: str = "/proc/self/mountinfo") -> l
         for line in f:
             fields = line.split()
             fstype = fields[fields.index("-") + 1]
-            point = _unescape(fields[4])
+            point = unescape_mountinfo(fields[4])
             if fstype in KERNEL_FS_TYPES and (point + "/").startswith(prefix):
                 found.append(point)
     return sorted(found, key=len, reverse=True)
 
 
-def _unescape(field: str) -> str:
+def unescape_mountinfo(field: str) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes (\\040...)."""
     if "\\" not in field:  # the usual path: no regex to compile in ldconfig's child
         return field

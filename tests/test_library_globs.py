@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fakehost import LIB_DIR, FakeHost, gpus
 from ponytail.host.files import LibrarySearch, find_libraries
@@ -102,3 +104,35 @@ def test_candidates_resolve_as_real_path_in_root_does(tmp_path: Path) -> None:
                 assert _real_path(scan, path) == real_path_in_root(fd, path), path
     finally:
         os.close(fd)
+
+
+@settings(max_examples=2000, deadline=None, database=None)
+@given(name=st.text(alphabet="abc.*?[]!-", max_size=8), pattern=st.text(alphabet="abc.*?[]!-", max_size=6))
+def test_a_name_matches_a_pattern_as_fnmatch_says(name: str, pattern: str) -> None:
+    from ponytail.host.files import _matches
+
+    assert _matches(name, pattern) == fnmatch.fnmatchcase(name, pattern)
+
+
+@pytest.mark.parametrize(
+    ("path", "version", "driver"),
+    [
+        ("/usr/lib/libcuda.so.550.54.15", "550.54.15", True),
+        ("/usr/lib/libnvidia-ml.so.390.157", "390.157", True),
+        ("/usr/lib/libcuda.so.1", None, False),
+        ("/usr/lib/libfoo.so.1.2", "1.2", False),
+        ("/usr/lib/libfoo.so.1.2.3.4", "1.2.3.4", False),
+        ("/usr/lib/libcuda.so.1.so.550.54.15", "550.54.15", True),
+        ("/usr/lib/libcuda.so.550.54.15.bak", None, False),
+        ("/usr/lib/libcuda.so.550..15", None, False),
+        ("/usr/lib/libcuda.so.", None, False),
+        ("/usr/lib/x.so.1.2/libcuda.so", None, False),
+        ("/usr/lib/libcuda.so.٥٥٠.54.15", "٥٥٠.54.15", True),  # \d took any decimal digit
+    ],
+)
+def test_the_version_in_a_library_name(path: str, version: str | None, driver: bool) -> None:
+    r"""What r'\.so\.(\d+(?:\.\d+)+)$' and, on it, r'^\d{3,}\.\d+(\.\d+)?$' said."""
+    from ponytail.host.files import _driver_like, _library_version
+
+    assert _library_version(path) == version
+    assert (version is not None and _driver_like(version)) == driver

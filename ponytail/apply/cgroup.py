@@ -14,13 +14,12 @@ there the step is skipped with a note.
 from __future__ import annotations
 
 import os
-import re
 from ponytail.records import dataclass
 
 from ponytail.errors import InjectionError, InputError
+from ponytail.kernelfs import unescape_mountinfo
 from ponytail.plan import AllowDevices
 
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
 @dataclass
@@ -100,7 +99,7 @@ def devices_directory(mountinfo: str, cgroup_path: str) -> str | None:
         dash = fields.index("-", 6)
         if len(fields) < dash + 4 or fields[dash + 1] != "cgroup" or "devices" not in fields[dash + 3].split(","):
             continue
-        root, mount_point = _unescape(fields[3]), _unescape(fields[4])
+        root, mount_point = unescape_mountinfo(fields[3]), unescape_mountinfo(fields[4])
         if root != "/" and cgroup_path != root and not cgroup_path.startswith(root.rstrip("/") + "/"):
             continue  # this mount shows another part of the hierarchy
         inside = cgroup_path[len(root.rstrip("/")) :].strip("/")
@@ -109,7 +108,3 @@ def devices_directory(mountinfo: str, cgroup_path: str) -> str | None:
             raise InjectionError(f"devices cgroup path {cgroup_path!r} leaves its hierarchy at {mount_point}")
         return directory
     return None
-
-
-def _unescape(field: str) -> str:
-    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)

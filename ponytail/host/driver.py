@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 from ponytail.records import dataclass
 
 from ponytail.errors import ProbeError
 
-_VERSION_RE = re.compile(r"NVRM version:.*?\s(\d+\.\d+(?:\.\d+)?)\s")
 NVIDIA_MAJOR = 195
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 @dataclass(frozen=True)
@@ -39,20 +38,34 @@ def read_driver_version(proc_root: str) -> str:
 
 
 def parse_driver_version(text: str, where: str = "version file") -> str:
-    m = _VERSION_RE.search(text + " ")
-    if not m:
-        first = text.splitlines()[0] if text.strip() else "(empty)"
-        raise ProbeError(f"cannot find the driver version in {where}: first line is {first[:120]!r}")
-    return m.group(1)
+    """The first word after 'NVRM version:' on its line that is a version: two or three
+    dot-separated numbers ('NVRM version: NVIDIA UNIX ... Module  550.54.15  Tue Mar ...')."""
+    for line in text.splitlines():
+        _, label, rest = line.partition("NVRM version:")
+        words = rest.split()
+        for word in words if rest[:1].isspace() else words[1:]:  # not a word glued to the label
+            parts = word.split(".")
+            if 2 <= len(parts) <= 3 and all(p.isdecimal() for p in parts):
+                return word
+    first = text.splitlines()[0] if text.strip() else "(empty)"
+    raise ProbeError(f"cannot find the driver version in {where}: first line is {first[:120]!r}")
 
 
 def canonical_bus_id(bus_id: str) -> str | None:
     """'00000000:3B:00.0', '0000:3b:00.0' or '3b:00.0' -> '0000:3b:00.0'; None if not a bus id."""
-    m = re.fullmatch(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])", bus_id.strip())
-    if not m:
+    fields = bus_id.strip().split(":")
+    if not 2 <= len(fields) <= 3:
         return None
-    domain = int(m.group(1) or "0", 16)
-    return f"{domain:04x}:{int(m.group(2), 16):02x}:{int(m.group(3), 16):02x}.{m.group(4)}"
+    domain = fields[0] if len(fields) == 3 else "0"
+    bus, (device, dot, function) = fields[-2], fields[-1].partition(".")
+    if not (_hex(domain, 8) and _hex(bus, 2) and _hex(device, 2) and dot and len(function) == 1 and function in "01234567"):
+        return None
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
+
+
+def _hex(text: str, longest: int) -> bool:
+    """1 to ``longest`` hexadecimal digits (ASCII only: int(..., 16) takes more)."""
+    return 0 < len(text) <= longest and _HEX_DIGITS.issuperset(text)
 
 
 def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:

@@ -8,9 +8,7 @@ firmware) by glob.
 from __future__ import annotations
 
 import bisect
-import fnmatch
 import os
-import re
 import stat
 from ponytail.records import dataclass, field
 
@@ -21,8 +19,6 @@ from ponytail.inroot import real_path_in_root
 BIN_DIRS = ("/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/bin", "/usr/sbin", "/sbin", "/opt/nvidia/bin")
 CONTAINER_BIN_DIR = "/usr/bin"
 _TRIPLET = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}
-_VERSION_SUFFIX = re.compile(r"\.so\.(\d+(?:\.\d+)+)$")
-_DRIVER_LIKE = re.compile(r"^\d{3,}\.\d+(\.\d+)?$")
 _GLOB_MAGIC = "*?["
 
 
@@ -174,10 +170,10 @@ def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
     key = (real, search.bits)
     if key in scan.found or key in scan.skipped:
         return
-    m = _VERSION_SUFFIX.search(real)
-    if m and m.group(1) != scan.version and _DRIVER_LIKE.match(m.group(1)):
+    version = _library_version(real)
+    if version is not None and version != scan.version and _driver_like(version):
         scan.skipped[key] = SkippedFile(
-            real, f"driver version {m.group(1)}, but the running driver is {scan.version} (left over from an upgrade?)"
+            real, f"driver version {version}, but the running driver is {scan.version} (left over from an upgrade?)"
         )
         return
     soname, problem = _check_elf(scan, real, search.bits)
@@ -185,6 +181,20 @@ def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
         scan.skipped[key] = SkippedFile(real, problem)
         return
     scan.found[key] = DriverFile(real, host_path(scan.root, real), real, soname, f"{search.why}{how}", search.bits)
+
+
+def _library_version(path: str) -> str | None:
+    """The dotted number that ends a library's name after '.so.' ('550.54.15' of
+    libcuda.so.550.54.15; '1.2' of libfoo.so.1.2; none for libcuda.so.1), or None."""
+    _, so, version = path.rpartition(".so.")
+    parts = version.split(".")
+    return version if so and len(parts) > 1 and all(p.isdecimal() for p in parts) else None
+
+
+def _driver_like(version: str) -> bool:
+    """A driver's version: 3+ digits, then one or two more numbers (550.54.15, 390.157)."""
+    parts = version.split(".")
+    return len(parts) <= 3 and len(parts[0]) >= 3
 
 
 def _real_path(scan: _Scan, path: str) -> str | None:
@@ -244,7 +254,7 @@ def _glob(pattern: str) -> list[str]:
     except OSError:
         return []
     hidden = name.startswith(".")  # as glob: a wildcard does not match a leading dot
-    return sorted(os.path.join(directory, n) for n in fnmatch.filter(names, name) if hidden or not n.startswith("."))
+    return sorted(os.path.join(directory, n) for n in names if (hidden or not n.startswith(".")) and _matches(n, name))
 
 
 def _has_magic(path: str) -> bool:
@@ -269,16 +279,27 @@ def _sorted_matches(entries: list, name_pattern: str) -> list:
     tried: a glob costs a binary search and its matches, not a pass over a driver
     root's ~1000 libraries."""
     prefix = _literal_prefix(name_pattern)
-    any_rest = name_pattern == prefix + "*"  # "libcuda.so.*": the prefix says it all, no fnmatch
     start = bisect.bisect_left(entries, prefix, key=_name)
     found = []
     for entry in entries[start:]:
         name = _name(entry)
         if not name.startswith(prefix):
             break
-        if any_rest or fnmatch.fnmatchcase(name, name_pattern):
+        if _matches(name, name_pattern):
             found.append(entry)
     return found
+
+
+def _matches(name: str, pattern: str) -> bool:
+    """``fnmatch.fnmatchcase``. A pattern whose one wildcard is a '*' ("libcuda.so.*",
+    "gsp*.bin": all the built-in ones) is its literal start and end; fnmatch (which
+    compiles each pattern to a regex) only for the others."""
+    head, star, tail = pattern.partition("*")
+    if star and not _has_magic(head + tail):
+        return len(name) >= len(head) + len(tail) and name.startswith(head) and name.endswith(tail)
+    import fnmatch
+
+    return fnmatch.fnmatchcase(name, pattern)
 
 
 def _literal_prefix(pattern: str) -> str:
