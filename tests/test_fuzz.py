@@ -17,6 +17,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -271,6 +273,54 @@ def encoded(value: st.SearchStrategy) -> st.SearchStrategy:
     """JSON text of ``value``, sometimes cut short or with bytes flipped."""
     text = value.map(lambda v: json.dumps(v).encode())
     return mostly(text, st.one_of(st.tuples(text, st.integers(0, 200)).map(lambda t: t[0][: t[1]]), st.binary(max_size=64)))
+
+
+json_bytes = st.one_of(
+    json_value.map(lambda v: json.dumps(v).encode()),
+    json_value.map(lambda v: json.dumps(v, ensure_ascii=False, indent=1).encode()),
+    st.tuples(json_value, st.sampled_from(("utf-8-sig", "utf-16", "utf-16-le", "utf-32", "utf-8"))).map(
+        lambda t: json.dumps(t[0], ensure_ascii=False).encode(t[1], "surrogatepass")
+    ),
+    st.tuples(json_value, st.integers(0, 60), st.binary(max_size=3)).map(lambda t: json.dumps(t[0]).encode()[: t[1]] + t[2]),
+    st.text(alphabet=st.sampled_from(list(' \t\n\r{}[]":,-.0123456789eEtruefalsnNIy\\u00dD8\ufeff\x00é')), max_size=30).map(
+        lambda t: t.encode("utf-8", "surrogatepass")
+    ),
+)
+
+
+@fuzz(3000)
+@given(raw=json_bytes)
+def test_json_without_the_json_package_reads_what_json_reads(raw: bytes) -> None:
+    """The hook's JSON reader gives json.loads's value, or leaves the input to json itself."""
+    from ponytail.oci import _DECLINED, _plain_json
+
+    value = _plain_json(raw)
+    if value is _DECLINED:
+        return
+    assert repr(value) == repr(json.loads(raw))  # repr: NaN is not equal to itself
+    json.dumps(value, ensure_ascii=False).encode("utf-8")  # no lone surrogate let through
+
+
+def test_json_is_imported_only_for_what_the_plain_reader_declines() -> None:
+    code = """
+import sys
+from ponytail.errors import InputError
+from ponytail.oci import parse_json_object
+assert parse_json_object(b'{"pid": 1, "id": "x"}', "state") == {"pid": 1, "id": "x"}
+print("json" in sys.modules)
+for raw in (b'{"a": }', b'{"a": 1} x', b'{"a": "\\\\ud800"}'):
+    try:
+        parse_json_object(raw, "state")
+    except InputError as e:
+        print(e.message)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == [
+        "False",
+        "state is not valid JSON: Expecting value: line 1 column 7 (char 6)",
+        "state is not valid JSON: Extra data: line 1 column 10 (char 9)",
+        "state contains a string that is not valid Unicode (a lone \\uD8xx escape)",
+    ]
 
 
 @pytest.fixture(scope="module")
