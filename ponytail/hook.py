@@ -82,10 +82,8 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     from ponytail.apply.executor import apply_plan
 
     outcome = apply_plan(plan, rootfs, container.pid if container else None)
-    for line in outcome.done:
-        log.write("debug", line)
-    for line in plan.warnings + tuple(outcome.warnings):
-        log.write("warning", line)
+    log.write_all("debug", outcome.done)
+    log.write_all("warning", plan.warnings + tuple(outcome.warnings))
     gpu_text = ",".join(str(g.index) for g in plan.selection.gpus) or "none"
     mig_text = f" MIG [{','.join(m.name for m in plan.selection.migs)}]" if plan.selection.migs else ""
     log.write(

@@ -13,6 +13,10 @@ import time
 
 from ponytail.errors import one_line
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+    from typing import Iterable
+
 
 class RunLog:
     def __init__(self, path: str) -> None:
@@ -32,14 +36,19 @@ class RunLog:
             self.path = ""
 
     def write(self, level: str, message: str) -> None:
+        self.write_all(level, (message,))
+
+    def write_all(self, level: str, messages: Iterable[str]) -> None:
+        """One line per message, appended with one write (a run's 40-odd changes)."""
         if self._fd < 0:
             self.open()
         if self._fd < 0:
             return
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        line = f"{stamp} ponytail[{os.getpid()}] {level} container={one_line(self.context)} {one_line(message)}\n"
+        head = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} ponytail[{os.getpid()}] {level} container={one_line(self.context)} "
+        text = "".join(f"{head}{one_line(message)}\n" for message in messages)
         try:
-            os.write(self._fd, line.encode("utf-8", "replace"))
+            if text:
+                os.write(self._fd, text.encode("utf-8", "replace"))
         except OSError:
             pass
 
