@@ -45,3 +45,30 @@ def test_binary_needs_no_python_on_the_machine(binary: Path, tmp_path: Path) -> 
 
     usage = run("info", "--help")
     assert usage.returncode == 0 and b"PCI bus order" in usage.stdout
+
+
+def test_binary_linked_as_ponytail_runtime_is_the_docker_shim(binary: Path, tmp_path: Path) -> None:
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2, minors=[1, 0]))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ponytail").symlink_to(binary)
+    (bindir / "ponytail-runtime").symlink_to(binary)
+    runtime = tmp_path / "fake-runc"
+    runtime.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/runtime-args\n")
+    runtime.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text(host.config_text() + f'[runtime]\npath = "{runtime}"\n')
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    spec = {"root": {"path": "rootfs"}, "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}, "linux": {}}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    result = subprocess.run(
+        [str(bindir / "ponytail-runtime"), "--root", str(tmp_path / "state"), "create", "--bundle", str(bundle), "ctr1"],
+        capture_output=True, env={"PATH": "/usr/bin:/bin", "PONYTAIL_CONFIG": str(config)}, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "runtime-args").read_text().split() == ["--root", str(tmp_path / "state"), "create", "--bundle", str(bundle), "ctr1"]
+    edited = json.loads((bundle / "config.json").read_text())
+    assert edited["hooks"]["prestart"][0]["path"] == str(bindir / "ponytail")
+    rules = edited["linux"]["resources"]["devices"]
+    assert {"allow": True, "type": "c", "major": 195, "minor": 1, "access": "rwm"} in rules  # GPU 0 has minor 1
