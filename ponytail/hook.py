@@ -68,7 +68,8 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
             stdout.write(f"ponytail -debug: {request.devices.source}={request.devices.selector!r}: not a GPU container, nothing would be injected\n")
         return 0
 
-    plan, host = make_plan(config, request, _library_globs(options.libs), dry_run=options.debug)
+    # a real run on the container's critical path reads sysfs directly; the dry run asks udev
+    plan, host = make_plan(config, request, _library_globs(options.libs), dry_run=options.debug, udev=options.debug)
     rootfs = container.rootfs if container else options.root
     if options.debug:
         from ponytail.render import render_plan
@@ -96,14 +97,16 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     return 0
 
 
-def make_plan(config: Config, request: "Request", library_globs: tuple[str, ...] | None, dry_run: bool) -> tuple["Plan", "Host"]:
+def make_plan(
+    config: Config, request: "Request", library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True
+) -> tuple["Plan", "Host"]:
     """Probe the host for ``request`` and plan it. A plan with problems is an error,
     except in a dry run, which shows the problems instead."""
     from ponytail.host.probe import find_ldconfig, probe_host
     from ponytail.plan import build_plan
     from ponytail.request import select_devices, select_gpus
 
-    host = probe_host(config, request.capabilities, library_globs)
+    host = probe_host(config, request.capabilities, library_globs, udev)
     selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host))
     mig_gpus = {
         what: select_gpus(host.gpus, wanted)

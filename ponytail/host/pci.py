@@ -24,9 +24,15 @@ def is_nvidia_gpu(function: PciFunction) -> bool:
     return function.vendor == NVIDIA_VENDOR and (function.pci_class >> 8) in GPU_CLASSES
 
 
-def nvidia_gpu_bus_ids(sys_root: str) -> list[str]:
-    """Bus ids of the NVIDIA GPUs under ``sys_root``, in PCI bus order."""
-    functions = pci_functions_pyudev() if os.path.realpath(sys_root) == "/sys" else pci_functions_sysfs(sys_root)
+def nvidia_gpu_bus_ids(sys_root: str, udev: bool = True) -> list[str]:
+    """Bus ids of the NVIDIA GPUs under ``sys_root``, in PCI bus order.
+
+    ``udev``: on the live /sys, ask pyudev. libudev reads the same sysfs files, so
+    both give the same functions (a test checks it on a real bus); the hook's real
+    runs read them directly, since pyudev's import and scan cost ~20 ms of every
+    container start, and keep pyudev for info, list and -debug."""
+    live = udev and os.path.realpath(sys_root) == "/sys"
+    functions = pci_functions_pyudev() if live else pci_functions_sysfs(sys_root)
     return sorted(f.bus_id.lower() for f in functions if is_nvidia_gpu(f))
 
 

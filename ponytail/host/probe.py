@@ -111,11 +111,11 @@ class Host:
         return next((lib for lib in self.libraries if lib.soname == soname and lib.bits == 64), None)
 
 
-def probe_gpus(config: Config) -> Gpus:
+def probe_gpus(config: Config, udev: bool = True) -> Gpus:
     """Driver version and GPUs in PCI bus order (with MIG state), without touching any driver file."""
     version = read_driver_version(config.proc_root)
     infos = read_gpu_informations(config.proc_root)
-    on_bus = set(nvidia_gpu_bus_ids(config.sys_root))
+    on_bus = set(nvidia_gpu_bus_ids(config.sys_root, udev))
     notes = []
     for bus_id in sorted(on_bus - infos.keys()):
         notes.append(f"GPU {bus_id} is on the PCI bus but the NVIDIA driver does not manage it (bound to another driver?)")
@@ -133,10 +133,12 @@ def probe_gpus(config: Config) -> Gpus:
     return Gpus(version, tuple(gpus), tuple(notes))
 
 
-def probe_host(config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None) -> Host:
+def probe_host(
+    config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None, udev: bool = True
+) -> Host:
     """Everything a plan needs for ``capabilities``, read once. ``library_globs`` (from
     -libs) replaces the capabilities' libraries and the config's globs."""
-    found = probe_gpus(config)
+    found = probe_gpus(config, udev)
     majors = read_char_majors(config.proc_root)
     nvidia_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
     uvm_major = majors.get("nvidia-uvm")

@@ -62,7 +62,7 @@ def device_rules(config: Config, spec: dict) -> tuple[tuple[tuple[int, int], ...
         request = build_request(None, None, env, privileged)
         if request.devices.is_void:
             return (), ""
-        plan, _ = make_plan(config, replace(request, requirements=()), None, dry_run=True)
+        plan, _ = make_plan(config, replace(request, requirements=()), None, dry_run=True, udev=False)
     except PonytailError as e:
         return (), e.message
     return next((op.devices for op in plan.operations if isinstance(op, AllowDevices)), ()), ""
