@@ -45,8 +45,8 @@ HOOK_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(
         "libs",
         "GLOB[,GLOB...]",
-        "Library globs for this run, replacing [library] paths from the config "
-        "(resolved under the driver root; the driver root's ld.so.cache is searched for the same names).",
+        "Exactly these libraries for this run: globs under the driver root (its ld.so.cache is searched "
+        "for the same names), instead of the capabilities' libraries and [library] paths.",
     ),
     OptionSpec(
         "debug",
