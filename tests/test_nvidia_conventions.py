@@ -94,6 +94,7 @@ def test_injection_by_capability_lands_in_the_rootfs(full_host: FakeHost, rootfs
         ls usr/lib/x86_64-linux-gnu usr/share/vulkan/icd.d usr/bin dev run/nvidia-persistenced
         echo "--- params"; cat proc/driver/nvidia/params
         echo "--- gpus"; ls proc/driver/nvidia/gpus
+        echo "--- information"; cat proc/driver/nvidia/gpus/*/information
         chroot {rootfs} /usr/bin/nvidia-smi
         """
     )
@@ -104,6 +105,7 @@ def test_injection_by_capability_lands_in_the_rootfs(full_host: FakeHost, rootfs
     assert "socket" in out  # the persistenced socket (utility)
     assert "ModifyDeviceFiles: 0" in out and "ModifyDeviceFiles: 1" not in out
     assert out.split("--- gpus")[1].split()[0] == "0000:28:00.0"  # only GPU index 1 is visible
+    assert "Device Minor: \t 0" in out.split("--- information")[1]  # the host's own file, copied
     assert "Driver Version: 550.54.15" in out and "GPU node /dev/nvidia0" in out
 
 

@@ -20,6 +20,8 @@ class GpuInformation:
     uuid: str
     model: str
     excluded: bool
+    proc_name: str = ""  # the directory's own name under gpus/ (16- or 32-bit domain)
+    text: bytes = b""  # the file as read, for the container's masked /proc/driver/nvidia
 
 
 def read_driver_version(proc_root: str) -> str:
@@ -84,8 +86,9 @@ def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:
             continue
         path = os.path.join(base, name, "information")
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                info = parse_information(f.read(16384), bus_id, path)
+            with open(path, "rb") as f:
+                raw = f.read(16384)
+            info = parse_information(raw.decode("utf-8", "replace"), bus_id, path, name, raw)
         except FileNotFoundError:
             continue
         except OSError as e:
@@ -94,7 +97,7 @@ def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:
     return result
 
 
-def parse_information(text: str, bus_id: str, where: str) -> GpuInformation:
+def parse_information(text: str, bus_id: str, where: str, proc_name: str = "", raw: bytes = b"") -> GpuInformation:
     fields: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
@@ -109,6 +112,8 @@ def parse_information(text: str, bus_id: str, where: str) -> GpuInformation:
         uuid=fields.get("GPU UUID", ""),
         model=fields.get("Model", "unknown"),
         excluded=fields.get("GPU Excluded", "No").lower().startswith("y"),
+        proc_name=proc_name,
+        text=raw,
     )
 
 

@@ -79,6 +79,7 @@ class Gpus:
     driver_version: str
     gpus: tuple[Gpu, ...]
     notes: tuple[str, ...]
+    information: dict[str, bytes]  # directory name under gpus/ -> information file, offered GPUs only
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ def probe_gpus(config: Config, udev: bool = True) -> Gpus:
         index = len(gpus)
         enabled, migs = read_mig_devices(config.proc_root, info.minor, index)
         gpus.append(Gpu(index, info.minor, bus_id, info.uuid, info.model, enabled, migs))
-    return Gpus(version, tuple(gpus), tuple(notes))
+    information = {infos[g.pci_bus_id].proc_name: infos[g.pci_bus_id].text for g in gpus}
+    return Gpus(version, tuple(gpus), tuple(notes), information)
 
 
 def probe_host(
@@ -187,7 +189,7 @@ def probe_host(
         skipped=tuple(skipped),
         notes=found.notes,
         proc_files=_read_proc_files(config.proc_root),
-        gpu_information=_read_informations(config.proc_root, found.gpus),
+        gpu_information=found.information,
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
     )
@@ -247,26 +249,6 @@ def _read_proc_files(proc_root: str) -> dict[str, bytes]:
         except OSError:
             pass
     return contents
-
-
-def _read_informations(proc_root: str, gpus: tuple[Gpu, ...]) -> dict[str, bytes]:
-    base = os.path.join(proc_root, "driver/nvidia/gpus")
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return {}
-    from ponytail.host.driver import canonical_bus_id
-
-    wanted = {g.pci_bus_id for g in gpus}
-    result = {}
-    for name in names:
-        if canonical_bus_id(name) in wanted:
-            try:
-                with open(os.path.join(base, name, "information"), "rb") as f:
-                    result[name] = f.read(65536)
-            except OSError:
-                pass
-    return result
 
 
 def _node(dev_root: str, name: str, major: int, minor: int) -> DeviceNode:
