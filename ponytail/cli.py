@@ -69,16 +69,18 @@ def info(as_json: bool, config: str | None) -> None:
     the minor is the N of /dev/nvidiaN, which need not equal the index.
     """
     from ponytail.config import config_path, load_config
+    from ponytail.errors import ProbeError
     from ponytail.host.cuda import cuda_driver_version, format_cuda_version
-    from ponytail.host.files import LibrarySearch, find_libraries
-    from ponytail.host.probe import probe_gpus
+    from ponytail.host.probe import find_driver_library, probe_gpus
 
     with _errors():
         loaded = load_config(*config_path(config))
         found = probe_gpus(loaded)
-        libs, _, _ = find_libraries(loaded.driver_root, [LibrarySearch.for_name("libcuda", "info")], found.driver_version)
-        libcuda = next((lib for lib in libs if lib.soname == "libcuda.so.1"), None)
-        cuda = format_cuda_version(cuda_driver_version(libcuda.host_path)) if libcuda else None
+        try:
+            libcuda = find_driver_library(loaded, found.driver_version, "libcuda", "libcuda.so.1")
+        except ProbeError:
+            libcuda = None  # no compute libraries: info still shows the GPUs
+        cuda = format_cuda_version(cuda_driver_version(libcuda)) if libcuda else None
     if as_json:
         gpus = [
             {

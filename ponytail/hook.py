@@ -135,7 +135,7 @@ def _unmet_requirement(config: Config, host: "Host", request: "Request", plan: "
     from ponytail.require import Facts, RequirementNotMet, check_requirements
 
     def cuda() -> str:
-        return format_cuda_version(cuda_driver_version(find_driver_library(config, host, "libcuda", "libcuda.so.1")))
+        return format_cuda_version(cuda_driver_version(find_driver_library(config, host.driver_version, "libcuda", "libcuda.so.1", host)))
 
     try:
         check_requirements(request.requirements, Facts(host.driver_version, cuda, tuple(g.model for g in plan.gpus)))
@@ -148,7 +148,7 @@ def _mig_uuids(config: Config, host: "Host") -> dict[str, tuple[int, int, int]]:
     from ponytail.host.mig import mig_uuids
     from ponytail.host.probe import find_driver_library
 
-    return mig_uuids(find_driver_library(config, host, "libnvidia-ml", "libnvidia-ml.so.1"))
+    return mig_uuids(find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host))
 
 
 def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container | None:

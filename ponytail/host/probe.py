@@ -195,15 +195,15 @@ def probe_host(
     )
 
 
-def find_driver_library(config: Config, host: Host, name: str, soname: str) -> str:
+def find_driver_library(config: Config, driver_version: str, name: str, soname: str, host: Host | None = None) -> str:
     """Host path of the running driver's ``soname`` (e.g. libcuda.so.1), whether or not the
-    request's capabilities brought it; ProbeError if the driver has none."""
-    lib = host.library(soname)
+    request's capabilities brought it into ``host``; ProbeError if the driver has none."""
+    lib = host.library(soname) if host is not None else None
     if lib is None:
-        found, _, _ = find_libraries(config.driver_root, [LibrarySearch.for_name(name, "probe")], host.driver_version)
+        found, _, _ = find_libraries(config.driver_root, [LibrarySearch.for_name(name, "probe")], driver_version)
         lib = next((f for f in found if f.soname == soname), None)
     if lib is None:
-        raise ProbeError(f"no {soname} of driver {host.driver_version} under the driver root {config.driver_root}")
+        raise ProbeError(f"no {soname} of driver {driver_version} under the driver root {config.driver_root}")
     return lib.host_path
 
 
