@@ -1,11 +1,12 @@
 # ponytail: `make demo` sets up and runs the main job, `make test` sets up and runs every test,
-# `make binary` builds the self-contained executable dist/ponytail/ponytail.
+# `make binary` builds the self-contained executable dist/ponytail/ponytail, `make fresh-check` runs
+# the suite as a fresh machine would, `make gpu-check` checks a machine with a real NVIDIA GPU.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 BINARY := dist/ponytail/ponytail
 
-.PHONY: setup system-packages test demo binary bench clean
+.PHONY: setup system-packages test demo binary bench clean fresh-check gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +29,15 @@ binary: $(BINARY)
 $(BINARY): $(VENV)/.installed packaging/ponytail.spec $(shell find ponytail -name '*.py')
 	$(PY) -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/ponytail.spec
 	touch $@
+
+# the suite as a fresh machine runs it: a clean clone of what is committed, a new venv from
+# the system's python3, a scrubbed PATH and environment, run from outside the checkout
+fresh-check:
+	./scripts/fresh-machine-check.sh
+
+# on a machine with a real NVIDIA GPU and driver: ponytail against nvidia-smi and real CUDA
+gpu-check:
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) scripts/gpu_check.py
 
 bench: setup binary
 	$(PY) bench/hookbench.py

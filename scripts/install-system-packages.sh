@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ponytail's tests and demo use, if any is missing:
-# gcc (fake driver libraries), busybox-static (test rootfs), util-linux (unshare, nsenter),
+# gcc (fake driver libraries), python3-venv (the .venv), busybox-static (test rootfs; Debian's
+# dynamically linked busybox works too: the test rootfs carries its libraries), util-linux (unshare, nsenter),
 # and the container engines the end-to-end tests start containers with.
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 have gcc || need+=(gcc libc6-dev)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 [ -x /bin/busybox ] || need+=(busybox-static)
 have unshare || need+=(util-linux)
 have runc || need+=(runc)

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,9 +18,27 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
 
-PONYTAIL = [sys.executable, "-m", "ponytail"]
-REPO = Path(__file__).resolve().parent.parent
-BINARY = REPO / "dist" / "ponytail" / "ponytail"
+from commands import BINARY, PONYTAIL, REPO  # noqa: E402  (the commands under test)
+
+BARE_PYTHON_EXIT = 97
+BARE_PYTHON_MESSAGE = "a test ran a bare python from PATH instead of the command under test (see tests/commands.py)"
+
+
+def _guard_against_bare_python() -> Path:
+    """Put stand-ins for ``python3`` and ``python`` first on PATH for this test run: a test
+    (or a script it runs) that starts an interpreter by name instead of the installed
+    command fails loudly here, whatever python3 this machine happens to have."""
+    guard = Path(tempfile.mkdtemp(prefix="ponytail-test-python-guard-"))
+    for name in ("python", "python3", f"python3.{sys.version_info.minor}"):  # the names it guards
+        stub = guard / name
+        stub.write_text(f"#!/bin/sh\necho 'ponytail tests: {BARE_PYTHON_MESSAGE}: '\"$0 $*\" >&2\nexit {BARE_PYTHON_EXIT}\n")
+        stub.chmod(0o755)
+    os.environ["PATH"] = f"{guard}{os.pathsep}{os.environ.get('PATH', '')}"
+    atexit.register(shutil.rmtree, guard, True)
+    return guard
+
+
+PYTHON_GUARD = _guard_against_bare_python()
 
 
 ISOLATED = ["unshare", "-m", "--propagation", "private"]
@@ -27,7 +48,7 @@ def run_ponytail(
     args: list[str], stdin: bytes | str | None = b"", env: dict | None = None, isolated: bool = True,
     command: list[str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run the ponytail command (``python -m ponytail`` unless ``command`` says otherwise)
+    """Run the installed ponytail command (unless ``command`` says otherwise)
     as a user would; returns its output and exit status.
 
     By default it runs in a private mount namespace of its own, so that a manual-mode
@@ -50,9 +71,9 @@ def binary() -> Path:
     return BINARY
 
 
-@pytest.fixture(params=["python -m ponytail", "binary"])
+@pytest.fixture(params=["installed", "binary"])
 def ponytail_command(request: pytest.FixtureRequest) -> list[str]:
-    """The ponytail command both ways it ships: the Python package and the binary."""
+    """The ponytail command both ways it ships: the pip-installed command and the binary."""
     if request.param == "binary":
         return [str(request.getfixturevalue("binary"))]
     return PONYTAIL

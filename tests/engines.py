@@ -20,9 +20,9 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from commands import installed
 from fakehost import make_rootfs
 
-VENV_BIN = Path(sys.executable).parent
 # crun 1.8 refuses the hybrid cgroup layout: hide cgroup2 from it in a private mount namespace.
 CRUN = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'umount /sys/fs/cgroup/unified; exec crun "$@"', "crun"]
 RUNTIMES = {"runc": ["runc"], "crun": CRUN}
@@ -31,10 +31,7 @@ TIMEOUT = 120
 
 def console_script(name: str) -> str:
     """This checkout's installed console script (``make setup`` installs it into .venv)."""
-    path = VENV_BIN / name
-    if not os.access(path, os.X_OK):
-        raise RuntimeError(f"{path} is missing: run 'make setup' (pip install -e .) first")
-    return str(path)
+    return installed(name)
 
 
 def unique(prefix: str = "ponytail-test") -> str:

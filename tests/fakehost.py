@@ -308,12 +308,13 @@ def _symlink(target: str, link: Path) -> None:
     link.symlink_to(target)
 
 
-def make_rootfs(path: Path, programs: tuple[str, ...] = ("cudacheck.c",)) -> Path:
-    """A small image: busybox-static (relative symlinks), the host's loader and libc,
-    /etc/ld.so.conf, and the given test programs in /usr/local/bin."""
+def make_rootfs(path: Path, programs: tuple[str, ...] = ("cudacheck.c",), busybox: str = "/bin/busybox") -> Path:
+    """A small image: the host's busybox (static or not: the libraries it links against
+    come along) with relative symlinks, the host's loader and libc, /etc/ld.so.conf,
+    and the given test programs in /usr/local/bin."""
     for d in ("bin", "dev", "proc", "sys", "tmp", "etc", "lib64", "usr/bin", "usr/local/bin", LIB_DIR.lstrip("/")):
         (path / d).mkdir(parents=True, exist_ok=True)
-    shutil.copy("/bin/busybox", path / "bin/busybox")
+    copy_program(busybox, path, "/bin/busybox")
     for applet in ("sh", "ls", "cat", "echo", "test", "readlink", "true", "grep", "stat"):
         _symlink("busybox", path / "bin" / applet)
     loader = Path("/lib64/ld-linux-x86-64.so.2").resolve()
@@ -325,3 +326,31 @@ def make_rootfs(path: Path, programs: tuple[str, ...] = ("cudacheck.c",)) -> Pat
     for source in programs:
         shutil.copy(compile_program(source), path / "usr/local/bin" / Path(source).stem)
     return path
+
+
+def shared_libraries(program: str) -> list[Path]:
+    """The shared libraries ``program`` loads, as the host's loader finds them (none for a
+    static program)."""
+    out = subprocess.run(["ldd", program], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        words = line.split()
+        if "=>" in words and len(words) > words.index("=>") + 1 and words[words.index("=>") + 1].startswith("/"):
+            found.append(Path(words[words.index("=>") + 1]))
+        elif words and words[0].startswith("/"):
+            found.append(Path(words[0]))  # the loader itself
+    return found
+
+
+def copy_program(program: str, rootfs: Path, target: str) -> None:
+    """Copy a host program into ``rootfs`` at ``target`` with every shared library it links
+    against at the same path, so that it runs there whether it is static or not (Debian's
+    plain busybox, unlike busybox-static, needs libresolv)."""
+    destination = rootfs / target.lstrip("/")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(program, destination)
+    for library in shared_libraries(program):
+        copy = rootfs / str(library).lstrip("/")
+        if not copy.exists():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(library.resolve(), copy)

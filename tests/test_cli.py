@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PONYTAIL, FakeHost, bundle_for, run_ponytail, state_for, tree_digest
+from commands import PONYTAIL, shell
+from conftest import FakeHost, bundle_for, run_ponytail, state_for, tree_digest
 from fakehost import FakeGpu, gpus
 
 
@@ -178,7 +179,7 @@ def test_help_teaches_both_spellings_and_modes() -> None:
 def test_hook_mode_at_a_terminal_says_what_to_do_instead_of_waiting(host: FakeHost) -> None:
     # `script` gives ponytail a terminal on stdin, as when a person types the bare command
     result = subprocess.run(
-        ["script", "-qec", f"{' '.join(PONYTAIL)} -config {host.write_config()}", "/dev/null"],
+        ["script", "-qec", f"{shell(PONYTAIL)} -config {host.write_config()}", "/dev/null"],
         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
     )
     assert "no OCI state on stdin" in result.stdout and "-root DIR" in result.stdout

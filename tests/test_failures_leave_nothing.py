@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from commands import PONYTAIL, shell
 from conftest import bundle_for, in_private_mount_ns, run_ponytail, state_for, tree_digest
 from fakehost import FakeHost, gpus, make_rootfs
 from hostile import CUDA_OK, Stage
 
-PY = "python3 -m ponytail"
+PY = shell(PONYTAIL)
 
 
 @pytest.fixture(scope="module")

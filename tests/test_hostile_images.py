@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PONYTAIL, run_ponytail
+from commands import PONYTAIL
+from conftest import run_ponytail
 from fakehost import FakeHost, compile_library, compile_program, gpus
 from hostile import CUDA_OK, Stage, evil_library
 

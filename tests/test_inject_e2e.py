@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import PONYTAIL, FakeHost, bundle_for, gpus, in_private_mount_ns, mounts_under, run_ponytail, state_for
+from commands import PONYTAIL, shell
+from conftest import FakeHost, bundle_for, gpus, in_private_mount_ns, mounts_under, run_ponytail, state_for
 from fakehost import make_rootfs
 
-PY = "python3 -m ponytail"
+PY = shell(PONYTAIL)
 
 
 def test_manual_mode_gives_the_rootfs_a_loadable_libcuda_and_the_selected_gpu(
@@ -21,7 +22,7 @@ def test_manual_mode_gives_the_rootfs_a_loadable_libcuda_and_the_selected_gpu(
     config = host.write_config()
     result = in_private_mount_ns(
         f"""
-        {" ".join(ponytail_command)} -config {config} -root {rootfs} -device 0
+        {shell(ponytail_command)} -config {config} -root {rootfs} -device 0
         chroot {rootfs} /usr/local/bin/cudacheck /dev/nvidia2 /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools
         chroot {rootfs} /usr/bin/nvidia-smi
         """
@@ -129,7 +130,7 @@ def test_manual_mode_with_a_relative_root(host: FakeHost, tmp_path: Path) -> Non
     result = in_private_mount_ns(
         f"""
         cd {tmp_path}/images
-        {" ".join(PONYTAIL)} -config {host.write_config()} -root rel -device 0
+        {shell(PONYTAIL)} -config {host.write_config()} -root rel -device 0
         chroot rel /usr/local/bin/cudacheck
         """
     )

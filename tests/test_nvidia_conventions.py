@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from commands import PONYTAIL, shell
 from conftest import FakeHost, bundle_for, in_private_mount_ns, run_ponytail, state_for
 from fakehost import LIB_DIR, compile_library, gpus, make_rootfs
 
-PY = "python3 -m ponytail"
+PY = shell(PONYTAIL)
 V = "550.54.15"
 
 
