@@ -16,7 +16,7 @@ def test_shipped_file_is_what_install_hook_writes_for_the_usual_path() -> None:
     assert SHIPPED.read_text() == hook_file_text(SHIPPED_COMMAND)
     document = json.loads(SHIPPED.read_text())
     assert document["version"] == "1.0.0" and document["stages"] == ["prestart"]
-    assert document["hook"]["args"] == ["ponytail", "-config", "/etc/ponytail/config.toml"]
+    assert document["hook"]["args"] == ["ponytail"]  # no -config: the config file is optional
     assert document["when"] == {"annotations": {r"^com\.example\.gpu$": "^true$"}}
 
 
