@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from engines import TIMEOUT, _processes_using
+from engines import TIMEOUT, _processes_using, start_daemon, stop_daemon
 
 PROTO = Path(__file__).parent / "cri" / "runtime_v1_min.proto"
 NAMESPACE = "k8s.io"  # where the CRI plugin keeps its images and containers
@@ -111,19 +111,9 @@ class Containerd:
         self.state = state
         self.socket = str(state / "c.sock")
         self.cgroup_parent = f"/{state.name}"
-        log = open(state / "containerd.log", "wb")
-        self.process = subprocess.Popen(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "sh",
-             "containerd", "--config", str(config)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **env},
-        )
-        log.close()
-        deadline = time.monotonic() + 30
-        while self.ctr("version").returncode != 0:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"containerd did not start: {self.log()[-2000:]}")
-            time.sleep(0.05)
+        command = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "sh",
+                   "containerd", "--config", str(config)]
+        self.process = start_daemon(command, state / "containerd.log", env, lambda: self.ctr("version").returncode == 0, lambda: None)
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["ctr", "-a", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
@@ -136,13 +126,7 @@ class Containerd:
         return json.loads(path.read_text())
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_daemon(self.process)
         for pid in _processes_using(self.socket):  # shims of containers left behind: ours, by their -address
             try:
                 os.kill(pid, signal.SIGKILL)
