@@ -30,9 +30,16 @@ class Outcome:
 
 
 def engine_module(name: str) -> ModuleType:
-    from importlib import import_module
-
-    return import_module(f"ponytail.engines.configure.{name}")
+    """The engine's module (imported by name, so that PyInstaller sees each one)."""
+    if name == "docker":
+        from ponytail.engines.configure import docker as module
+    elif name == "containerd":
+        from ponytail.engines.configure import containerd as module
+    elif name == "crio":
+        from ponytail.engines.configure import crio as module
+    else:
+        from ponytail.engines.configure import podman as module
+    return module
 
 
 def plan(engine: str, config_file: str | None, settings: Settings, remove: bool = False) -> Edit:
