@@ -58,8 +58,9 @@ def device_rules(config: Config, spec: dict) -> tuple[tuple[tuple[int, int], ...
     try:
         process = spec.get("process") if isinstance(spec.get("process"), dict) else {}
         env = parse_env(process.get("env"), "config.json: 'process.env'")
-        annotations = spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {}
-        plugin = plugin_devices(spec.get("mounts"), {k: v for k, v in annotations.items() if isinstance(v, str)})
+        annotations = spec.get("annotations")
+        strings = {k: v for k, v in annotations.items() if isinstance(v, str)} if isinstance(annotations, dict) else {}
+        plugin = plugin_devices(spec.get("mounts"), strings)
         request = build_request(None, None, env, spec_privileged(spec), plugin, config.accept_env_when_unprivileged)
         if request.devices.is_void:
             return (), ""

@@ -35,9 +35,9 @@ def spec_asks_for_gpus(spec: dict, accept_env_when_unprivileged: bool = True) ->
 
 def spec_privileged(spec: dict) -> bool:
     """CAP_SYS_ADMIN in the process's bounding set (as ponytail.oci reads it)."""
-    process = spec.get("process") if isinstance(spec.get("process"), dict) else {}
-    capabilities = process.get("capabilities") if isinstance(process.get("capabilities"), dict) else {}
-    bounding = capabilities.get("bounding")
+    process = spec.get("process")
+    capabilities = process.get("capabilities") if isinstance(process, dict) else None
+    bounding = capabilities.get("bounding") if isinstance(capabilities, dict) else None
     return isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
 
 

@@ -31,15 +31,9 @@ class Outcome:
 
 def engine_module(name: str) -> ModuleType:
     """The engine's module (imported by name, so that PyInstaller sees each one)."""
-    if name == "docker":
-        from ponytail.engines.configure import docker as module
-    elif name == "containerd":
-        from ponytail.engines.configure import containerd as module
-    elif name == "crio":
-        from ponytail.engines.configure import crio as module
-    else:
-        from ponytail.engines.configure import podman as module
-    return module
+    from ponytail.engines.configure import containerd, crio, docker, podman
+
+    return {"docker": docker, "containerd": containerd, "crio": crio}.get(name, podman)
 
 
 def plan(engine: str, config_file: str | None, settings: Settings, remove: bool = False) -> Edit:

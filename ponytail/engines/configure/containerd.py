@@ -69,7 +69,8 @@ def _entry(runc: dict | None, settings: Settings) -> dict:
     """runc's entry (its runtime_type and options) with BinaryName set to ponytail-runtime,
     and the device plugin's CDI annotations let through to the runtime."""
     base = _plain(runc) if runc is not None else {}
-    options = base.get("options") if isinstance(base.get("options"), dict) else {}
+    found = base.get("options")
+    options: dict = found if isinstance(found, dict) else {}
     entry = {k: v for k, v in base.items() if k not in ("options", "container_annotations")}
     entry["runtime_type"] = base.get("runtime_type") or RUNC_V2
     annotations = [a for a in (base.get("container_annotations") or []) if a != CDI_ANNOTATIONS]
