@@ -105,7 +105,8 @@ def test_cdi_annotation_from_the_device_plugin_selects_the_gpu(node: Node) -> No
 def test_env_only_request_from_an_unprivileged_pod_is_refused(node: Node) -> None:
     container_id, code, lines = node.pods.run(CUDACHECK_GPU0, env={"NVIDIA_VISIBLE_DEVICES": "all"})
     assert code == 2 and lines[0].startswith("dlopen libcuda.so.1 failed"), lines
-    assert f"container={container_id}" not in node.log()
+    logged = [line for line in node.log().splitlines() if f"container={container_id}" in line]
+    assert len(logged) == 1 and "refused: unprivileged container" in logged[0], logged
 
 
 def test_pod_that_asks_for_no_gpu_is_untouched_under_the_default_runtime(node: Node) -> None:

@@ -18,8 +18,15 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
     try:
         spec = read_bundle_config(bundle)
         wanted = spec_asks_for_gpus(spec, config.accept_env_when_unprivileged)
+        refused = not wanted and not config.accept_env_when_unprivileged and spec_asks_for_gpus(spec)
     except InputError:
         return  # a bundle the runtime cannot use either: it reports that in its own words
+    if refused:  # the container starts, without GPUs; say why where the operator looks
+        log = RunLog(config.log_file)
+        log.context = container_id or "-"
+        log.write("info", "ponytail-runtime: not a GPU container: its own NVIDIA_VISIBLE_DEVICES (or GPU annotation) "
+                  "refused: unprivileged container and [request] accept_env_when_unprivileged = false")
+        log.close()
     if not wanted:
         return
     if config_error is not None:
