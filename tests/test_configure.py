@@ -175,6 +175,23 @@ def test_docker_without_daemon_json(tmp_path: Path) -> None:
     result = configure("--runtime", "docker", "--config-file", str(config))
     assert result.returncode == 0, result.stderr
     assert json.loads(config.read_text()) == {"runtimes": {"ponytail": {"path": RUNTIME}}}
+    removed = configure("--runtime", "docker", "--config-file", str(config), "--uninstall")
+    assert removed.returncode == 0 and "removed the file (ponytail created it)" in removed.stdout, removed.stdout
+    assert os.listdir(config.parent) == []  # as before: no daemon.json
+
+
+def test_uninstall_keeps_a_created_file_someone_added_to(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    assert configure("--runtime", "containerd", "--config-file", str(config)).returncode == 0
+    assert (tmp_path / "config.toml.ponytail-created").exists()
+    configure("--runtime", "containerd", "--config-file", str(config), "--uninstall")
+    assert not config.exists() and os.listdir(tmp_path) == []
+    assert configure("--runtime", "containerd", "--config-file", str(config)).returncode == 0
+    config.write_text(config.read_text() + '\n[debug]\n  level = "debug"  # added by hand\n')
+    removed = configure("--runtime", "containerd", "--config-file", str(config), "--uninstall")
+    assert removed.returncode == 0, removed.stderr
+    text = config.read_text()
+    assert 'level = "debug"  # added by hand' in text and "ponytail" not in text
 
 
 def test_crio_drop_in_beside_crio_conf(tmp_path: Path) -> None:

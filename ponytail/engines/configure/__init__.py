@@ -45,7 +45,13 @@ def plan(engine: str, config_file: str | None, settings: Settings, remove: bool 
     if engine == "crio":
         module.check_main_config(path, files.read_text(path))
         path = module.drop_in_path(path)
-    return module.edit(path, files.read_text(path), settings, remove=remove)
+    planned = module.edit(path, files.read_text(path), settings, remove=remove)
+    if remove and planned.new_text is not None and os.path.exists(path + files.CREATED_SUFFIX):
+        # ponytail created the file: if nothing but ponytail's entries is in it, it goes again
+        created = module.edit(path, module.edit(path, None, settings).new_text, settings, remove=True).new_text
+        if planned.new_text == created:
+            return Edit(path, planned.old_text, None, (*planned.changes, "removed the file (ponytail created it)"))
+    return planned
 
 
 def apply(engine: str, edit: Edit, uninstall: bool = False) -> Outcome:
@@ -60,11 +66,14 @@ def apply(engine: str, edit: Edit, uninstall: bool = False) -> Outcome:
     lines = [f"{edit.path}: {change}" for change in edit.changes]
     if edit.new_text is None:
         files.remove(edit.path)
+        files.remove(edit.path + files.CREATED_SUFFIX)
     elif uninstall and _backup_matches(edit):
         files.restore_backup(edit.path)
         lines = [f"{edit.path}: restored {edit.path}{files.BACKUP_SUFFIX}, the file as it was before ponytail"]
     else:
         backup = files.write_atomically(edit.path, edit.new_text, backup=not uninstall)
+        if edit.old_text is None and not uninstall:
+            files.write_atomically(edit.path + files.CREATED_SUFFIX, "", backup=False)
         if backup:
             lines.append(f"{edit.path}: the original is kept in {backup}")
     lines.append(f"restart the engine to apply: {restart}" if not restart.startswith("nothing") else restart)

@@ -10,6 +10,7 @@ from ponytail.errors import ConfigError, InjectionError
 
 MAX_BYTES = 4 << 20
 BACKUP_SUFFIX = ".ponytail-backup"
+CREATED_SUFFIX = ".ponytail-created"  # beside a config file that did not exist before ponytail wrote it
 
 
 def read_text(path: str) -> str | None:
