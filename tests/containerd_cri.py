@@ -159,7 +159,7 @@ class Pods:
 
     def create(
         self, args: list[str], env: dict[str, str] | None = None, mounts: list[tuple[str, str]] = (),  # type: ignore[assignment]
-        annotations: dict[str, str] | None = None, runtime_handler: str = "",
+        annotations: dict[str, str] | None = None, runtime_handler: str = "", privileged: bool = False,
     ) -> tuple[str, Path]:
         """A pod sandbox (host network) and a created, not started, container: (container id, log file)."""
         pb = self.pb
@@ -171,7 +171,7 @@ class Pods:
             log_directory=str(logs),
             linux=pb.LinuxPodSandboxConfig(
                 cgroup_parent=self.daemon.cgroup_parent,
-                security_context=pb.LinuxSandboxSecurityContext(namespace_options=node),
+                security_context=pb.LinuxSandboxSecurityContext(namespace_options=node, privileged=privileged),
             ),
         )
         pod = self.runtime.RunPodSandbox(pb.RunPodSandboxRequest(config=sandbox, runtime_handler=runtime_handler), timeout=60)
@@ -184,7 +184,9 @@ class Pods:
             mounts=[pb.Mount(host_path=h, container_path=c, readonly=True) for h, c in mounts],
             annotations=annotations or {},
             log_path="main.log",
-            linux=pb.LinuxContainerConfig(security_context=pb.LinuxContainerSecurityContext(namespace_options=node)),
+            linux=pb.LinuxContainerConfig(
+                security_context=pb.LinuxContainerSecurityContext(namespace_options=node, privileged=privileged)
+            ),
         )
         created = self.runtime.CreateContainer(
             pb.CreateContainerRequest(pod_sandbox_id=pod.pod_sandbox_id, config=container, sandbox_config=sandbox), timeout=60

@@ -109,6 +109,12 @@ def test_env_only_request_from_an_unprivileged_pod_is_refused(node: Node) -> Non
     assert len(logged) == 1 and "refused: unprivileged container" in logged[0], logged
 
 
+def test_privileged_pods_env_is_believed(node: Node) -> None:
+    """The strict policy is about unprivileged pods: a privileged one could open any device anyway."""
+    _, code, lines = node.pods.run(CUDACHECK_GPU0, env={"NVIDIA_VISIBLE_DEVICES": "0"}, privileged=True)
+    assert code == 0 and lines == EXPECTED_GPU0, (lines, node.log()[-2000:])
+
+
 def test_pod_that_asks_for_no_gpu_is_untouched_under_the_default_runtime(node: Node) -> None:
     plain, _ = node.pods.create(["/bin/sleep", "60"])
     gpu, _ = node.pods.create(["/bin/sleep", "60"], mounts=[("/dev/null", f"{DEVICES}/0")])
