@@ -8,10 +8,14 @@ import json
 import os
 import stat
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from engines import console_script
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tomllib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from containerd_cri import Containerd, Pods, make_state_dir, oci_archive, private_config, remove_state_dir
 from engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script

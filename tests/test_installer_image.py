@@ -7,10 +7,14 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-import tomllib
 from pathlib import Path
 
 import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from engines import TIMEOUT, unique
 
