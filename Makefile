@@ -1,12 +1,11 @@
 # ponytail: `make demo` sets up and runs the main job, `make test` sets up and runs every test,
-# `make binary` builds the self-contained executable dist/ponytail/ponytail, `make installer-image
-# [IMAGE=NAME]` the Kubernetes node installer image from it (podman, offline).
+# `make binary` builds the self-contained executable dist/ponytail/ponytail.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 BINARY := dist/ponytail/ponytail
 
-.PHONY: setup system-packages test demo binary installer-image bench clean
+.PHONY: setup system-packages test demo binary bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,11 +29,13 @@ $(BINARY): $(VENV)/.installed packaging/ponytail.spec $(shell find ponytail -nam
 	$(PY) -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/ponytail.spec
 	touch $@
 
-installer-image: binary
-	packaging/installer/build-image.sh $(IMAGE)
-
 bench: setup binary
 	$(PY) bench/hookbench.py
 
 clean:
 	rm -rf $(VENV) build dist demo *.egg-info
+
+# the Kubernetes node installer image from the binary (podman, offline): make installer-image [IMAGE=NAME]
+.PHONY: installer-image
+installer-image: binary
+	packaging/installer/build-image.sh $(IMAGE)

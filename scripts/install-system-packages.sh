@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ponytail's tests and demo use, if any is missing:
 # gcc (fake driver libraries), busybox-static (test rootfs), util-linux (unshare, nsenter),
-# and the container engines the end-to-end tests start containers with (containerd for the CRI test).
+# and the container engines the end-to-end tests start containers with.
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }

@@ -21,6 +21,10 @@ cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
 for lib in libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libz.so.1; do
     [ ! -e "$libdir/$lib" ] || cp -L "$libdir/$lib" "$root$libdir/"
 done
+# Debian's plain busybox (not busybox-static) is dynamically linked: bring what it links against
+ldd /bin/busybox 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+    cp -L "$lib" "$root$libdir/"
+done
 cp -a "$dist" "$root/opt/ponytail"
 ln -s ponytail "$root/opt/ponytail/ponytail-runtime"  # the binary is the runtime shim under this name
 cp "$here/installer.sh" "$root/installer.sh"
