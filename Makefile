@@ -44,3 +44,8 @@ bench: setup binary
 
 clean:
 	rm -rf $(VENV) build dist demo *.egg-info
+
+# the Kubernetes node installer image from the binary (podman, offline): make installer-image [IMAGE=NAME]
+.PHONY: installer-image
+installer-image: binary
+	packaging/installer/build-image.sh $(IMAGE)

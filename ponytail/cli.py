@@ -131,7 +131,8 @@ def _errors() -> Iterator[None]:
 @click.option("--dir", "-dir", "directory", metavar="DIR", default=None,
               help="Hooks directory. Default: /usr/share/containers/oci/hooks.d (what Debian's podman reads).")
 @click.option("--config", "-config", "config", metavar="FILE", default=None,
-              help="Config file the hook is run with. Default: /etc/ponytail/config.toml.")
+              help="Config file the hook is run with (it must exist). Default: none named: the hook reads "
+                   "/etc/ponytail/config.toml if it exists, else its built-in defaults.")
 @click.option("--path", "-path", "command", metavar="CMD", default=None,
               help="The hook command. Default: this install's ponytail command.")
 def install_hook(directory: str | None, config: str | None, command: str | None) -> None:
@@ -145,16 +146,46 @@ def install_hook(directory: str | None, config: str | None, command: str | None)
     whose path does not exist. Podman 4.3 on Debian reads only
     /usr/share/containers/oci/hooks.d, or the directories given with --hooks-dir.
     """
-    from ponytail.config import DEFAULT_CONFIG_PATH
     from ponytail.errors import UsageError
     from ponytail.hooksd import DEFAULT_HOOKS_DIR, install_hook as write_hook_file, installed_command
 
-    config = config or DEFAULT_CONFIG_PATH
     command = command or installed_command()
     with _errors():
         if command is None:
             raise UsageError("cannot find this install's ponytail command; pass --path CMD")
         path = write_hook_file(directory or DEFAULT_HOOKS_DIR, command, config)
-    click.echo(f"wrote {path}: runs {command} -config {config} at prestart of containers annotated com.example.gpu=true")
-    if not os.path.exists(config):
+    with_config = f" -config {config}" if config else ""
+    click.echo(f"wrote {path}: runs {command}{with_config} at prestart of containers annotated com.example.gpu=true")
+    if config and not os.path.exists(config):
         click.echo(f"ponytail: warning: {config} does not exist yet; GPU containers will fail to start until it does", err=True)
+
+
+@cli.command("configure", context_settings=CONTEXT)
+@click.option("--runtime", "engine", required=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
+              help="The engine whose configuration to edit.")
+@click.option("--config-file", "config_file", metavar="PATH", default=None,
+              help="The engine's config. Default: /etc/docker/daemon.json, /etc/containerd/config.toml, "
+                   "/etc/crio/crio.conf (the drop-in goes to crio.conf.d/ beside it), "
+                   "/usr/share/containers/oci/hooks.d/ponytail.json.")
+@click.option("--set-as-default", is_flag=True, help="Make ponytail the engine's default runtime (podman: run the hook for every container).")
+@click.option("--dry-run", is_flag=True, help="Print the change as a diff; write nothing.")
+@click.option("--uninstall", is_flag=True, help="Take ponytail out again (restores the backup when nothing else changed since).")
+@click.option("--path", "command", metavar="CMD", default=None,
+              help="ponytail-runtime (podman: ponytail) as the engine will run it. Default: this install's.")
+@click.option("--name", default="ponytail", show_default=True, help="The runtime's name (a RuntimeClass handler).")
+def configure(engine: str, config_file: str | None, set_as_default: bool, dry_run: bool, uninstall: bool,
+              command: str | None, name: str) -> None:
+    """Register ponytail with docker, containerd, CRI-O or podman by editing the engine's config.
+
+    \b
+    Idempotent (a second run changes nothing), atomic, the original kept as FILE.ponytail-backup;
+    every other key and comment stays. Examples:
+      ponytail configure --runtime containerd --dry-run
+      ponytail configure --runtime containerd --set-as-default
+      ponytail configure --runtime docker --config-file /host/etc/docker/daemon.json --path /usr/local/bin/ponytail-runtime
+    """
+    from ponytail.engines.configure import configure as run_configure
+
+    with _errors():
+        lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall)
+    click.echo("\n".join(lines))

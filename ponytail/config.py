@@ -30,6 +30,8 @@ class Config:
     # extra library names and binaries per driver capability: {"compute": {"libraries": (...), "binaries": (...)}}
     capability_extras: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict, compare=False)
     runtime_path: str = "runc"  # ponytail-runtime execs this (a name on PATH, or an absolute path)
+    # false: an unprivileged container's NVIDIA_VISIBLE_DEVICES selects nothing; only the device plugin's list does
+    accept_env_when_unprivileged: bool = True
 
 
 # table -> key -> (Config field, expected type)
@@ -45,6 +47,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "library": {"paths": ("library_paths", list)},
     "log": {"file": ("log_file", str)},
     "runtime": {"path": ("runtime_path", str)},
+    "request": {"accept_env_when_unprivileged": ("accept_env_when_unprivileged", bool)},
 }
 
 
@@ -142,6 +145,10 @@ def _load_toml(text: str, path: str) -> dict:
 
 
 def _check_type(path: str, key: str, value: object, expected: type) -> object:
+    if expected is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config file {path}: '{key}' must be true or false, not {_toml_type(value)}")
+        return value
     if expected is str:
         if not isinstance(value, str):
             raise ConfigError(f"config file {path}: '{key}' must be a string, not {_toml_type(value)}")

@@ -60,7 +60,8 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     from ponytail.request import build_request
 
     request = build_request(
-        options.device, options.capabilities, container.env if container else None, container.privileged if container else True
+        options.device, options.capabilities, container.env if container else None, container.privileged if container else True,
+        container.plugin_devices if container else None, config.accept_env_when_unprivileged,
     )
     if request.devices.is_void:
         log.write("info", f"not a GPU container ({request.devices.source}={request.devices.selector!r}); nothing injected")

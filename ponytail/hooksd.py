@@ -14,7 +14,6 @@ import re
 import sys
 import sysconfig
 
-from ponytail.config import DEFAULT_CONFIG_PATH
 from ponytail.errors import UsageError
 from ponytail.trigger import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
 
@@ -23,14 +22,15 @@ DEFAULT_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"  # what Debian 12's podm
 SHIPPED_COMMAND = "/usr/local/bin/ponytail"  # where `pip install` as root puts it on Debian
 
 
-def hook_file_text(command: str, config: str = DEFAULT_CONFIG_PATH) -> str:
-    """The hooks.d JSON: run ``command`` at prestart of containers annotated com.example.gpu=true."""
-    document = {
-        "version": "1.0.0",
-        "hook": {"path": command, "args": ["ponytail", "-config", config]},
-        "when": {"annotations": {f"^{re.escape(GPU_ANNOTATION)}$": f"^{re.escape(GPU_ANNOTATION_VALUE)}$"}},
-        "stages": ["prestart"],
+def hook_file_text(command: str, config: str | None = None, always: bool = False) -> str:
+    """The hooks.d JSON: run ``command`` at prestart of containers annotated com.example.gpu=true
+    (``always``: of every container; the hook injects only into those that ask for GPUs).
+    Without ``config`` the hook reads /etc/ponytail/config.toml if it exists, else its defaults."""
+    args = ["ponytail", "-config", config] if config else ["ponytail"]
+    when: dict = {"always": True} if always else {
+        "annotations": {f"^{re.escape(GPU_ANNOTATION)}$": f"^{re.escape(GPU_ANNOTATION_VALUE)}$"}
     }
+    document = {"version": "1.0.0", "hook": {"path": command, "args": args}, "when": when, "stages": ["prestart"]}
     return json.dumps(document, indent=2) + "\n"
 
 
@@ -48,11 +48,11 @@ def installed_command(name: str = "ponytail") -> str | None:
     return None
 
 
-def install_hook(directory: str, command: str, config: str) -> str:
+def install_hook(directory: str, command: str, config: str | None) -> str:
     """Write ``directory``/ponytail.json atomically; returns its path."""
     if not os.path.isabs(command) or not os.path.isfile(command) or not os.access(command, os.X_OK):
         raise UsageError(f"hook command {command} is not an executable file given by an absolute path (podman would skip the hook)")
-    if not os.path.isabs(config):
+    if config is not None and not os.path.isabs(config):
         raise UsageError(f"--config {config}: must be an absolute path (the hook runs in the bundle directory)")
     try:
         os.makedirs(directory, exist_ok=True)

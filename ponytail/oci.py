@@ -24,6 +24,7 @@ class Container:
     annotations: dict[str, str] = field(default_factory=dict)
     cgroups_path: str | None = None
     privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
+    plugin_devices: tuple[str, str] | None = None  # (selector, source): the device plugin's list, ponytail.deviceplugin
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,9 @@ def load_container(state: State) -> Container:
     spec_annotations = _string_map(spec.get("annotations"), f"{bundle}/config.json: 'annotations'")
     linux = _section(spec, "linux", bundle)
     cgroups_path = linux.get("cgroupsPath")
+    from ponytail.deviceplugin import plugin_devices
+
+    annotations = {**spec_annotations, **state.annotations}
     return Container(
         id=state.id,
         pid=state.pid,
@@ -155,9 +159,10 @@ def load_container(state: State) -> Container:
         rootfs=rootfs,
         status=state.status,
         env=env,
-        annotations={**spec_annotations, **state.annotations},
+        annotations=annotations,
         cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
         privileged=privileged,
+        plugin_devices=plugin_devices(spec.get("mounts"), annotations),
     )
 
 

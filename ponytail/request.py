@@ -28,10 +28,21 @@ class DeviceRequest:
         return is_void(self.selector)
 
 
-def device_request(cli_device: str | None, env: dict[str, str] | None) -> DeviceRequest:
-    """``-device`` wins; then the container's NVIDIA_VISIBLE_DEVICES; then ``all``."""
+def device_request(
+    cli_device: str | None, env: dict[str, str] | None, plugin: tuple[str, str] | None = None, accept_env: bool = True
+) -> DeviceRequest:
+    """``-device`` wins; then the device plugin's list (volume mounts, CDI annotations); then
+    the container's NVIDIA_VISIBLE_DEVICES; then ``all``. Without ``accept_env`` (an
+    unprivileged container under ``[request] accept_env_when_unprivileged = false``) the env
+    and the default select nothing: only the device plugin gives GPUs."""
     if cli_device is not None:
         return DeviceRequest(cli_device, "-device")
+    if plugin is not None:
+        return DeviceRequest(*plugin)
+    if not accept_env:
+        asked = env.get(VISIBLE_DEVICES_VAR) if env else None
+        what = f"{VISIBLE_DEVICES_VAR}={asked!r}" if asked is not None else "the default (all)"
+        return DeviceRequest("void", f"{what} refused: unprivileged container and [request] accept_env_when_unprivileged = false")
     if env is not None and VISIBLE_DEVICES_VAR in env:
         return DeviceRequest(env[VISIBLE_DEVICES_VAR], VISIBLE_DEVICES_VAR)
     return DeviceRequest("all", "default")
@@ -153,11 +164,13 @@ class Request:
 
 
 def build_request(
-    cli_device: str | None, cli_capabilities: str | None, env: dict[str, str] | None, privileged: bool = True
+    cli_device: str | None, cli_capabilities: str | None, env: dict[str, str] | None, privileged: bool = True,
+    plugin: tuple[str, str] | None = None, accept_env_when_unprivileged: bool = True,
 ) -> Request:
     """Read the NVIDIA conventions: NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES,
     NVIDIA_REQUIRE_* (unless NVIDIA_DISABLE_REQUIRE), NVIDIA_MIG_CONFIG_DEVICES and
-    NVIDIA_MIG_MONITOR_DEVICES (privileged containers only)."""
+    NVIDIA_MIG_MONITOR_DEVICES (privileged containers only); ``plugin``: the device plugin's
+    list (see device_request)."""
     from ponytail.capabilities import DRIVER_CAPABILITIES_VAR, parse_capabilities
 
     env = env or {}
@@ -176,7 +189,7 @@ def build_request(
                 raise InputError(f"{var}={value!r} is only honoured for privileged containers (with CAP_SYS_ADMIN)")
             mig[var] = DeviceRequest(value, var)
     return Request(
-        devices=device_request(cli_device, env),
+        devices=device_request(cli_device, env, plugin, privileged or accept_env_when_unprivileged),
         capabilities=capabilities,
         capabilities_source=caps_source,
         unknown_capabilities=unknown,

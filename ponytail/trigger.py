@@ -9,8 +9,10 @@ VISIBLE_DEVICES_VAR = "NVIDIA_VISIBLE_DEVICES"
 
 
 def is_void(selector: str) -> bool:
-    """NVIDIA_VISIBLE_DEVICES=void or empty: not a GPU container at all."""
-    return selector.strip().lower() in ("", "void")
+    """NVIDIA_VISIBLE_DEVICES=void or empty: not a GPU container at all; also the device
+    plugin's /var/run/nvidia-container-devices, which means "the list is in the volume mounts"
+    (read from there, ponytail.deviceplugin) and, without them, no GPUs."""
+    return selector.strip().lower() in ("", "void", "/var/run/nvidia-container-devices")
 
 
 def asks_for_gpus(env: dict[str, str], annotations: dict[str, str]) -> bool:

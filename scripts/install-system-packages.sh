@@ -14,6 +14,7 @@ have runc || need+=(runc)
 have crun || need+=(crun)
 have podman || need+=(podman)
 have dockerd || need+=(docker.io)
+have containerd || need+=(containerd)  # the Kubernetes node test (CRI): containerd 1.6 and ctr
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2

@@ -122,23 +122,13 @@ class Dockerd:
     def __init__(self, env: dict[str, str]) -> None:
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-docker-"))
         self.socket = f"unix://{self.state}/docker.sock"
-        log = open(self.state / "dockerd.log", "wb")
-        self.process = subprocess.Popen(
-            [
-                "dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs",
-                "--data-root", str(self.state / "data"), "--exec-root", str(self.state / "exec"),
-                "-H", self.socket, "--pidfile", str(self.state / "dockerd.pid"),
-                "--add-runtime", f"ponytail={console_script('ponytail-runtime')}",
-            ],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **env},
-        )
-        log.close()
-        deadline = time.monotonic() + 60
-        while self.docker("version").returncode != 0:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"dockerd did not start: {(self.state / 'dockerd.log').read_text()[-2000:]}")
-            time.sleep(0.1)
+        command = [
+            "dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs",
+            "--data-root", str(self.state / "data"), "--exec-root", str(self.state / "exec"),
+            "-H", self.socket, "--pidfile", str(self.state / "dockerd.pid"),
+            "--add-runtime", f"ponytail={console_script('ponytail-runtime')}",
+        ]
+        self.process = start_daemon(command, self.state / "dockerd.log", env, lambda: self.docker("version").returncode == 0, self.close)
 
     def docker(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "-H", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
@@ -158,14 +148,34 @@ class Dockerd:
         return json.loads(path.read_text())
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_daemon(self.process)
         shutil.rmtree(self.state, ignore_errors=True)
+
+
+def start_daemon(command: list[str], log_path: Path, env: dict[str, str], ready, close) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+    """Start a daemon logging to ``log_path`` and wait (60 s at most) until ``ready()``;
+    if it dies or times out, ``close()`` and raise with the end of its log."""
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **env})
+    deadline = time.monotonic() + 60
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            close()
+            stop_daemon(process)
+            raise RuntimeError(f"{command[0]} did not start: {log_path.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.05)
+    return process
+
+
+def stop_daemon(process: subprocess.Popen) -> None:
+    """SIGTERM, and SIGKILL after 30 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 # cudacheck arguments and what they must give for NVIDIA_VISIBLE_DEVICES=0 on conftest's

@@ -30,7 +30,7 @@ def podman(host: FakeHost, tmp_path: Path):
     # the installed file is the shipped one, with this install's command and the given config
     shipped = json.loads(SHIPPED.read_text())
     shipped["hook"]["path"] = written["hook"]["path"]
-    shipped["hook"]["args"][-1] = str(config)
+    shipped["hook"]["args"] += ["-config", str(config)]
     assert written == shipped
     engine = Podman(hooks_dir)
     yield engine

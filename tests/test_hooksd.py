@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from engines import console_script
 from ponytail.hooksd import SHIPPED_COMMAND, hook_file_text
@@ -16,7 +19,7 @@ def test_shipped_file_is_what_install_hook_writes_for_the_usual_path() -> None:
     assert SHIPPED.read_text() == hook_file_text(SHIPPED_COMMAND)
     document = json.loads(SHIPPED.read_text())
     assert document["version"] == "1.0.0" and document["stages"] == ["prestart"]
-    assert document["hook"]["args"] == ["ponytail", "-config", "/etc/ponytail/config.toml"]
+    assert document["hook"]["args"] == ["ponytail"]  # no -config: the config file is optional
     assert document["when"] == {"annotations": {r"^com\.example\.gpu$": "^true$"}}
 
 
@@ -42,3 +45,27 @@ def test_install_hook_replaces_the_file_and_warns_about_a_missing_config(tmp_pat
     assert "missing.toml does not exist yet" in result.stderr
     assert json.loads((hooks_dir / "ponytail.json").read_text())["hook"]["path"] == console_script("ponytail")
     assert sorted(p.name for p in hooks_dir.iterdir()) == ["ponytail.json"]
+
+
+def test_registration_works_on_defaults_alone(tmp_path: Path) -> None:
+    """No --config: no warning, no -config in the file, and the hook it registers runs
+    with no config file at all (the built-in defaults)."""
+    from conftest import bundle_for, state_for
+    from fakehost import make_rootfs
+
+    if os.path.exists("/etc/ponytail/config.toml"):
+        pytest.skip("this machine has /etc/ponytail/config.toml")
+    hooks_dir = tmp_path / "hooks.d"
+    result = install_hook("--dir", str(hooks_dir))
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    hook = json.loads((hooks_dir / "ponytail.json").read_text())["hook"]
+    assert hook["args"] == ["ponytail"]
+    bundle = bundle_for(tmp_path, make_rootfs(tmp_path / "rootfs", programs=()), env=["NVIDIA_VISIBLE_DEVICES=void"])
+    # as the engine runs it (argv from the file), with a private /var/log for the default log file
+    script = 'mount -t tmpfs tmpfs /var/log && exec "$@"'
+    env = {k: v for k, v in os.environ.items() if k != "PONYTAIL_CONFIG"}
+    run = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", hook["path"], *hook["args"][1:]],
+        input=state_for(bundle, os.getpid()), capture_output=True, text=True, timeout=60, env=env, cwd=bundle,
+    )
+    assert run.returncode == 0 and run.stderr == "", run.stderr

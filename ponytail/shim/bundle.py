@@ -10,16 +10,23 @@ from ponytail.config import Config
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.logfile import RunLog
 from ponytail.oci import parse_env, read_bundle_config
-from ponytail.shim.edit import add_gpu_hook, spec_asks_for_gpus
+from ponytail.shim.edit import add_gpu_hook, spec_asks_for_gpus, spec_privileged
 
 
 def prepare_bundle(bundle: str, container_id: str | None, config: Config, config_error: PonytailError | None) -> None:
     """Edit ``bundle``/config.json for a GPU container; leave every other bundle untouched."""
     try:
         spec = read_bundle_config(bundle)
-        wanted = spec_asks_for_gpus(spec)
+        wanted = spec_asks_for_gpus(spec, config.accept_env_when_unprivileged)
+        refused = not wanted and not config.accept_env_when_unprivileged and spec_asks_for_gpus(spec)
     except InputError:
         return  # a bundle the runtime cannot use either: it reports that in its own words
+    if refused:  # the container starts, without GPUs; say why where the operator looks
+        log = RunLog(config.log_file)
+        log.context = container_id or "-"
+        log.write("info", "ponytail-runtime: not a GPU container: its own NVIDIA_VISIBLE_DEVICES (or GPU annotation) "
+                  "refused: unprivileged container and [request] accept_env_when_unprivileged = false")
+        log.close()
     if not wanted:
         return
     if config_error is not None:
@@ -50,6 +57,7 @@ def device_rules(config: Config, spec: dict) -> tuple[tuple[tuple[int, int], ...
     The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
     from ponytail.records import replace
 
+    from ponytail.deviceplugin import plugin_devices
     from ponytail.hook import make_plan
     from ponytail.plan import AllowDevices
     from ponytail.request import build_request
@@ -57,9 +65,10 @@ def device_rules(config: Config, spec: dict) -> tuple[tuple[tuple[int, int], ...
     try:
         process = spec.get("process") if isinstance(spec.get("process"), dict) else {}
         env = parse_env(process.get("env"), "config.json: 'process.env'")
-        capabilities = process.get("capabilities") if isinstance(process.get("capabilities"), dict) else {}
-        privileged = "CAP_SYS_ADMIN" in (capabilities.get("bounding") or ())
-        request = build_request(None, None, env, privileged)
+        annotations = spec.get("annotations")
+        strings = {k: v for k, v in annotations.items() if isinstance(v, str)} if isinstance(annotations, dict) else {}
+        plugin = plugin_devices(spec.get("mounts"), strings)
+        request = build_request(None, None, env, spec_privileged(spec), plugin, config.accept_env_when_unprivileged)
         if request.devices.is_void:
             return (), ""
         plan, _ = make_plan(config, replace(request, requirements=()), None, dry_run=True, udev=False)

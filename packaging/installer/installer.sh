@@ -1,0 +1,117 @@
+#!/bin/sh
+# ponytail's node installer: runs in the installer image (deploy/kubernetes/ponytail-installer.yaml)
+# with the node's root filesystem mounted at $HOST_ROOT.
+#
+#   installer.sh install     copy ponytail to the host, register it with the engine, restart the engine if that changed anything
+#   installer.sh uninstall   take ponytail out of the engine's config (the backup back in place), remove the files
+#   installer.sh daemon      install, then wait (a DaemonSet's pod stays Running); on SIGTERM uninstall if CLEANUP_ON_EXIT=true
+#
+# Settings (environment):
+#   ENGINE           containerd (default) | docker | crio | podman
+#   ENGINE_CONFIG    the engine's config on the host (default: the engine's usual path)
+#   SET_AS_DEFAULT   true: ponytail becomes the engine's default runtime (default false: select it with runtimeClassName)
+#   RESTART_MODE     systemd (default: systemctl restart on the host, needs hostPID) | signal (SIGHUP: dockerd) | none
+#   INSTALL_DIR      where ponytail goes on the host (default /usr/local/ponytail)
+#   ACCEPT_ENV_WHEN_UNPRIVILEGED   written to /etc/ponytail/config.toml if the host has none (default false: only
+#                    the device plugin's list gives an unprivileged pod GPUs)
+#   HOST_ROOT        where the host's / is mounted (default /host)
+# A second run with the same settings changes nothing and restarts nothing.
+set -eu
+
+HOST_ROOT=${HOST_ROOT:-/host}
+ENGINE=${ENGINE:-containerd}
+ENGINE_CONFIG=${ENGINE_CONFIG:-}
+SET_AS_DEFAULT=${SET_AS_DEFAULT:-false}
+RESTART_MODE=${RESTART_MODE:-systemd}
+INSTALL_DIR=${INSTALL_DIR:-/usr/local/ponytail}
+ACCEPT_ENV_WHEN_UNPRIVILEGED=${ACCEPT_ENV_WHEN_UNPRIVILEGED:-false}
+CLEANUP_ON_EXIT=${CLEANUP_ON_EXIT:-false}
+IMAGE_DIR=/opt/ponytail
+
+say() { echo "ponytail-installer: $*"; }
+fail() { echo "ponytail-installer: error: $*" >&2; exit 1; }
+
+case "$ENGINE" in
+    containerd) default_config=/etc/containerd/config.toml; service=containerd; program=ponytail-runtime ;;
+    docker) default_config=/etc/docker/daemon.json; service=docker; program=ponytail-runtime ;;
+    crio) default_config=/etc/crio/crio.conf; service=crio; program=ponytail-runtime ;;
+    podman) default_config=/usr/share/containers/oci/hooks.d/ponytail.json; service=; program=ponytail ;;
+    *) fail "ENGINE=$ENGINE: use containerd, docker, crio or podman" ;;
+esac
+config=${ENGINE_CONFIG:-$default_config}
+[ -d "$HOST_ROOT" ] || fail "$HOST_ROOT is not mounted: mount the node's / there (hostPath)"
+
+copy_files() {
+    target="$HOST_ROOT$INSTALL_DIR"
+    if [ -d "$target" ] && diff -r "$IMAGE_DIR" "$target" >/dev/null 2>&1; then
+        say "$INSTALL_DIR is up to date"
+        return 0
+    fi
+    rm -rf "$target.new" "$target.old"
+    mkdir -p "$(dirname "$target")"
+    cp -a "$IMAGE_DIR" "$target.new"
+    [ ! -e "$target" ] || mv "$target" "$target.old"
+    mv "$target.new" "$target"
+    rm -rf "$target.old"
+    say "installed ponytail in $INSTALL_DIR"
+}
+
+write_policy() {
+    policy="$HOST_ROOT/etc/ponytail/config.toml"
+    if [ -e "$policy" ]; then
+        say "/etc/ponytail/config.toml exists: left as it is"
+        return 0
+    fi
+    mkdir -p "$(dirname "$policy")"
+    printf '# Written by the ponytail installer (see config/config.toml for every key).\n[request]\naccept_env_when_unprivileged = %s\n' \
+        "$ACCEPT_ENV_WHEN_UNPRIVILEGED" > "$policy.tmp"
+    mv "$policy.tmp" "$policy"
+    say "wrote /etc/ponytail/config.toml: accept_env_when_unprivileged = $ACCEPT_ENV_WHEN_UNPRIVILEGED"
+}
+
+# configure ARGS...: run `ponytail configure`; returns 0 when the engine's config changed
+configure() {
+    set -- --runtime "$ENGINE" --config-file "$HOST_ROOT$config" "$@"
+    output=$("$IMAGE_DIR/ponytail" configure "$@") || fail "ponytail configure $*: see the line above"
+    echo "$output" | sed "s#$HOST_ROOT##g"
+    case "$output" in *"nothing changed"*) return 1 ;; esac
+    return 0
+}
+
+restart_engine() {
+    [ -n "$service" ] || return 0
+    case "$RESTART_MODE" in
+        systemd) nsenter -t 1 -m -u -i -n -p -- systemctl restart "$service" || fail "cannot restart $service on the host (hostPID and privileged needed)"
+                 say "restarted $service" ;;
+        signal) pid=$(pidof dockerd containerd crio 2>/dev/null | cut -d' ' -f1)
+                [ -n "$pid" ] || fail "no engine process to signal (hostPID needed)"
+                kill -HUP "$pid" && say "sent SIGHUP to $service ($pid)" ;;
+        none) say "restart $service on the node to apply" ;;
+        *) fail "RESTART_MODE=$RESTART_MODE: use systemd, signal or none" ;;
+    esac
+}
+
+install() {
+    copy_files
+    write_policy
+    set --
+    [ "$SET_AS_DEFAULT" = true ] && set -- --set-as-default
+    if configure --path "$INSTALL_DIR/$program" "$@"; then restart_engine; fi
+}
+
+uninstall() {
+    if configure --uninstall; then restart_engine; fi
+    rm -rf "$HOST_ROOT$INSTALL_DIR"
+    say "removed $INSTALL_DIR"
+}
+
+case "${1:-daemon}" in
+    install) install ;;
+    uninstall) uninstall ;;
+    daemon)
+        install
+        if [ "$CLEANUP_ON_EXIT" = true ]; then trap 'uninstall; exit 0' TERM INT; else trap 'exit 0' TERM INT; fi
+        say "installed; waiting"
+        while :; do sleep 3600 & wait $! || true; done ;;
+    *) fail "usage: installer.sh [install|uninstall|daemon]" ;;
+esac

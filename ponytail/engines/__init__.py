@@ -1,0 +1,1 @@
+"""How container engines are told about ponytail: engine configuration (``configure``)."""

@@ -1,0 +1,152 @@
+"""containerd: a CRI runtime entry in config.toml (config versions 2 and 3).
+
+The entry copies runc's (``runtime_type`` and its ``options``, e.g. ``SystemdCgroup``) and
+points ``BinaryName`` at ponytail-runtime, which execs runc; with --set-as-default it becomes
+``default_runtime_name``. Every other key and comment stays as it was (tomlkit). A runtime
+table without the default runtime in it makes containerd's CRI plugin fail to load, so
+``runc`` is added too when it is the default and missing.
+"""
+
+from __future__ import annotations
+
+from ponytail.errors import ConfigError
+from ponytail.engines.configure.model import Edit, Settings
+
+DEFAULT_PATH = "/etc/containerd/config.toml"
+RESTART = "systemctl restart containerd"
+RUNC_V2 = "io.containerd.runc.v2"
+# config version -> the CRI plugin's table holding `containerd.runtimes`
+CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+CDI_ANNOTATIONS = "cdi.k8s.io/*"  # passed to the runtime: how the device plugin may name GPUs
+
+
+def edit(path: str, text: str | None, settings: Settings, remove: bool = False) -> Edit:
+    import tomlkit
+
+    document = _parse(path, text)
+    version = _version(path, document, text)
+    if "version" not in document:
+        document["version"] = version
+    plugin = CRI_PLUGIN[version]
+    where = f'plugins."{plugin}".containerd'
+    containerd = _table(path, document, ("plugins", plugin, "containerd"), create=not remove)
+    changes: list[str] = []
+    name = settings.runtime_name
+    if containerd is None:
+        return Edit(path, text, text, ())
+    runtimes = _table(path, containerd, ("runtimes",), create=not remove, where=where)
+    default = str(containerd.get("default_runtime_name", "runc"))
+    if remove:
+        if runtimes is not None and name in runtimes:
+            del runtimes[name]
+            changes.append(f"removed [{where}.runtimes.{name}]")
+        if default == name:
+            containerd["default_runtime_name"] = "runc"
+            changes.append(f"{where}.default_runtime_name = 'runc' (was {name!r})")
+        return _result(path, text, document, changes, tomlkit)
+    assert runtimes is not None
+    runc = runtimes.get("runc")
+    if runc is not None and not isinstance(runc, dict):
+        raise ConfigError(f"{path}: [{where}.runtimes.runc] is not a table; fix it by hand first")
+    wanted = _entry(runc, settings)
+    current = runtimes.get(name)
+    if current is None or _plain(current) != wanted:
+        runtimes[name] = _new_table(tomlkit, wanted, last=True)
+        verb = "added" if current is None else "updated"
+        changes.append(f"{verb} [{where}.runtimes.{name}]: runtime_type {wanted['runtime_type']!r}, "
+                       f"options.BinaryName = {settings.runtime_path!r}" + (" (runc's options kept)" if runc else ""))
+    if settings.set_as_default and default != name:
+        containerd["default_runtime_name"] = name
+        changes.append(f"{where}.default_runtime_name = {name!r} (was {default!r})")
+        default = name
+    if default == "runc" and runc is None:
+        runtimes["runc"] = _new_table(tomlkit, {"runtime_type": RUNC_V2})
+        changes.append(f"added [{where}.runtimes.runc]: the default runtime must be defined or the CRI plugin fails to load")
+    return _result(path, text, document, changes, tomlkit)
+
+
+def _entry(runc: dict | None, settings: Settings) -> dict:
+    """runc's entry (its runtime_type and options) with BinaryName set to ponytail-runtime,
+    and the device plugin's CDI annotations let through to the runtime."""
+    base = _plain(runc) if runc is not None else {}
+    found = base.get("options")
+    options: dict = found if isinstance(found, dict) else {}
+    entry = {k: v for k, v in base.items() if k not in ("options", "container_annotations")}
+    entry["runtime_type"] = base.get("runtime_type") or RUNC_V2
+    annotations = [a for a in (base.get("container_annotations") or []) if a != CDI_ANNOTATIONS]
+    entry["container_annotations"] = [*annotations, CDI_ANNOTATIONS]
+    entry["options"] = {**options, "BinaryName": settings.runtime_path}
+    return entry
+
+
+def _parse(path: str, text: str | None):  # type: ignore[no-untyped-def]
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    try:
+        return tomlkit.parse(text or "")
+    except TOMLKitError as e:
+        raise ConfigError(f"{path} is not valid TOML ({e}); fix it by hand, ponytail will not guess") from e
+    except RecursionError as e:
+        raise ConfigError(f"{path}: tables or arrays nested too deeply") from e
+
+
+def _version(path: str, document: dict, text: str | None) -> int:
+    version = document.get("version")
+    if version is None:
+        if text is None or not text.strip():
+            return 2  # a new file: what containerd 1.6 and 1.7 write (`containerd config default`)
+        raise ConfigError(
+            f"{path} has no 'version' key, so containerd reads it as config version 1, which ponytail does not edit: "
+            "add 'version = 2' after checking its plugin names (containerd 1.7+: containerd config migrate)"
+        )
+    if isinstance(version, bool) or version not in CRI_PLUGIN:
+        raise ConfigError(f"{path}: config version {version!r} is not one ponytail edits (2: containerd 1.x, 3: containerd 2.x)")
+    return int(version)
+
+
+def _table(path: str, parent: dict, keys: tuple[str, ...], create: bool, where: str = ""):  # type: ignore[no-untyped-def]
+    import tomlkit
+
+    table = parent
+    for key in keys:
+        where = f"{where}.{key}" if where else key
+        child = table.get(key)
+        if child is None:
+            if not create:
+                return None
+            child = tomlkit.table(is_super_table=True)
+            table[key] = child
+            child = table[key]
+        if not isinstance(child, dict):
+            raise ConfigError(f"{path}: '{where}' is not a table; fix it by hand first")
+        table = child
+    return table
+
+
+def _plain(value: object) -> dict:
+    unwrap = getattr(value, "unwrap", None)
+    return unwrap() if unwrap is not None else dict(value)  # type: ignore[call-overload]
+
+
+def _new_table(tomlkit, values: dict, last: bool = False):  # type: ignore[no-untyped-def]
+    """A table of ``values``; ``last``: end with a blank line, before the file's next table."""
+    table = tomlkit.table()
+    items = list(values.items())
+    for i, (key, value) in enumerate(items):
+        if isinstance(value, dict):
+            table.append(key, _new_table(tomlkit, value, last and i == len(items) - 1))
+        else:
+            table.append(key, value)
+    if last and not (items and isinstance(items[-1][1], dict)):
+        table.add(tomlkit.nl())
+    return table
+
+
+def _result(path: str, text: str | None, document, changes: list[str], tomlkit) -> Edit:  # type: ignore[no-untyped-def]
+    if not changes:
+        return Edit(path, text, text, ())
+    new_text = tomlkit.dumps(document)
+    if text and not new_text.endswith("\n"):
+        new_text += "\n"
+    return Edit(path, text, new_text, tuple(changes))

@@ -1,0 +1,72 @@
+"""Docker: a runtime in /etc/docker/daemon.json's ``runtimes`` (and ``default-runtime``).
+
+Docker reads no hooks.d directory; ponytail-runtime adds the hook to GPU containers' bundles.
+Every other key of daemon.json, and their order, stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ponytail.errors import ConfigError
+from ponytail.engines.configure.model import Edit, Settings
+
+DEFAULT_PATH = "/etc/docker/daemon.json"
+RESTART = "systemctl restart docker   (or: kill -HUP $(pidof dockerd) to reload runtimes only)"
+
+
+def edit(path: str, text: str | None, settings: Settings, remove: bool = False) -> Edit:
+    document = _parse(path, text)
+    changes: list[str] = []
+    runtimes = document.get("runtimes")
+    if runtimes is None:
+        runtimes = {}
+    if not isinstance(runtimes, dict):
+        raise ConfigError(f"{path}: 'runtimes' is not an object; fix it by hand first")
+    name = settings.runtime_name
+    wanted = {"path": settings.runtime_path}
+    if remove:
+        if name in runtimes:
+            del runtimes[name]
+            changes.append(f"removed runtime {name!r}")
+        if document.get("default-runtime") == name:
+            del document["default-runtime"]
+            changes.append("removed default-runtime (Docker's default, runc, again)")
+    else:
+        current = runtimes.get(name)
+        if current != wanted:
+            merged = {**current, **wanted} if isinstance(current, dict) else wanted
+            if current != merged:
+                runtimes[name] = merged
+                changes.append(f"runtimes.{name}.path = {settings.runtime_path!r}")
+        if settings.set_as_default and document.get("default-runtime") != name:
+            changes.append(f"default-runtime = {name!r} (was {document.get('default-runtime', 'runc')!r})")
+            document["default-runtime"] = name
+    if runtimes:
+        document["runtimes"] = runtimes
+    elif "runtimes" in document:
+        del document["runtimes"]
+    if not changes:
+        return Edit(path, text, text, ())
+    return Edit(path, text, json.dumps(document, indent=_indent(text)) + "\n", tuple(changes))
+
+
+def _parse(path: str, text: str | None) -> dict:
+    if text is None or not text.strip():
+        return {}
+    try:
+        document = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"{path} is not valid JSON ({e}); fix it by hand, ponytail will not guess") from e
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path} must hold a JSON object, not {type(document).__name__}")
+    return document
+
+
+def _indent(text: str | None) -> int:
+    """The indentation the file already uses (Docker's documentation uses 4 spaces)."""
+    for line in (text or "").splitlines()[1:]:
+        stripped = line.lstrip(" ")
+        if stripped and len(stripped) < len(line):
+            return len(line) - len(stripped)
+    return 4

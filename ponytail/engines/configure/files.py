@@ -1,0 +1,139 @@
+"""The engine's config file, read and written with care: no symlinks followed, nothing
+half-written (a temporary file renamed over it), the original kept as a backup once."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from ponytail.errors import ConfigError, InjectionError
+
+MAX_BYTES = 4 << 20
+BACKUP_SUFFIX = ".ponytail-backup"
+CREATED_SUFFIX = ".ponytail-created"  # beside a config file that did not exist before ponytail wrote it
+
+
+def read_text(path: str) -> str | None:
+    """The file's text; None when it does not exist. A symlink, a non-regular file, a file
+    that is not UTF-8 or is too large is refused with one line."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError(
+            f"{path} is a symlink (to {os.readlink(path)}); ponytail edits only regular files: "
+            "pass the real file with --config-file"
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{path} is not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(f"{path} is larger than {MAX_BYTES} bytes; refusing to edit it")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}); refusing to edit it") from e
+
+
+def check_writable(path: str) -> None:
+    """Refuse a file that has no write bit (someone made it read-only on purpose) or that
+    lies on a read-only file system, before anything is written."""
+    directory = os.path.dirname(path) or "."
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not st.st_mode & 0o222:
+        raise ConfigError(
+            f"{path} is read-only (mode {stat.S_IMODE(st.st_mode):04o}); ponytail will not override that: "
+            "make it writable or pass another --config-file"
+        )
+    probe = directory if os.path.isdir(directory) else _existing_parent(directory)
+    try:
+        if os.statvfs(probe).f_flag & os.ST_RDONLY:
+            raise ConfigError(f"{path} is on a read-only file system; cannot change it")
+    except OSError as e:
+        raise ConfigError(f"cannot use {directory}: {e.strerror}") from e
+
+
+def _existing_parent(directory: str) -> str:
+    while directory and not os.path.isdir(directory):
+        directory = os.path.dirname(directory.rstrip("/")) or "/"
+    return directory or "/"
+
+
+def write_atomically(path: str, text: str, backup: bool = True) -> str | None:
+    """Replace ``path`` with ``text`` in one rename, keeping its mode and owner (0644 root for a
+    new file); the original is copied to PATH.ponytail-backup first unless a backup exists.
+    Returns the backup's path when one was made now."""
+    directory = os.path.dirname(path) or "."
+    made_backup = None
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        try:
+            st: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if backup and st is not None and not os.path.lexists(path + BACKUP_SUFFIX):
+            original = read_text(path) or ""
+            _write_new(path + BACKUP_SUFFIX, original, stat.S_IMODE(st.st_mode), st)
+            made_backup = path + BACKUP_SUFFIX
+        temporary = os.path.join(directory, f".{os.path.basename(path)}.ponytail-{os.getpid()}.tmp")
+        _write_new(temporary, text, stat.S_IMODE(st.st_mode) if st else 0o644, st)
+        os.replace(temporary, path)
+        _fsync_dir(directory)
+    except OSError as e:
+        raise InjectionError(f"cannot write {path}: {e.strerror}") from e
+    return made_backup
+
+
+def restore_backup(path: str) -> bool:
+    """Put PATH.ponytail-backup back in place of ``path``; False when there is none."""
+    backup = path + BACKUP_SUFFIX
+    if not os.path.isfile(backup) or os.path.islink(backup):
+        return False
+    try:
+        os.replace(backup, path)
+        _fsync_dir(os.path.dirname(path) or ".")
+    except OSError as e:
+        raise InjectionError(f"cannot restore {backup}: {e.strerror}") from e
+    return True
+
+
+def remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise InjectionError(f"cannot remove {path}: {e.strerror}") from e
+
+
+def _write_new(path: str, text: str, mode: int, like: os.stat_result | None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            data = data[os.write(fd, data):]
+        os.fchmod(fd, mode)
+        if like is not None:
+            os.fchown(fd, like.st_uid, like.st_gid)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,30 @@
+"""What ``ponytail configure`` is asked, and the edit it plans for one file (plain data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``runtime_path``: the ponytail-runtime command (docker, containerd, CRI-O);
+    ``hook_path``: the ponytail command (podman's hooks.d file)."""
+
+    runtime_name: str = "ponytail"
+    runtime_path: str = "/usr/local/bin/ponytail-runtime"
+    hook_path: str = "/usr/local/bin/ponytail"
+    set_as_default: bool = False
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One file's new text (None: remove the file) and each change with its reason."""
+
+    path: str
+    old_text: str | None
+    new_text: str | None
+    changes: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        return self.old_text != self.new_text

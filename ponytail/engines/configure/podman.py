@@ -1,0 +1,26 @@
+"""podman (and CRI-O's hooks_dir): ponytail's hooks.d file, as ``ponytail install-hook`` writes it.
+
+The file is ponytail's own: a broken one (every podman run fails on it) is replaced. With
+--set-as-default the hook runs for every container (``"always": true``) and injects only
+into those that ask for GPUs; without it, for containers annotated com.example.gpu=true.
+"""
+
+from __future__ import annotations
+
+from ponytail.engines.configure.model import Edit, Settings
+
+DEFAULT_PATH = "/usr/share/containers/oci/hooks.d/ponytail.json"  # what Debian 12's podman reads
+RESTART = "nothing to restart: podman reads hooks.d at every run"
+
+
+def edit(path: str, text: str | None, settings: Settings, remove: bool = False) -> Edit:
+    from ponytail.hooksd import hook_file_text
+
+    if remove:
+        return Edit(path, text, None, (f"removed {path}",) if text is not None else ())
+    wanted = hook_file_text(settings.hook_path, None, always=settings.set_as_default)
+    if text == wanted:
+        return Edit(path, text, text, ())
+    when = "every container (it injects only into those that ask)" if settings.set_as_default else \
+        "containers annotated com.example.gpu=true"
+    return Edit(path, text, wanted, (f"hooks.d file: runs {settings.hook_path} at prestart of {when}",))

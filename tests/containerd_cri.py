@@ -1,0 +1,235 @@
+"""A private containerd 1.6 (own root, state, gRPC and ttrpc addresses, in a mount namespace
+of its own) and a small CRI v1 client that runs pods the way kubelet does: a pod sandbox
+from a locally built pause image, then containers in it.
+
+The CRI stubs are generated at test time with grpcio-tools from tests/cri/runtime_v1_min.proto,
+which holds only the messages and fields used here (with CRI v1's field numbers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from engines import TIMEOUT, _processes_using, start_daemon, stop_daemon
+
+PROTO = Path(__file__).parent / "cri" / "runtime_v1_min.proto"
+NAMESPACE = "k8s.io"  # where the CRI plugin keeps its images and containers
+
+
+def cri_modules(directory: Path):  # type: ignore[no-untyped-def]
+    """(messages, services) generated from the proto into ``directory``."""
+    from grpc_tools import protoc
+
+    directory.mkdir(parents=True, exist_ok=True)
+    args = ["protoc", f"-I{PROTO.parent}", f"--python_out={directory}", f"--grpc_python_out={directory}", str(PROTO)]
+    if protoc.main(args) != 0:
+        raise RuntimeError(f"protoc failed on {PROTO}")
+    sys.path.insert(0, str(directory))
+    try:
+        return importlib.import_module("runtime_v1_min_pb2"), importlib.import_module("runtime_v1_min_pb2_grpc")
+    finally:
+        sys.path.remove(str(directory))
+
+
+def oci_archive(rootfs: Path, name: str, cmd: list[str], out: Path) -> Path:
+    """An OCI image layout tar of ``rootfs`` (one uncompressed layer) named ``name``, for `ctr images import`."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for entry in sorted(rootfs.rglob("*")):
+            tar.add(entry, arcname=str(entry.relative_to(rootfs)), recursive=False)
+    blobs: dict[str, bytes] = {}
+
+    def blob(data: bytes, media_type: str) -> dict:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        blobs[digest] = data
+        return {"mediaType": media_type, "digest": digest, "size": len(data)}
+
+    layer_bytes = layer.getvalue()
+    config = {
+        "architecture": "amd64", "os": "linux",
+        "config": {"Cmd": cmd, "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer_bytes).hexdigest()]},
+    }
+    manifest = {
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": blob(json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json"),
+        "layers": [blob(layer_bytes, "application/vnd.oci.image.layer.v1.tar")],
+    }
+    descriptor = blob(json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
+    descriptor["annotations"] = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}
+    index = {"schemaVersion": 2, "manifests": [descriptor]}
+    with tarfile.open(out, "w") as tar:
+        for path, data in [("oci-layout", b'{"imageLayoutVersion": "1.0.0"}'), ("index.json", json.dumps(index).encode())] + [
+            (f"blobs/sha256/{d.split(':')[1]}", b) for d, b in blobs.items()
+        ]:
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+def private_config(default_text: str, state: Path, sandbox_image: str) -> str:
+    """`containerd config default` with every path of its own: root, state, sockets, /opt; the
+    pause image built here."""
+    replacements = [
+        (r'(?m)^root = ".*"$', f'root = "{state}/root"'),
+        (r'(?m)^state = ".*"$', f'state = "{state}/state"'),
+        (r'(\[grpc\]\n  address = )".*"', rf'\1"{state}/c.sock"'),
+        (r'(\[ttrpc\]\n  address = )".*"', rf'\1"{state}/t.sock"'),
+        (r'sandbox_image = ".*"', f'sandbox_image = "{sandbox_image}"'),
+        (r'path = "/opt/containerd"', f'path = "{state}/opt"'),
+        # root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj -998 cannot be set
+        (r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true"),
+    ]
+    for pattern, replacement in replacements:
+        default_text, count = re.subn(pattern, replacement, default_text)
+        if count != 1:
+            raise RuntimeError(f"containerd's default config has no single match for {pattern!r}")
+    return default_text
+
+
+class Containerd:
+    """containerd --config CONFIG in a mount namespace of its own with a private /run (where
+    containerd 1.6 puts its shims' sockets and runc its state whatever the config says);
+    ``env`` reaches its runtimes. Pods' cgroups go under ``cgroup_parent``, removed at close."""
+
+    def __init__(self, config: Path, state: Path, env: dict[str, str]) -> None:
+        self.state = state
+        self.socket = str(state / "c.sock")
+        self.cgroup_parent = f"/{state.name}"
+        command = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "sh",
+                   "containerd", "--config", str(config)]
+        self.process = start_daemon(command, state / "containerd.log", env, lambda: self.ctr("version").returncode == 0, lambda: None)
+
+    def ctr(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["ctr", "-a", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+
+    def log(self) -> str:
+        return (self.state / "containerd.log").read_text(errors="replace")
+
+    def bundle_config(self, container_id: str) -> dict:
+        path = self.state / "state/io.containerd.runtime.v2.task" / NAMESPACE / container_id / "config.json"
+        return json.loads(path.read_text())
+
+    def close(self) -> None:
+        stop_daemon(self.process)
+        for pid in _processes_using(self.socket):  # shims of containers left behind: ours, by their -address
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for hierarchy in Path("/sys/fs/cgroup").iterdir():
+            parent = hierarchy / self.cgroup_parent.lstrip("/")
+            if parent.is_dir():
+                for directory in sorted((d for d in parent.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                    directory.rmdir()
+                parent.rmdir()
+
+
+class Pods:
+    """Pods through the CRI RuntimeService, each a sandbox with one container, as kubelet runs them."""
+
+    def __init__(self, daemon: Containerd, image: str, stubs: Path) -> None:
+        import grpc
+
+        self.pb, services = cri_modules(stubs)
+        self.channel = grpc.insecure_channel(f"unix://{daemon.socket}")
+        self.runtime = services.RuntimeServiceStub(self.channel)
+        self.daemon = daemon
+        self.image = image
+        self.sandboxes: list[str] = []
+
+    def version(self) -> str:
+        answer = self.runtime.Version(self.pb.VersionRequest(version="v1"), timeout=30)
+        return f"{answer.runtime_name} {answer.runtime_version} CRI {answer.runtime_api_version}"
+
+    def create(
+        self, args: list[str], env: dict[str, str] | None = None, mounts: list[tuple[str, str]] = (),  # type: ignore[assignment]
+        annotations: dict[str, str] | None = None, runtime_handler: str = "", privileged: bool = False,
+    ) -> tuple[str, Path]:
+        """A pod sandbox (host network) and a created, not started, container: (container id, log file)."""
+        pb = self.pb
+        uid = uuid.uuid4().hex
+        logs = self.daemon.state / "pods" / uid
+        node = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD)
+        sandbox = pb.PodSandboxConfig(
+            metadata=pb.PodSandboxMetadata(name=f"pod-{uid[:8]}", uid=uid, namespace="default"),
+            log_directory=str(logs),
+            linux=pb.LinuxPodSandboxConfig(
+                cgroup_parent=self.daemon.cgroup_parent,
+                security_context=pb.LinuxSandboxSecurityContext(namespace_options=node, privileged=privileged),
+            ),
+        )
+        pod = self.runtime.RunPodSandbox(pb.RunPodSandboxRequest(config=sandbox, runtime_handler=runtime_handler), timeout=60)
+        self.sandboxes.append(pod.pod_sandbox_id)
+        container = pb.ContainerConfig(
+            metadata=pb.ContainerMetadata(name="main"),
+            image=pb.ImageSpec(image=self.image),
+            command=args,
+            envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
+            mounts=[pb.Mount(host_path=h, container_path=c, readonly=True) for h, c in mounts],
+            annotations=annotations or {},
+            log_path="main.log",
+            linux=pb.LinuxContainerConfig(
+                security_context=pb.LinuxContainerSecurityContext(namespace_options=node, privileged=privileged)
+            ),
+        )
+        created = self.runtime.CreateContainer(
+            pb.CreateContainerRequest(pod_sandbox_id=pod.pod_sandbox_id, config=container, sandbox_config=sandbox), timeout=60
+        )
+        return created.container_id, logs / "main.log"
+
+    def start(self, container_id: str) -> None:
+        """StartContainer: containerd 1.6 makes the task (the bundle, ``runtime create``) here."""
+        self.runtime.StartContainer(self.pb.StartContainerRequest(container_id=container_id), timeout=60)
+
+    def run(self, args: list[str], **kwargs) -> tuple[str, int, list[str]]:  # type: ignore[no-untyped-def]
+        """Create, start and wait for a container: (its id, exit code, its stdout lines)."""
+        pb = self.pb
+        container_id, log = self.create(args, **kwargs)
+        self.start(container_id)
+        deadline = time.monotonic() + 60
+        while True:
+            status = self.runtime.ContainerStatus(pb.ContainerStatusRequest(container_id=container_id), timeout=30).status
+            if status.state == pb.CONTAINER_EXITED or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        lines = []
+        for line in log.read_text().splitlines() if log.exists() else []:
+            _, stream, _, text = line.split(" ", 3)  # CRI log format: time stream tag text
+            if stream == "stdout":
+                lines.append(text)
+        return container_id, status.exit_code, lines
+
+    def close(self) -> None:
+        pb = self.pb
+        for sandbox in self.sandboxes:
+            try:
+                self.runtime.StopPodSandbox(pb.StopPodSandboxRequest(pod_sandbox_id=sandbox), timeout=60)
+                self.runtime.RemovePodSandbox(pb.RemovePodSandboxRequest(pod_sandbox_id=sandbox), timeout=60)
+            except Exception:
+                pass  # containerd's close ends what is left
+        self.channel.close()
+
+
+def make_state_dir() -> Path:
+    """Short (unix socket paths are limited to 108 bytes) and unique."""
+    return Path(tempfile.mkdtemp(prefix="pt-ctrd-"))
+
+
+def remove_state_dir(state: Path) -> None:
+    shutil.rmtree(state, ignore_errors=True)

@@ -1,0 +1,109 @@
+"""Kubernetes' device plugin names a container's GPUs in volume mounts under
+/var/run/nvidia-container-devices/ or in CDI annotations; with
+`[request] accept_env_when_unprivileged = false` an unprivileged container's own
+NVIDIA_VISIBLE_DEVICES selects nothing. The hook's dry run shows what it would inject."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import FakeHost, bundle_for, run_ponytail, state_for
+from ponytail.shim.edit import spec_asks_for_gpus
+
+DEVICES = "/var/run/nvidia-container-devices"
+STRICT = "[request]\naccept_env_when_unprivileged = false\n"
+ALL_CAPS = ["CAP_CHOWN", "CAP_SYS_ADMIN", "CAP_NET_ADMIN"]
+
+
+def spec_with(bundle: Path, mounts: list | None = None, annotations: dict | None = None, privileged: bool = False) -> None:
+    spec = json.loads((bundle / "config.json").read_text())
+    if mounts is not None:
+        spec["mounts"] = mounts
+    if annotations is not None:
+        spec["annotations"] = annotations
+    caps = ALL_CAPS if privileged else ["CAP_CHOWN", "CAP_NET_BIND_SERVICE"]
+    spec["process"]["capabilities"] = {"bounding": caps, "effective": caps, "permitted": caps}
+    (bundle / "config.json").write_text(json.dumps(spec))
+
+
+def device_mount(name: str, source: str = "/dev/null") -> dict:
+    return {"destination": f"{DEVICES}/{name}", "source": source, "type": "bind", "options": ["rbind", "ro"]}
+
+
+def dry_run(host: FakeHost, bundle: Path, config_extra: str = "") -> str:
+    config = host.base / "config.toml"
+    config.write_text(host.config_text() + config_extra)
+    result = run_ponytail(["-config", str(config), "-debug"], stdin=state_for(bundle, 1))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.decode()
+
+
+def selected(output: str) -> str:
+    """The dry run's header lines: which devices were asked for, and by whom."""
+    return next(line for line in output.splitlines() if "devices requested" in line or "not a GPU container" in line)
+
+
+def test_volume_mounts_name_the_gpus(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
+    bundle = bundle_for(tmp_path, rootfs, env=[f"NVIDIA_VISIBLE_DEVICES={DEVICES}"])
+    spec_with(bundle, mounts=[device_mount(host.gpu_list[1].uuid), device_mount("2")])
+    output = dry_run(host, bundle, STRICT)
+    assert f"devices requested: '{host.gpu_list[1].uuid},2' (from volume mounts under {DEVICES})" in output
+    assert "2 selected" in output
+    marked = [line.split()[2] for line in output.splitlines() if line.strip().startswith("* gpu")]
+    assert marked == ["1", "2"], output
+
+
+def test_a_pods_own_volume_there_is_not_a_device_list(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
+    """Only the device plugin's /dev/null mounts count: an emptyDir or other volume a pod
+    mounts at the same place is ignored, and the strict policy then gives nothing."""
+    bundle = bundle_for(tmp_path, rootfs, env=[f"NVIDIA_VISIBLE_DEVICES={DEVICES}"])
+    spec_with(bundle, mounts=[device_mount("all", source="/var/lib/kubelet/pods/x/volumes/empty")])
+    assert "not a GPU container" in selected(dry_run(host, bundle, STRICT))
+    # the device plugin's directory as the env value, with no mounts, asks for nothing either
+    assert "not a GPU container" in selected(dry_run(host, bundle))
+
+
+def test_cdi_annotations_name_the_gpus(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
+    bundle = bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=all"])
+    spec_with(bundle, annotations={
+        "cdi.k8s.io/nvidia-device-plugin_abc": "nvidia.com/gpu=1",
+        "cdi.k8s.io/other": "vendor.com/net=eth1",
+        "io.kubernetes.cri.container-type": "container",
+    })
+    output = dry_run(host, bundle, STRICT)
+    assert "devices requested: '1' (from CDI annotations (cdi.k8s.io/*))" in output and "1 selected" in output
+
+
+def test_strict_policy_refuses_an_unprivileged_containers_env(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
+    bundle = bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=all"])
+    spec_with(bundle)
+    line = selected(dry_run(host, bundle, STRICT))
+    assert "not a GPU container" in line and "refused: unprivileged container" in line, line
+    # the default policy (NVIDIA's default too) accepts it
+    assert "devices requested: 'all' (from NVIDIA_VISIBLE_DEVICES)" in dry_run(host, bundle)
+    # and a privileged container's env is always accepted
+    spec_with(bundle, privileged=True)
+    assert "devices requested: 'all' (from NVIDIA_VISIBLE_DEVICES)" in dry_run(host, bundle, STRICT)
+
+
+def test_shim_asks_only_for_what_the_policy_lets_through() -> None:
+    unprivileged = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"], "capabilities": {"bounding": ["CAP_CHOWN"]}}}
+    assert spec_asks_for_gpus(unprivileged) is True
+    assert spec_asks_for_gpus(unprivileged, accept_env_when_unprivileged=False) is False
+    privileged = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"], "capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}}
+    assert spec_asks_for_gpus(privileged, accept_env_when_unprivileged=False) is True
+    listed = {"process": {"env": []}, "mounts": [device_mount("0")]}
+    assert spec_asks_for_gpus(listed, accept_env_when_unprivileged=False) is True
+    annotated = {"process": {"env": []}, "annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}
+    assert spec_asks_for_gpus(annotated, accept_env_when_unprivileged=False) is True
+    for plain in ({"process": {"env": ["PATH=/bin"]}}, {"process": {"env": [f"NVIDIA_VISIBLE_DEVICES={DEVICES}"]}}):
+        assert spec_asks_for_gpus(plain) is False
+
+
+def test_policy_must_be_a_boolean(host: FakeHost, tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('[request]\naccept_env_when_unprivileged = "no"\n')
+    result = run_ponytail(["-config", str(config), "-debug"])
+    assert result.returncode == 2
+    assert b"'request.accept_env_when_unprivileged' must be true or false, not str" in result.stderr
