@@ -94,5 +94,4 @@ def why_not_extensible(program: bytes) -> str | None:
 
 def describe(devices: tuple[tuple[int, int], ...]) -> str:
     """The block in words, for -debug."""
-    rules = ", ".join(f"c {major}:{minor} rw" for major, minor in devices)
-    return f"{len(allow_block(devices)) // 8} instructions: allow {rules}; anything else -> the engine's program"
+    return f"{len(allow_block(devices)) // 8} eBPF instructions that allow these rules and leave anything else to the engine's program"

@@ -83,6 +83,48 @@ def open_devices_cgroup(pid: int, op: AllowDevices | None = None) -> DevicesCgro
     return cgroup
 
 
+def describe_device_cgroup(pid: int) -> list[str]:
+    """What a real run would edit for process ``pid``, for -debug: read only, never fails."""
+    from ponytail.errors import PonytailError
+
+    try:
+        text = read_proc_cgroup(pid)
+        v1, v2 = devices_cgroup_path(text), unified_cgroup_path(text)
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            mountinfo = f.read()
+        lines = []
+        if v1 is not None and v1 != "/":
+            directory = devices_directory(mountinfo, v1)
+            lines.append(f"device cgroup v1: {os.path.join(directory, 'devices.allow') if directory else f'{v1} (hierarchy not mounted here)'}")
+        if v2 is not None and v2 != "/":
+            directory = cgroup2_directory(mountinfo, v2)
+            lines.append(f"device cgroup v2: {directory or f'{v2} (cgroup2 not mounted here)'}{_programs_text(directory)}")
+        return lines or ["device cgroup: none of the container's own (rootless, or in the root cgroup)"]
+    except (PonytailError, OSError) as e:
+        return [f"device cgroup: cannot tell: {e.message if isinstance(e, PonytailError) else e.strerror}"]
+
+
+def _programs_text(directory: str | None) -> str:
+    if directory is None:
+        return ""
+    from ponytail.apply import bpf
+
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        return f" (cannot open: {e.strerror})"
+    try:
+        flags, ids = bpf.query_device_programs(fd)
+    except OSError as e:
+        return f" (cannot list its device programs: {e.strerror})"
+    finally:
+        os.close(fd)
+    if not ids:
+        return ", no device program attached (nothing to edit)"
+    mode = {0: "exclusive", bpf.BPF_F_ALLOW_OVERRIDE: "override", bpf.BPF_F_ALLOW_MULTI: "multi"}.get(flags, str(flags))
+    return f", device program(s) {', '.join(map(str, ids))} ({mode}) to be extended"
+
+
 def read_proc_cgroup(pid: int) -> str:
     cgroup_file = f"/proc/{pid}/cgroup"
     try:

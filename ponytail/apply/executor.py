@@ -132,7 +132,7 @@ def _allow_devices(devices_cgroup: DevicesCgroup, op: AllowDevices, outcome: Out
     if devices_cgroup.note:
         outcome.warnings.append(devices_cgroup.note)
     if devices_cgroup.info:
-        outcome.unchanged.append(devices_cgroup.info)
+        outcome.unchanged.append(f"device cgroup: {devices_cgroup.info}")
 
 
 def _clone_source(op: Mount) -> int:
