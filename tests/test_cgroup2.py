@@ -214,6 +214,28 @@ def test_several_programs_are_each_extended(host: FakeHost, cgroup: Cgroup, cont
     assert flags == bpf.BPF_F_ALLOW_MULTI and len(after) == 2 and not set(after) & set(before)
 
 
+def test_programs_of_a_parent_cgroup_are_left_alone_and_named(host: FakeHost, tmp_path: Path) -> None:
+    parent = Cgroup()
+    child = Cgroup(f"{parent.path.name}/container")
+    sleeper = Sleeper()
+    try:
+        child.join(sleeper.pid)
+        parent.attach(runc_style((1, 3)))
+        child.attach(deny_all())
+        inherited = parent.programs()
+        rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
+        result = hook(host, bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=0"]), sleeper.pid)
+        assert result.returncode == 0, result.stderr
+        assert parent.programs() == inherited
+        log = host.log.read_text()
+        assert f"of cgroup {child.path} atomically" in log
+        assert f"warning container=test-ctr device program(s) {inherited[1][0]} of a parent cgroup of {child.path} also apply" in log
+    finally:
+        sleeper.stop()
+        child.remove()
+        parent.remove()
+
+
 def test_a_second_run_changes_nothing(host: FakeHost, cgroup: Cgroup, container) -> None:
     sleeper, bundle, rootfs = container
     cgroup.attach(deny_all())

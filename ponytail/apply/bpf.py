@@ -31,6 +31,7 @@ BPF_CGROUP_DEVICE = 6  # attach type
 BPF_F_ALLOW_OVERRIDE = 1
 BPF_F_ALLOW_MULTI = 2
 BPF_F_REPLACE = 4
+BPF_F_QUERY_EFFECTIVE = 1
 
 _ATTR_SIZE = 128  # bytes of bpf_attr sent: covers every command used here
 _INFO_SIZE = 64  # bpf_prog_info up to nr_map_ids (type, id, tag, lengths, pointers)
@@ -55,11 +56,13 @@ def _attr() -> ctypes.Array:
     return ctypes.create_string_buffer(_ATTR_SIZE)
 
 
-def query_device_programs(cgroup_fd: int) -> tuple[int, tuple[int, ...]]:
-    """(attach flags, ids of the device programs attached directly to this cgroup, in run order)."""
+def query_device_programs(cgroup_fd: int, effective: bool = False) -> tuple[int, tuple[int, ...]]:
+    """(attach flags, ids of the device programs attached directly to this cgroup, in run order);
+    with ``effective``, the ids of all that run for it, those inherited from its parents included."""
     ids = (ctypes.c_uint32 * MAX_PROGRAMS)()
     attr = _attr()
-    struct.pack_into("=IIIIQI", attr, 0, cgroup_fd, BPF_CGROUP_DEVICE, 0, 0, ctypes.addressof(ids), MAX_PROGRAMS)
+    query_flags = BPF_F_QUERY_EFFECTIVE if effective else 0
+    struct.pack_into("=IIIIQI", attr, 0, cgroup_fd, BPF_CGROUP_DEVICE, query_flags, 0, ctypes.addressof(ids), MAX_PROGRAMS)
     _bpf(BPF_PROG_QUERY, attr, "BPF_PROG_QUERY")
     flags = struct.unpack_from("=I", attr, 12)[0]
     count = struct.unpack_from("=I", attr, 24)[0]

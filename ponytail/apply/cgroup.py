@@ -78,6 +78,7 @@ def open_devices_cgroup(pid: int, op: AllowDevices | None = None) -> DevicesCgro
                 cgroup.close()
                 raise
             cgroup.info = cgroup.programs.note
+            cgroup.note = "; ".join(n for n in (cgroup.note, cgroup.programs.warning) if n)
     if cgroup.fd < 0 and cgroup.programs is None and not cgroup.note:
         cgroup.info = "no device cgroup of the container's own (rootless, or in the root cgroup): no device rules to add"
     return cgroup

@@ -46,7 +46,8 @@ class DevicePrograms:
         self.flags = 0
         self.pairs: list[tuple[int, int, int]] = []  # (old id, old fd, new fd)
         self.unchanged: list[int] = []  # ids of programs that already allow the nodes
-        self.note = ""
+        self.note = ""  # why there was nothing to edit
+        self.warning = ""  # programs of parent cgroups that also apply and are not edited
 
     def close(self) -> None:
         for _, old, new in self.pairs:
@@ -87,6 +88,7 @@ def _prepare(programs: DevicePrograms, devices: tuple[tuple[int, int], ...]) -> 
             programs.note = f"this kernel has no cgroup device programs ({e.strerror}): nothing to edit at {programs.directory}"
             return
         raise InjectionError(f"cannot list {where}: {e.strerror}{_permission_hint(e)}") from e
+    programs.warning = _inherited(programs, ids)
     if not ids:
         programs.note = f"no device program attached to cgroup {programs.directory}: nothing to edit"
         return
@@ -107,6 +109,23 @@ def _prepare(programs: DevicePrograms, devices: tuple[tuple[int, int], ...]) -> 
             os.close(old)
         else:
             programs.pairs.append((program_id, old, new))
+
+
+def _inherited(programs: DevicePrograms, own: tuple[int, ...]) -> str:
+    """Programs attached to a parent cgroup run too (ANDed). They are not edited: that would widen
+    every cgroup under that parent, other containers included."""
+    try:
+        _, effective = bpf.query_device_programs(programs.fd, effective=True)
+    except OSError:
+        return ""
+    inherited = [str(i) for i in effective if i not in own]
+    if not inherited:
+        return ""
+    return (
+        f"device program(s) {', '.join(inherited)} of a parent cgroup of {programs.directory} also apply and are "
+        "not edited (that would widen its other cgroups too): if they deny the injected nodes, the container "
+        "gets EPERM; allow them there (e.g. the engine's config.json: ponytail-runtime or a CDI spec)"
+    )
 
 
 def _replacement(directory: str, program_id: int, old_fd: int, devices: tuple[tuple[int, int], ...]) -> int | None:
