@@ -131,7 +131,8 @@ def load_device_program(instructions: bytes, name: str, license: bytes = b"Apach
         try:
             return _bpf(BPF_PROG_LOAD, attr, "BPF_PROG_LOAD")
         except OSError as again:
-            lines = [line for line in log.value.decode(errors="replace").splitlines() if line.strip()]
+            skip = ("processed ", "verification time", "stack depth")
+            lines = [line for line in log.value.decode(errors="replace").splitlines() if line.strip() and not line.startswith(skip)]
             reason = lines[-1] if lines else ""
             raise OSError(again.errno, f"{again.strerror}{': ' + reason if reason else ''}") from e
 
