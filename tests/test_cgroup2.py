@@ -297,6 +297,21 @@ def test_an_odd_cgroup_name_is_handled(host: FakeHost, tmp_path: Path) -> None:
         odd.remove()
 
 
+def test_a_systemd_scope_gets_a_warning_that_daemon_reload_drops_the_edit(host: FakeHost, tmp_path: Path) -> None:
+    scope = Cgroup(f"ponytail-test-{uuid.uuid4().hex[:8]}.scope")
+    sleeper = Sleeper()
+    try:
+        scope.join(sleeper.pid)
+        scope.attach(deny_all())
+        rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
+        result = hook(host, bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=0"]), sleeper.pid)
+        assert result.returncode == 0, result.stderr
+        assert f"warning container=test-ctr cgroup {scope.path} is a systemd scope" in host.log.read_text()
+    finally:
+        sleeper.stop()
+        scope.remove()
+
+
 def test_a_cgroup_outside_the_hooks_cgroup_namespace_is_refused(host: FakeHost, cgroup: Cgroup, container) -> None:
     """In a cgroup namespace rooted elsewhere the container's path reads /../<name>: never followed."""
     sleeper, bundle, _ = container

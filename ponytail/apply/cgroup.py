@@ -150,11 +150,12 @@ def allow_devices(cgroup: DevicesCgroup, op: AllowDevices) -> list[str]:
                 raise InjectionError(f"cannot allow '{rule}' in {cgroup.allow_path}: {e.strerror}") from e
         done.append(f"allowed {', '.join(op.rules)} in {cgroup.allow_path}")
     if cgroup.programs is not None:
-        from ponytail.apply.cgroup2 import replace_device_programs
+        from ponytail.apply.cgroup2 import replace_device_programs, systemd_warning
 
         replaced = replace_device_programs(cgroup.programs)
         if replaced:
             done.append(f"allowed {', '.join(op.rules)}: {replaced}")
+            cgroup.note = "; ".join(n for n in (cgroup.note, systemd_warning(cgroup.programs.directory)) if n)
     return done
 
 

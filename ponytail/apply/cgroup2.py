@@ -174,6 +174,16 @@ def replace_device_programs(programs: DevicePrograms) -> str | None:
     return f"replaced device program(s) {', '.join(replaced)} of cgroup {programs.directory} {mode}"
 
 
+def systemd_warning(directory: str) -> str:
+    """A systemd scope re-applies its own device program on ``systemctl daemon-reload``."""
+    if not any(part.endswith(".scope") for part in directory.split("/")):
+        return ""
+    return (
+        f"cgroup {directory} is a systemd scope (the systemd cgroup driver): systemctl daemon-reload re-applies "
+        "systemd's device program and drops this edit; see the README (systemd cgroup driver) for a setup that survives it"
+    )
+
+
 def _swap(cgroup_fd: int, old: int, new: int, flags: int) -> None:
     try:
         bpf.attach_device_program(cgroup_fd, new, flags | bpf.BPF_F_REPLACE, old)
