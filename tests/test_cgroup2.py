@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeHost, Sleeper, bundle_for, run_ponytail, state_for
+from conftest import PONYTAIL, FakeHost, Sleeper, bundle_for, run_ponytail, state_for
 from fakehost import make_rootfs
 from ponytail.apply import bpf
 from ponytail.apply.cgroup import cgroup2_directory, unified_cgroup_path
@@ -319,7 +319,7 @@ def test_a_cgroup_outside_the_hooks_cgroup_namespace_is_refused(host: FakeHost, 
     before = cgroup.programs()
     elsewhere = Cgroup()
     try:
-        prefix = ["sh", "-c", f'echo $$ > "{elsewhere.path}/cgroup.procs" && exec unshare --cgroup "$@"', "sh", *PONYTAIL_COMMAND]
+        prefix = ["sh", "-c", f'echo $$ > "{elsewhere.path}/cgroup.procs" && exec unshare --cgroup "$@"', "sh", *PONYTAIL]
         result = hook(host, bundle, sleeper.pid, prefix)
     finally:
         elsewhere.remove()
@@ -347,5 +347,3 @@ def test_a_container_process_that_is_gone_is_one_line(host: FakeHost, cgroup: Cg
         assert f"process {sleeper.pid}" in stderr, stderr
     assert cgroup.programs() == before
 
-
-PONYTAIL_COMMAND = __import__("conftest").PONYTAIL
