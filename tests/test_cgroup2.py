@@ -5,8 +5,10 @@ that cgroup must open exactly the injected nodes afterwards, and nothing else mo
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import struct
 import subprocess
 import uuid
 from pathlib import Path
@@ -123,6 +125,16 @@ class Cgroup:
         fd = bpf.load_device_program(program, "ponytail_test")
         bpf.attach_device_program(self.fd, fd, flags)
         self.kept.append(fd)
+
+    def link(self, program: bytes) -> None:
+        """Attach through a bpf link (BPF_LINK_CREATE), as some managers do: only the link's owner may swap it."""
+        fd = bpf.load_device_program(program, "ponytail_test")
+        attr = ctypes.create_string_buffer(128)
+        struct.pack_into("=IIII", attr, 0, fd, self.fd, bpf.BPF_CGROUP_DEVICE, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        link = libc.syscall(bpf.SYS_BPF, 28, attr, 128)  # BPF_LINK_CREATE
+        assert link >= 0, os.strerror(ctypes.get_errno())
+        self.kept += [fd, link]
 
     def programs(self) -> tuple[int, tuple[int, ...]]:
         return bpf.query_device_programs(self.fd)
@@ -280,6 +292,22 @@ def test_debug_shows_the_cgroup_its_programs_and_the_block(host: FakeHost, cgrou
     assert "allow c 195:2 rw, c 195:255 rw, c 511:0 rw, c 511:1 rw" in out
     assert "a block of 25 eBPF instructions that allow these rules" in out
     assert cgroup.programs() == before
+
+
+def test_a_failure_after_the_mounts_undoes_them_and_names_the_cgroup(host: FakeHost, cgroup: Cgroup, container) -> None:
+    """A program attached through a bpf link cannot be swapped by anyone but the link's owner: the
+    start fails at the last step, with one line, and the mounts already made are taken back."""
+    sleeper, bundle, rootfs = container
+    cgroup.link(deny_all())
+    before = cgroup.programs()
+    result = hook(host, bundle, sleeper.pid)
+    assert result.returncode == 1
+    stderr = result.stderr.decode()
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+    assert f"ponytail: error: cannot replace device program {before[1][0]} of cgroup {cgroup.path}: BPF_PROG_ATTACH: No such file or directory (attached through a bpf link" in stderr
+    assert cgroup.programs() == before
+    assert "nvidia" not in sleeper.run(["cat", "/proc/self/mountinfo"]).stdout
+    assert str(rootfs) not in sleeper.run(["cat", "/proc/self/mountinfo"]).stdout
 
 
 def test_an_odd_cgroup_name_is_handled(host: FakeHost, tmp_path: Path) -> None:

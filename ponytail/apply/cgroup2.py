@@ -168,7 +168,8 @@ def replace_device_programs(programs: DevicePrograms) -> str | None:
             else:  # one exclusive or overridable program: attaching with its flags replaces it
                 bpf.attach_device_program(programs.fd, new, programs.flags)
         except OSError as e:
-            raise InjectionError(f"cannot replace {what}: {e.strerror}{_permission_hint(e)}") from e
+            hint = " (attached through a bpf link, which only its owner can update, or detached meanwhile)" if e.errno == errno.ENOENT else ""
+            raise InjectionError(f"cannot replace {what}: {e.strerror}{hint}{_permission_hint(e)}") from e
         replaced.append(str(old_id))
     mode = "atomically" if multi else "in place"
     return f"replaced device program(s) {', '.join(replaced)} of cgroup {programs.directory} {mode}"
