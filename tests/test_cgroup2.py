@@ -214,6 +214,15 @@ def test_a_runc_style_allow_list_keeps_its_rules_and_gains_the_injected_nodes(ho
     assert opens(cgroup, sleeper, rootfs) == {**INJECTED, DENIED: "EPERM", NULL: "OK"}
 
 
+def test_a_long_program_is_read_whole(host: FakeHost, cgroup: Cgroup, container) -> None:
+    """5,000+ instructions: more than the first read of a program's instructions takes."""
+    sleeper, bundle, rootfs = container
+    cgroup.attach(runc_style(*((7, minor) for minor in range(700)), (1, 3)))
+    result = hook(host, bundle, sleeper.pid)
+    assert result.returncode == 0, result.stderr
+    assert opens(cgroup, sleeper, rootfs) == {**INJECTED, DENIED: "EPERM", NULL: "OK"}
+
+
 def test_several_programs_are_each_extended(host: FakeHost, cgroup: Cgroup, container) -> None:
     sleeper, bundle, rootfs = container
     cgroup.attach(runc_style((1, 3)))
