@@ -28,6 +28,7 @@ AND32_K = 0x54
 RSH32_K = 0x74
 MOV64_K = 0xB7
 JNE_K = 0x55  # BPF_JMP | BPF_JNE | BPF_K
+JEQ_K = 0x15
 JA = 0x05
 EXIT = 0x95
 CALL = 0x85
@@ -36,7 +37,6 @@ LD_IMM64 = 0x18
 MAX_REGISTER = 10  # r0-r10; r11 is the kernel's scratch register of constant blinding
 
 _HEAD = 9  # instructions before the per-device checks
-_PER_DEVICE = 4
 
 
 def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
@@ -44,8 +44,16 @@ def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> b
 
 
 def allow_block(devices: tuple[tuple[int, int], ...]) -> bytes:
-    """Instructions that return 1 for ``c MAJOR:MINOR rw`` of each device and fall through otherwise."""
-    end = _HEAD + _PER_DEVICE * len(devices)  # index of the first old instruction
+    """Instructions that return 1 for ``c MAJOR:MINOR rw`` of each device and fall through otherwise.
+
+    One comparison per major and one per device, all leading to one shared "allow": the
+    kernel's verifier walks every branch, so the block stays short for 64 GPUs too."""
+    groups: dict[int, list[int]] = {}
+    for major, minor in devices:
+        groups.setdefault(major, []).append(minor)
+    checks = len(groups) + len(devices)
+    allow = _HEAD + checks + 1  # index of "r0 = 1"
+    end = allow + 2  # index of the first old instruction
     out = [
         insn(LDX_W, 2, 1, 0),  # w2 = ctx->access_type
         insn(MOV32_X, 3, 2),  # w3 = w2
@@ -57,13 +65,15 @@ def allow_block(devices: tuple[tuple[int, int], ...]) -> bytes:
         insn(LDX_W, 4, 1, 4),  # w4 = major
         insn(LDX_W, 5, 1, 8),  # w5 = minor
     ]
-    for major, minor in devices:
-        out += [
-            insn(JNE_K, 4, off=3, imm=major),
-            insn(JNE_K, 5, off=2, imm=minor),
-            insn(MOV64_K, 0, imm=1),
-            insn(EXIT),
-        ]
+    for major, minors in groups.items():
+        here = len(out)
+        out.append(insn(JNE_K, 4, off=len(minors), imm=major))  # another major: the next group
+        out += [insn(JEQ_K, 5, off=allow - (here + 2 + i), imm=minor) for i, minor in enumerate(minors)]
+    out += [
+        insn(JA, off=2),  # none matched: the old program decides
+        insn(MOV64_K, 0, imm=1),
+        insn(EXIT),
+    ]
     return b"".join(out)
 
 

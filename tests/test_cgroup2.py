@@ -286,7 +286,7 @@ def test_debug_shows_the_cgroup_its_programs_and_the_block(host: FakeHost, cgrou
     out = result.stdout.decode()
     assert f"device cgroup v2: {cgroup.path}, device program(s) {before[1][0]} (multi) to be extended" in out
     assert "allow c 195:2 rw, c 195:255 rw, c 511:0 rw, c 511:1 rw" in out
-    assert "a block of 25 eBPF instructions that allow these rules" in out
+    assert "a block of 18 eBPF instructions that allow these rules" in out
     assert cgroup.programs() == before
 
 
