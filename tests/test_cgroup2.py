@@ -202,6 +202,10 @@ def test_a_deny_all_program_opens_exactly_the_injected_nodes(flags: int, host: F
     assert opens(cgroup, sleeper, rootfs) == {**INJECTED, DENIED: "EPERM", NULL: "EPERM"}
     after_flags, after = cgroup.programs()
     assert after_flags == flags and len(after) == 1 and after != before
+    # mknod of an injected node is not "rw": it stays what the old program says
+    mknod = f"echo $$ > '{cgroup.path}/cgroup.procs' && exec nsenter -t {sleeper.pid} -m chroot {rootfs} /bin/busybox mknod /tmp/nv c 195 2"
+    made = subprocess.run(["sh", "-c", mknod], capture_output=True, text=True, timeout=60)
+    assert made.returncode != 0 and "Operation not permitted" in made.stderr, made.stderr
     mode = "atomically" if flags == bpf.BPF_F_ALLOW_MULTI else "in place"
     assert f"replaced device program(s) {before[0]} of cgroup {cgroup.path} {mode}" in host.log.read_text()
 
