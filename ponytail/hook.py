@@ -84,7 +84,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     from ponytail.apply.executor import apply_plan
 
     outcome = apply_plan(plan, rootfs, container.pid if container else None)
-    log.write_all("debug", outcome.done)
+    log.write_all("debug", outcome.done + outcome.unchanged)
     log.write_all("warning", plan.warnings + tuple(outcome.warnings))
     gpu_text = ",".join(str(g.index) for g in plan.selection.gpus) or "none"
     mig_text = f" MIG [{','.join(m.name for m in plan.selection.migs)}]" if plan.selection.migs else ""
@@ -198,6 +198,9 @@ def _header(options: HookOptions, config: Config, container: Container | None, r
     if container is not None:
         lines.append(f"hook mode: container {container.id} pid {container.pid} status {container.status!r}")
         lines.append(f"rootfs: {container.rootfs} (in the mount namespace of pid {container.pid})")
+        from ponytail.apply.cgroup import describe_device_cgroup
+
+        lines += describe_device_cgroup(container.pid)
     elif options.root is not None:
         lines.append(f"manual mode: rootfs {options.root} (in this mount namespace)")
     else:

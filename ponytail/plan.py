@@ -69,11 +69,9 @@ class LinkerCache:
 
 @dataclass(frozen=True)
 class AllowDevices:
-    """Allow the container's devices cgroup (v1) to read and write these character devices.
-
-    Applied in hook mode on cgroup v1 only; on cgroup v2 the rules must come from
-    config.json (``linux.resources.devices``, which ponytail-runtime writes).
-    """
+    """Allow the container to read and write these character devices, in hook mode: on
+    cgroup v1 in its devices.allow, on cgroup v2 in each eBPF device program attached to its
+    cgroup (``ponytail.devicefilter`` builds the block of instructions from ``devices``)."""
 
     devices: tuple[tuple[int, int], ...]  # (major, minor) of every injected node
     reason: str

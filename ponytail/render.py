@@ -59,10 +59,14 @@ def render_plan(plan: Plan, host: Host, request: "Request", header: list[str]) -
             out.append(f"  write {op.conf_file}: {', '.join(op.directories)}")
             out.append(f"  run   {op.ldconfig} -X -r <rootfs> {' '.join(op.directories)}  ({op.reason})")
             out.append(f"  check the container's cache resolves {', '.join(s for s, _ in op.sonames)} to the injected files")
-    out.append("device cgroup (hook mode, cgroup v1; on cgroup v2 the engine's config.json must allow them):")
+    out.append("device cgroup (hook mode; the container's cgroups are in the header):")
     for op in plan.operations:
         if isinstance(op, AllowDevices):
+            from ponytail.devicefilter import describe
+
             out.append(f"  allow {', '.join(op.rules)}  ({op.reason})")
+            out.append("  cgroup v1: write each rule to the container's devices.allow")
+            out.append(f"  cgroup v2: put in front of each device program attached to the container's cgroup a block of {describe(op.devices)}")
     out += [f"warning: {w}" for w in plan.warnings]
     if plan.problems:
         out += [f"problem: {p}" for p in plan.problems]

@@ -25,7 +25,17 @@ from fakehost import make_rootfs
 
 # crun 1.8 refuses the hybrid cgroup layout: hide cgroup2 from it in a private mount namespace.
 CRUN = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'umount /sys/fs/cgroup/unified; exec crun "$@"', "crun"]
-RUNTIMES = {"runc": ["runc"], "crun": CRUN}
+# A cgroup v2 only host, as most GPU hosts are: in a private mount namespace the engine sees
+# only cgroup2 at /sys/fs/cgroup (this machine's unified hierarchy), and so attaches eBPF
+# device programs instead of writing v1 rules. The hook runs in that namespace too.
+PURE_V2_SCRIPT = 'umount -R /sys/fs/cgroup || umount -l /sys/fs/cgroup; mount -t cgroup2 cgroup2 /sys/fs/cgroup && exec "$0" "$@"'
+
+
+def pure_v2(command: list[str]) -> list[str]:
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", PURE_V2_SCRIPT, *command]
+
+
+RUNTIMES = {"runc": ["runc"], "crun": CRUN, "runc-v2": pure_v2(["runc"]), "crun-v2": pure_v2(["crun"])}
 TIMEOUT = 120
 
 
@@ -73,9 +83,11 @@ def run_bundle(runtime: str, bundle: Path, container_id: str | None = None) -> s
 class Podman:
     """podman with private storage, run and tmp directories and the given hooks directory."""
 
-    def __init__(self, hooks_dir: Path) -> None:
+    def __init__(self, hooks_dir: Path, pure_v2_cgroups: bool = False) -> None:
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-podman-"))
-        self.base = [
+        # under cgroup v2 podman sets a pids limit by default, which this machine's root may not raise
+        self.extra = ["--pids-limit=-1"] if pure_v2_cgroups else []
+        self.base = (pure_v2([]) if pure_v2_cgroups else []) + [
             "podman", "--root", str(self.state / "root"), "--runroot", str(self.state / "run"),
             "--tmpdir", str(self.state / "tmp"), "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs",
             "--runtime", "runc", "--hooks-dir", str(hooks_dir),
@@ -84,7 +96,7 @@ class Podman:
     def run(self, rootfs: Path, args: list[str], annotations: dict[str, str] | None = None, env: Sequence[str] = ()) -> subprocess.CompletedProcess:
         command = self.base + [
             "run", "--rm", "--name", unique(), "--network=none",
-            "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
+            "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096", *self.extra,
         ]
         for key, value in (annotations or {}).items():
             command += ["--annotation", f"{key}={value}"]

@@ -1,14 +1,17 @@
-"""The container's devices cgroup (v1): allow exactly the injected character devices.
+"""The container's device cgroup: allow exactly the injected character devices.
 
-On cgroup v1 a bind-mounted node is visible but ``open`` fails with EPERM until
-``c MAJOR:MINOR rw`` is written to the container's ``devices.allow``. The file is
-found and opened from the host side, before ponytail enters the container's mount
-namespace: the container's cgroup comes from /proc/<pid>/cgroup, the mount point
-of the devices hierarchy from ponytail's own /proc/self/mountinfo.
+cgroup v1: a bind-mounted node is visible but ``open`` fails with EPERM until
+``c MAJOR:MINOR rw`` is written to the container's ``devices.allow``.
+cgroup v2: the rules are eBPF device programs attached to the container's cgroup;
+ponytail.apply.cgroup2 replaces each with one that also allows the nodes.
+A hybrid host can have both (a v1 devices cgroup and programs on the cgroup2 mount,
+as with runc given a pure cgroup v2 view on a hybrid host): both are looked at.
 
-cgroup v2 has no devices.allow (its rules are an eBPF program the runtime builds
-from config.json's ``linux.resources.devices``, which ponytail-runtime fills in):
-there the step is skipped with a note.
+Everything is found and opened from the host side, before ponytail enters the
+container's mount namespace, never through the rootfs: the container's cgroups come
+from /proc/<pid>/cgroup, the mount points of the hierarchies from ponytail's own
+/proc/self/mountinfo. A container left in a hierarchy's root cgroup is not confined
+there, and the root is never edited (that would widen every process on the host).
 """
 
 from __future__ import annotations
@@ -20,62 +23,140 @@ from ponytail.errors import InjectionError, InputError
 from ponytail.kernelfs import unescape_mountinfo
 from ponytail.plan import AllowDevices
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ponytail.apply.cgroup2 import DevicePrograms
 
 
 @dataclass
 class DevicesCgroup:
-    """An open ``devices.allow`` of one container, or the note saying why there is none."""
+    """The container's open ``devices.allow`` (v1) and prepared device programs (v2), or notes why not."""
 
     allow_path: str = ""
     fd: int = -1
-    note: str = ""
+    note: str = ""  # a warning: rules that could not be written
+    info: str = ""  # why there was nothing to do somewhere (no program attached, rootless)
+    programs: "DevicePrograms | None" = None
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self.programs is not None:
+            self.programs.close()
 
 
-def open_devices_cgroup(pid: int) -> DevicesCgroup:
-    """Open the devices.allow of the cgroup v1 that process ``pid`` is in (host side)."""
+def open_devices_cgroup(pid: int, op: AllowDevices | None = None) -> DevicesCgroup:
+    """Open the devices.allow (v1) and prepare the device programs (v2) of process ``pid``'s cgroups."""
+    text = read_proc_cgroup(pid)
+    v1 = devices_cgroup_path(text)
+    v2 = unified_cgroup_path(text)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        mountinfo = f.read()
+    cgroup = DevicesCgroup()
+    if v1 is not None and v1 != "/":
+        directory = devices_directory(mountinfo, v1)
+        if directory is None:
+            cgroup.note = (
+                f"the cgroup v1 devices hierarchy (container cgroup {v1}) is not mounted here; "
+                "device rules not written, the container may get EPERM on the injected nodes"
+            )
+        else:
+            cgroup.allow_path = os.path.join(directory, "devices.allow")
+            try:
+                cgroup.fd = os.open(cgroup.allow_path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError as e:
+                raise InjectionError(f"cannot open {cgroup.allow_path} (the container's devices cgroup): {e.strerror}") from e
+    if v2 is not None and v2 != "/":
+        directory = cgroup2_directory(mountinfo, v2)
+        if directory is not None and op is not None:
+            from ponytail.apply.cgroup2 import prepare_device_programs
+
+            try:
+                cgroup.programs = prepare_device_programs(directory, op.devices)
+            except BaseException:
+                cgroup.close()
+                raise
+            cgroup.info = cgroup.programs.note
+            cgroup.note = "; ".join(n for n in (cgroup.note, cgroup.programs.warning) if n)
+    if cgroup.fd < 0 and cgroup.programs is None and not cgroup.note:
+        cgroup.info = "no device cgroup of the container's own (rootless, or in the root cgroup): no device rules to add"
+    return cgroup
+
+
+def describe_device_cgroup(pid: int) -> list[str]:
+    """What a real run would edit for process ``pid``, for -debug: read only, never fails."""
+    from ponytail.errors import PonytailError
+
+    try:
+        text = read_proc_cgroup(pid)
+        v1, v2 = devices_cgroup_path(text), unified_cgroup_path(text)
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            mountinfo = f.read()
+        lines = []
+        if v1 is not None and v1 != "/":
+            directory = devices_directory(mountinfo, v1)
+            lines.append(f"device cgroup v1: {os.path.join(directory, 'devices.allow') if directory else f'{v1} (hierarchy not mounted here)'}")
+        if v2 is not None and v2 != "/":
+            directory = cgroup2_directory(mountinfo, v2)
+            lines.append(f"device cgroup v2: {directory or f'{v2} (cgroup2 not mounted here)'}{_programs_text(directory)}")
+        return lines or ["device cgroup: none of the container's own (rootless, or in the root cgroup)"]
+    except (PonytailError, OSError) as e:
+        return [f"device cgroup: cannot tell: {e.message if isinstance(e, PonytailError) else e.strerror}"]
+
+
+def _programs_text(directory: str | None) -> str:
+    if directory is None:
+        return ""
+    from ponytail.apply import bpf
+
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        return f" (cannot open: {e.strerror})"
+    try:
+        flags, ids = bpf.query_device_programs(fd)
+    except OSError as e:
+        return f" (cannot list its device programs: {e.strerror})"
+    finally:
+        os.close(fd)
+    if not ids:
+        return ", no device program attached (nothing to edit)"
+    mode = {0: "exclusive", bpf.BPF_F_ALLOW_OVERRIDE: "override", bpf.BPF_F_ALLOW_MULTI: "multi"}.get(flags, str(flags))
+    return f", device program(s) {', '.join(map(str, ids))} ({mode}) to be extended"
+
+
+def read_proc_cgroup(pid: int) -> str:
     cgroup_file = f"/proc/{pid}/cgroup"
     try:
         with open(cgroup_file, encoding="utf-8", errors="replace") as f:
-            path = devices_cgroup_path(f.read(65536))
-    except FileNotFoundError:
-        raise InputError(f"container process {pid} is gone ({cgroup_file} does not exist)")
+            return f.read(65536)
+    except FileNotFoundError as e:
+        raise InputError(f"container process {pid} is gone ({cgroup_file} does not exist)") from e
+    except ProcessLookupError as e:
+        raise InputError(f"container process {pid} is gone (it exited while ponytail read {cgroup_file})") from e
     except OSError as e:
-        raise InjectionError(f"cannot read {cgroup_file}: {e.strerror}")
-    if path is None:
-        return DevicesCgroup(
-            note="cgroup v2 (no devices controller in /proc/<pid>/cgroup): a hook cannot allow devices there; "
-            "the engine must (ponytail-runtime adds linux.resources.devices to config.json)"
-        )
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-        directory = devices_directory(f.read(), path)
-    if directory is None:
-        return DevicesCgroup(
-            note=f"the cgroup v1 devices hierarchy (container cgroup {path}) is not mounted here; "
-            "device rules not written, the container may get EPERM on the injected nodes"
-        )
-    allow_path = os.path.join(directory, "devices.allow")
-    try:
-        fd = os.open(allow_path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError as e:
-        raise InjectionError(f"cannot open {allow_path} (the container's devices cgroup): {e.strerror}")
-    return DevicesCgroup(allow_path, fd)
+        raise InjectionError(f"cannot read {cgroup_file}: {e.strerror}") from e
 
 
-def allow_devices(cgroup: DevicesCgroup, op: AllowDevices) -> str | None:
-    """Write one rule per injected node; the line for the log, or None if there was nothing to write to."""
-    if cgroup.fd < 0:
-        return None
-    for rule in op.rules:
-        try:
-            os.write(cgroup.fd, rule.encode())
-        except OSError as e:
-            raise InjectionError(f"cannot allow '{rule}' in {cgroup.allow_path}: {e.strerror}")
-    return f"allowed {', '.join(op.rules)} in {cgroup.allow_path}"
+def allow_devices(cgroup: DevicesCgroup, op: AllowDevices) -> list[str]:
+    """Write one rule per injected node (v1) and swap in the prepared programs (v2); the lines for the log."""
+    done = []
+    if cgroup.fd >= 0:
+        for rule in op.rules:
+            try:
+                os.write(cgroup.fd, rule.encode())
+            except OSError as e:
+                raise InjectionError(f"cannot allow '{rule}' in {cgroup.allow_path}: {e.strerror}") from e
+        done.append(f"allowed {', '.join(op.rules)} in {cgroup.allow_path}")
+    if cgroup.programs is not None:
+        from ponytail.apply.cgroup2 import replace_device_programs, systemd_warning
+
+        replaced = replace_device_programs(cgroup.programs)
+        if replaced:
+            done.append(f"allowed {', '.join(op.rules)}: {replaced}")
+            cgroup.note = "; ".join(n for n in (cgroup.note, systemd_warning(cgroup.programs.directory)) if n)
+    return done
 
 
 def devices_cgroup_path(text: str) -> str | None:
@@ -90,14 +171,46 @@ def devices_cgroup_path(text: str) -> str | None:
     return None
 
 
+def unified_cgroup_path(text: str) -> str | None:
+    """The cgroup v2 path (the ``0::`` line) from a /proc/<pid>/cgroup text; None without one.
+
+    Refused: a relative path, one with ``.`` or ``..`` components (what the kernel shows
+    for a cgroup outside the reader's cgroup namespace) and a text with two such lines."""
+    found = [line[3:] for line in text.splitlines() if line.startswith("0::")]
+    if not found:
+        return None
+    path = found[0]
+    if len(found) > 1:
+        raise InjectionError(f"/proc/<pid>/cgroup has {len(found)} cgroup v2 lines ({', '.join(map(repr, found[:3]))}); refusing to guess")
+    if path == "/":
+        return path
+    parts = path.split("/")
+    if not path.startswith("/") or any(p in ("", ".", "..") for p in parts[1:]):
+        raise InjectionError(
+            f"unexpected cgroup v2 path {path!r} in /proc/<pid>/cgroup (outside ponytail's cgroup namespace?); refusing to edit it"
+        )
+    return path
+
+
+def cgroup2_directory(mountinfo: str, cgroup_path: str) -> str | None:
+    """The host directory of ``cgroup_path`` on a mounted cgroup2 hierarchy, or None."""
+    return _hierarchy_directory(mountinfo, cgroup_path, "cgroup2", "")
+
+
 def devices_directory(mountinfo: str, cgroup_path: str) -> str | None:
     """The host directory of ``cgroup_path`` in a mounted cgroup v1 devices hierarchy."""
+    return _hierarchy_directory(mountinfo, cgroup_path, "cgroup", "devices")
+
+
+def _hierarchy_directory(mountinfo: str, cgroup_path: str, fstype: str, controller: str) -> str | None:
     for line in mountinfo.splitlines():
         fields = line.split()
         if "-" not in fields[6:]:
             continue
         dash = fields.index("-", 6)
-        if len(fields) < dash + 4 or fields[dash + 1] != "cgroup" or "devices" not in fields[dash + 3].split(","):
+        if len(fields) < dash + 3 or fields[dash + 1] != fstype:
+            continue
+        if controller and (len(fields) < dash + 4 or controller not in fields[dash + 3].split(",")):
             continue
         root, mount_point = unescape_mountinfo(fields[3]), unescape_mountinfo(fields[4])
         if root != "/" and cgroup_path != root and not cgroup_path.startswith(root.rstrip("/") + "/"):
@@ -105,6 +218,6 @@ def devices_directory(mountinfo: str, cgroup_path: str) -> str | None:
         inside = cgroup_path[len(root.rstrip("/")) :].strip("/")
         directory = os.path.normpath(os.path.join(mount_point, inside))
         if directory != mount_point and not directory.startswith(mount_point.rstrip("/") + "/"):
-            raise InjectionError(f"devices cgroup path {cgroup_path!r} leaves its hierarchy at {mount_point}")
+            raise InjectionError(f"{controller or fstype} cgroup path {cgroup_path!r} leaves its hierarchy at {mount_point}")
         return directory
     return None

@@ -5,14 +5,16 @@ Order of work:
    (open_tree) and check it is what the plan says (character device with the
    planned major:minor, regular file, socket or directory); make it
    read-only/nosuid/nodev there, before anyone can see it. Open the
-   container's devices.allow (hook mode, cgroup v1; ponytail.apply.cgroup).
+   container's devices.allow (cgroup v1) and load the replacements of its
+   device programs (cgroup v2) (hook mode; ponytail.apply.cgroup).
 2. Enter the container's mount namespace (hook mode) and open its rootfs.
 3. Resolve each target inside the rootfs (ponytail.inroot; each directory once,
    until something this run does could change what it leads to), create the
    mount point, and attach the detached mount onto the target's descriptor.
 4. Create SONAME links, mask /proc/driver/nvidia, write the linker config, run the
    host's ldconfig, and check the injected libraries win in the new linker cache.
-5. Allow the injected device nodes in the container's devices cgroup.
+5. Allow the injected device nodes in the container's devices cgroup (v1) and
+   swap in its new device programs (v2).
 Nothing is ever created or written on a kernel filesystem (proc, sysfs, cgroup...
 see ponytail.kernelfs), wherever a symlink in the image points; the one mount
 made onto one is the tmpfs that masks /proc/driver/nvidia. When a step fails,
@@ -73,7 +75,7 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
             elif isinstance(op, LinkerCache):
                 ldconfig_fd = _open_program(op.ldconfig)
             elif isinstance(op, AllowDevices) and container_pid is not None:
-                devices_cgroup = open_devices_cgroup(container_pid)
+                devices_cgroup = open_devices_cgroup(container_pid, op)
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
@@ -126,11 +128,11 @@ def _undo(attached: list[int]) -> str:
 
 
 def _allow_devices(devices_cgroup: DevicesCgroup, op: AllowDevices, outcome: Outcome) -> None:
-    done = allow_devices(devices_cgroup, op)
-    if done:
-        outcome.done.append(done)
-    elif devices_cgroup.note:
+    outcome.done += allow_devices(devices_cgroup, op)
+    if devices_cgroup.note:
         outcome.warnings.append(devices_cgroup.note)
+    if devices_cgroup.info:
+        outcome.unchanged.append(f"device cgroup: {devices_cgroup.info}")
 
 
 def _clone_source(op: Mount) -> int:

@@ -1,9 +1,10 @@
 """The bundle edit for a GPU container: the ponytail prestart hook and the device rules.
 
 Pure: a config.json object in, a new one out. The device rules
-(``linux.resources.devices``) are what makes the injected nodes usable on cgroup
-v2, where a prestart hook cannot change the device cgroup; on cgroup v1 the hook
-writes the same rules itself.
+(``linux.resources.devices``) put the injected nodes in the engine's own device
+cgroup (v1 rules, v2 program, and under the systemd cgroup driver the scope's
+DeviceAllow=, which is what survives ``systemctl daemon-reload``); the hook allows
+the same nodes itself as well (ponytail.apply.cgroup).
 """
 
 from __future__ import annotations
