@@ -30,6 +30,11 @@ class Config:
     # extra library names and binaries per driver capability: {"compute": {"libraries": (...), "binaries": (...)}}
     capability_extras: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict, compare=False)
     runtime_path: str = "runc"  # ponytail-runtime execs this (a name on PATH, or an absolute path)
+    # deadlines, in seconds: a forked probe (libcuda's cuDriverGetVersion, NVML), the host's
+    # ldconfig, and the wait for another run into the same rootfs (ponytail.apply.rootlock)
+    timeout_probe: float = 5.0
+    timeout_ldconfig: float = 10.0
+    timeout_lock: float = 10.0
 
 
 # table -> key -> (Config field, expected type)
@@ -45,7 +50,9 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "library": {"paths": ("library_paths", list)},
     "log": {"file": ("log_file", str)},
     "runtime": {"path": ("runtime_path", str)},
+    "timeouts": {"probe": ("timeout_probe", float), "ldconfig": ("timeout_ldconfig", float), "lock": ("timeout_lock", float)},
 }
+MAX_TIMEOUT_S = 600.0
 
 
 def config_path(cli_path: str | None, environ: dict[str, str] | None = None) -> tuple[str, bool]:
@@ -142,6 +149,10 @@ def _load_toml(text: str, path: str) -> dict:
 
 
 def _check_type(path: str, key: str, value: object, expected: type) -> object:
+    if expected is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
+            raise ConfigError(f"config file {path}: '{key}' must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}")
+        return float(value)
     if expected is str:
         if not isinstance(value, str):
             raise ConfigError(f"config file {path}: '{key}' must be a string, not {_toml_type(value)}")

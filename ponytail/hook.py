@@ -82,7 +82,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
     from ponytail.apply.executor import apply_plan
 
-    outcome = apply_plan(plan, rootfs, container.pid if container else None)
+    outcome = apply_plan(plan, rootfs, container.pid if container else None, config.timeout_ldconfig, config.timeout_lock)
     log.write_all("debug", outcome.done)
     log.write_all("warning", plan.warnings + tuple(outcome.warnings))
     gpu_text = ",".join(str(g.index) for g in plan.selection.gpus) or "none"
@@ -135,7 +135,8 @@ def _unmet_requirement(config: Config, host: "Host", request: "Request", plan: "
     from ponytail.require import Facts, RequirementNotMet, check_requirements
 
     def cuda() -> str:
-        return format_cuda_version(cuda_driver_version(find_driver_library(config, host.driver_version, "libcuda", "libcuda.so.1", host)))
+        libcuda = find_driver_library(config, host.driver_version, "libcuda", "libcuda.so.1", host)
+        return format_cuda_version(cuda_driver_version(libcuda, timeout_s=config.timeout_probe))
 
     try:
         check_requirements(request.requirements, Facts(host.driver_version, cuda, tuple(g.model for g in plan.gpus)))
@@ -148,7 +149,7 @@ def _mig_uuids(config: Config, host: "Host") -> dict[str, tuple[int, int, int]]:
     from ponytail.host.mig import mig_uuids
     from ponytail.host.probe import find_driver_library
 
-    return mig_uuids(find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host))
+    return mig_uuids(find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host), config.timeout_probe)
 
 
 def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container | None:

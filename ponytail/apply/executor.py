@@ -27,7 +27,8 @@ from ponytail.records import dataclass, field
 
 from ponytail.apply import syscalls
 from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup
-from ponytail.apply.ldconfig import run_ldconfig
+from ponytail.apply.ldconfig import LDCONFIG_TIMEOUT_S, run_ldconfig
+from ponytail.apply.rootlock import lock_rootfs
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
@@ -57,8 +58,11 @@ class Outcome:
     attached: list[int] = field(default_factory=list, repr=False)  # a descriptor of each mount made
 
 
-def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
-    """Apply ``plan`` to ``rootfs``; in the mount namespace of ``container_pid`` when given."""
+def apply_plan(
+    plan: Plan, rootfs: str, container_pid: int | None, ldconfig_timeout_s: float = LDCONFIG_TIMEOUT_S, lock_timeout_s: float = 10.0
+) -> Outcome:
+    """Apply ``plan`` to ``rootfs``; in the mount namespace of ``container_pid`` when given.
+    Runs into the same rootfs directory take turns (ponytail.apply.rootlock)."""
     syscalls.require_new_mount_api()
     outcome = Outcome()
     trees: dict[int, int] = {}  # operation index -> detached mount
@@ -77,6 +81,11 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
+        try:
+            lock_fd = lock_rootfs(root_fd, rootfs, lock_timeout_s)
+        except BaseException:
+            os.close(root_fd)
+            raise
         paths = InRoot(root_fd)
         try:
             for i, op in enumerate(plan.operations):
@@ -90,7 +99,7 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
                     _mask_proc(root_fd, op, outcome)
                     paths.forget()
                 elif isinstance(op, LinkerCache):
-                    _linker_cache(paths, op, ldconfig_fd, outcome)
+                    _linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
                 elif isinstance(op, AllowDevices):
                     _allow_devices(devices_cgroup, op, outcome)
         except BaseException as e:
@@ -101,6 +110,7 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
         finally:
             paths.close()
             os.close(root_fd)
+            os.close(lock_fd)
     finally:
         for fd in outcome.attached:
             os.close(fd)
@@ -349,11 +359,11 @@ def _write_into(dir_fd: int, relative: str, content: bytes) -> None:
             os.close(fd)
 
 
-def _linker_cache(paths: InRoot, op: LinkerCache, ldconfig_fd: int, outcome: Outcome) -> None:
+def _linker_cache(paths: InRoot, op: LinkerCache, ldconfig_fd: int, outcome: Outcome, timeout_s: float = LDCONFIG_TIMEOUT_S) -> None:
     content = "".join(f"{d}\n" for d in op.directories).encode()
     _write_file(paths, op.conf_file, content, outcome, replace=True)
     _write_file(paths, LD_SO_CONF, LD_SO_CONF_TEXT, outcome, replace=False)
-    rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, paths.root_fd, op.directories)
+    rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, paths.root_fd, op.directories, timeout_s)
     outcome.done.append(f"ran {op.ldconfig} -X -r {rootfs} ({', '.join(op.directories)})")
     paths.forget()  # what ldconfig did is looked at afresh
     _check_cache(paths, op, outcome)
@@ -400,41 +410,82 @@ def _read_rootfs_cache(paths: InRoot) -> list[tuple[str, str, int]]:
 
 
 def _write_file(paths: InRoot, path: str, content: bytes, outcome: Outcome, replace: bool) -> None:
-    """Write ``path`` as a new file: never opens what is there (a FIFO, a hard link), replaces it by rename."""
+    """Write ``path`` as a new file: never opens what is there for writing (a FIFO, a hard
+    link), leaves a file that already holds ``content`` alone, and never leaves a partly
+    written file under any name, even when killed (ponytail.apply.rootlock keeps other runs out)."""
     resolved = paths.resolve(path, create_dirs=True)
-    temp = f".{resolved.name}.ponytail-new"
     try:
         if resolved.exists and not replace:
             return
         if resolved.exists and not stat.S_ISREG(resolved.mode):
             raise UnsafePath(f"{resolved.path} in the rootfs is not a regular file; refusing to write it")
         _refuse_kernel_fs(resolved, resolved.parent_fd, "write")
-        name = temp if replace else resolved.name
-        if replace:
-            _unlink(resolved.parent_fd, temp)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(name, flags, 0o644, dir_fd=resolved.parent_fd)
-        except FileExistsError:
-            if replace:
-                raise
-            return  # created meanwhile: not ours to overwrite
-        try:
-            os.write(fd, content)
-        finally:
-            os.close(fd)
-        if replace:
-            os.rename(temp, resolved.name, src_dir_fd=resolved.parent_fd, dst_dir_fd=resolved.parent_fd)
-        outcome.done.append(f"wrote {resolved.path}")
+        if resolved.exists and _holds(resolved, content):
+            outcome.unchanged.append(f"{resolved.path} (already written)")
+            return
+        if _publish(resolved, content, replace):
+            outcome.done.append(f"wrote {resolved.path}")
     except OSError as e:
         raise InjectionError(f"cannot write {resolved.path} in the rootfs: {e.strerror}")
     finally:
+        resolved.close()
+
+
+def _holds(resolved: Resolved, content: bytes) -> bool:
+    """Whether the regular file there holds exactly ``content``."""
+    try:
+        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(content) + 1) == content
+    finally:
+        os.close(fd)
+
+
+def _publish(resolved: Resolved, content: bytes, replace: bool) -> bool:
+    """Give ``content`` the resolved name in one step: written into an unnamed file
+    (O_TMPFILE), which is then linked in (or linked beside and renamed over the old one).
+    False when the name was taken meanwhile and ``replace`` is not set."""
+    dir_fd, name = resolved.parent_fd, resolved.name
+    temp = f".{name}.ponytail-new"
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    except OSError:  # a filesystem without O_TMPFILE: a named temporary file
+        fd = -1
+    if replace:
+        _unlink(dir_fd, temp)  # left by an older version, or a run killed between link and rename
+    try:
+        if fd < 0:
+            fd = os.open(temp if replace else name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+            named = True
+        else:
+            named = False
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view):]
+        if not named:
+            try:
+                os.link(f"/proc/self/fd/{fd}", temp if replace else name, dst_dir_fd=dir_fd, follow_symlinks=True)
+            except FileExistsError:
+                if replace:
+                    raise
+                return False  # created meanwhile: not ours to overwrite
+        if replace:
+            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return True
+    except FileExistsError:
+        if replace:
+            raise
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
         if replace:
             try:
-                _unlink(resolved.parent_fd, temp)
+                _unlink(dir_fd, temp)
             except OSError:
                 pass
-        resolved.close()
 
 
 def _unlink(dir_fd: int, name: str) -> None:
