@@ -10,7 +10,7 @@ import os
 import sys
 
 from ponytail.config import Config, config_path, load_config
-from ponytail.errors import EXIT_INJECTION_FAILED, InputError, PonytailError, ProbeError, UsageError, one_line
+from ponytail.errors import EXIT_INJECTION_FAILED, ConfigError, InputError, PonytailError, ProbeError, UsageError, one_line
 from ponytail.logfile import RunLog
 from ponytail.oci import MAX_STATE_BYTES, Container, load_container, parse_state, read_bounded
 from ponytail.options import HookOptions
@@ -25,9 +25,9 @@ if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
 
 
 def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    stdin = stdin if stdin is not None else sys.stdin.buffer
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
+    stdin = stdin if stdin is not None else (sys.stdin.buffer if sys.stdin is not None else open(os.devnull, "rb"))
+    stdout = stdout or sys.stdout or open(os.devnull, "w")  # None: started with the descriptor closed
+    stderr = stderr or sys.stderr or open(os.devnull, "w")
     log = RunLog("")
     try:
         config = _load_config(options)
@@ -35,6 +35,8 @@ def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO
         log.open()
         return _run(options, config, stdin, stdout, log)
     except PonytailError as e:
+        if not log.path and isinstance(e, ConfigError):  # the config could not say where: the default log
+            log.path = Config().log_file
         log.write("error", e.message)
         print(f"ponytail: error: {one_line(e.message)}", file=stderr)
         return e.exit_code

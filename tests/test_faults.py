@@ -127,3 +127,114 @@ def test_timeouts_are_validated(tmp_path: Path, text: str, message: str) -> None
     config.write_text(text)
     result = run_ponytail(["-config", str(config), "-debug"])
     assert result.returncode == 2 and message in result.stderr.decode(), result.stderr
+
+
+# -- 5. closed stdout -----------------------------------------------------------------
+
+
+def test_a_hook_started_with_stdout_closed_injects_and_exits_0(host: FakeHost, rootfs: Path) -> None:
+    config = host.write_config()
+    ponytail = console_script("ponytail")
+    for redirect in (">&-", ">&- 2>&-", "<&- >&-"):
+        result = in_private_mount_ns(f"{ponytail} -config {config} -root {rootfs} {redirect}; echo rc=$?")
+        assert result.stdout == "rc=0\n" and "Traceback" not in result.stderr and result.stderr == "", (redirect, result)
+    result = in_private_mount_ns(f"{ponytail} -config {config} -debug >&-; echo rc=$?")
+    assert result.stdout == "rc=0\n" and result.stderr == "", result
+    assert host.log.read_text().count(f"injected into {rootfs}") == 3
+
+
+# -- 6. the CUDA-version cache --------------------------------------------------------
+
+
+def requirement_dry_run(host: FakeHost, tmp_path: Path, setup: str, runs: int = 1) -> subprocess.CompletedProcess:
+    """``ponytail -debug`` for a container that requires CUDA >= 12.0, with a private /run
+    prepared by ``setup`` (bash), in a mount namespace of its own; prints /run/ponytail after."""
+    bundle = bundle_for(tmp_path, make_rootfs(tmp_path / "rootfs"), env=["PATH=/bin", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"])
+    state = tmp_path / "state.json"
+    state.write_text(state_for(bundle, os.getpid()))
+    run = f"{console_script('ponytail')} -config {host.write_config()} -debug < {state} > /dev/null; echo rc=$?"
+    script = f"mount -t tmpfs -o size=1m tmpfs /run\nmkdir /run/ponytail\n{setup}\n" + f"{run}\n" * runs
+    return in_private_mount_ns(script + "ls -A /run/ponytail; cat /run/ponytail/cuda-version.json 2>/dev/null || true")
+
+
+def libcuda_key(host: FakeHost) -> str:
+    """The cache's key for the fake host's libcuda: its real path and its identity."""
+    path = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
+    st = path.stat()
+    return f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+@pytest.mark.parametrize("value", ['"12040"', "12.04", "true", "[12040]", "-1", "null", "{}"])
+def test_an_odd_value_in_the_cuda_cache_is_ignored_and_rewritten(host: FakeHost, tmp_path: Path, value: str) -> None:
+    cache = tmp_path / "cache.json"
+    cache.write_text(json.dumps({libcuda_key(host): "PLACEHOLDER"}).replace('"PLACEHOLDER"', value))
+    result = requirement_dry_run(host, tmp_path, f"cp {cache} /run/ponytail/cuda-version.json")
+    assert result.stdout.splitlines()[0] == "rc=0", result
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {libcuda_key(host): 12040}
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "garbage", "", '{"a": 1}' * 20000])
+def test_a_cuda_cache_that_is_not_a_table_is_ignored_and_rewritten(host: FakeHost, tmp_path: Path, content: str) -> None:
+    cache = tmp_path / "cache.json"
+    cache.write_text(content)
+    result = requirement_dry_run(host, tmp_path, f"cp {cache} /run/ponytail/cuda-version.json")
+    assert result.stdout.splitlines()[0] == "rc=0" and result.stderr == "", result
+    assert json.loads(result.stdout.splitlines()[-1]) == {libcuda_key(host): 12040}
+
+
+def test_a_full_run_directory_leaves_no_temporary_file(host: FakeHost, tmp_path: Path) -> None:
+    fill = "dd if=/dev/zero of=/run/fill bs=4k 2>/dev/null || true"
+    result = requirement_dry_run(host, tmp_path, fill, runs=3)
+    assert result.stdout.splitlines() == ["rc=0"] * 3, result  # the requirement is still checked: CUDA 12.4
+    assert result.stderr == ""
+
+
+# -- 7. the log -----------------------------------------------------------------------
+
+
+def test_a_full_log_filesystem_is_said_and_never_glues_records(host: FakeHost, rootfs: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    config = host.base / "config.toml"
+    config.write_text(host.config_text().replace(str(host.log), f"{logs}/ponytail.log"))
+    ponytail = f"{console_script('ponytail')} -config {config} -root {rootfs}"
+    script = (
+        f"mount -t tmpfs -o size=8k tmpfs {logs}\n"
+        f"head -c 3000 /dev/zero | tr '\\0' x > {logs}/ponytail.log; echo >> {logs}/ponytail.log\n"
+        f"head -c 4096 /dev/zero > {logs}/fill\n"
+        f"{ponytail}; echo rc=$?\n"  # the log has ~1 KiB left: this run's records are cut
+        f"rm {logs}/fill\n"
+        f"{ponytail} 2>/dev/null; echo rc=$?\n"
+        f"cat {logs}/ponytail.log\n"
+    )
+    result = in_private_mount_ns(script)
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["rc=0", "rc=0"], result
+    assert "ponytail: warning: cannot write log file" in result.stderr and "filesystem full" in result.stderr, result.stderr
+    records = lines[3:]
+    assert all(line.count(" ponytail[") == 1 for line in records), [r for r in records if r.count(" ponytail[") != 1]
+    assert any(f"injected into {rootfs}" in line for line in records)
+
+
+def test_a_config_error_is_logged_in_the_default_log(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[host]\ndriver_rot = \"/\"\n")
+    script = f"mount -t tmpfs tmpfs /var/log\n{console_script('ponytail')} -config {config} -debug && echo rc=0 || echo rc=$?\ncat /var/log/ponytail.log"
+    result = in_private_mount_ns(script)
+    assert result.stdout.splitlines()[0] == "rc=2", result
+    assert f"error container=- config file {config}: unknown key 'host.driver_rot'" in result.stdout, result.stdout
+
+
+# -- 8. bounded echo of input ---------------------------------------------------------
+
+
+def test_a_megabyte_of_bad_devices_gives_a_bounded_error_and_log_line(host: FakeHost, tmp_path: Path) -> None:
+    selector = ",".join(["0"] * 300000 + ["7"] + ["1"] * 200000)  # 1 MB
+    bundle = bundle_for(tmp_path, make_rootfs(tmp_path / "rootfs"), env=["PATH=/bin", f"NVIDIA_VISIBLE_DEVICES={selector}"])
+    result = run_ponytail(["-config", str(host.write_config()), "-debug"], stdin=state_for(bundle, os.getpid()))
+    assert result.returncode == 2
+    error = result.stderr.decode()
+    assert error.startswith("ponytail: error: unknown GPU '7' in NVIDIA_VISIBLE_DEVICES='0,0,0") and len(error) < 1000, error[:2000]
+    assert "characters...]" in error and error.count("\n") == 1
+    assert max(len(line) for line in host.log.read_text().splitlines()) < 1000
