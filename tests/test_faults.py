@@ -54,6 +54,20 @@ def wait_until_gone(find, *args) -> list[int]:
     return left
 
 
+@pytest.fixture
+def reaper():
+    """Kills, after the test, whatever still maps a file under the directories it is given
+    (so that a failing test leaves no wedged process behind)."""
+    paths: list[Path] = []
+    yield paths.append
+    for path in paths:
+        for pid in processes_mapping(path):
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+
+
 def run_runc(bundle: Path, timeout: int = 60) -> subprocess.CompletedProcess:
     container_id = unique()
     try:
@@ -68,29 +82,28 @@ def run_runc(bundle: Path, timeout: int = 60) -> subprocess.CompletedProcess:
 # -- 1. deadlines ---------------------------------------------------------------------
 
 
-def test_a_wedged_libcuda_fails_the_start_within_the_probe_deadline(tmp_path: Path) -> None:
+def test_a_wedged_libcuda_fails_the_start_within_the_probe_deadline(tmp_path: Path, reaper) -> None:
     """cuDriverGetVersion never returns (and its library started a helper process): the
-    requirement check's child is killed with its process group at [timeouts] probe, the
-    start fails with one line, and runc returns long before its own hook timeout."""
+    requirement check's child is killed with its process group at [timeouts] probe (5 s
+    by default), the start fails with one line, and runc returns long before its own
+    hook timeout."""
     host = FakeHost(tmp_path / "host", gpu_list=gpus(1), cuda_blocks=2)
-    config = host.base / "config.toml"
-    config.write_text(host.config_text() + "[timeouts]\nprobe = 1\n")
-    hook = {**hook_entry(config), "timeout": 30}
+    reaper(host.driver)
+    hook = {**hook_entry(host.write_config()), "timeout": 60}
     bundle = oci_bundle(tmp_path, ["true"], env=["NVIDIA_REQUIRE_CUDA=cuda>=11.0"], hooks={"prestart": [hook]})
-    result = run_runc(bundle, timeout=25)
+    result = run_runc(bundle, timeout=30)  # before: the hook waited for the child for ever
     assert result.returncode != 0
-    assert "cuDriverGetVersion did not answer within 1 s (killed" in result.stderr, result.stderr
+    assert "cuDriverGetVersion did not answer within 5 s (killed" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert wait_until_gone(processes_mapping, host.driver) == []
 
 
-def test_runc_killing_the_hook_at_its_deadline_leaves_no_child_and_is_not_kept_waiting(tmp_path: Path) -> None:
+def test_runc_killing_the_hook_at_its_deadline_leaves_no_child_and_is_not_kept_waiting(tmp_path: Path, reaper) -> None:
     """runc's hook timeout comes first: runc kills the hook and must not wait for the
     child (which never holds runc's pipes), and the child dies with the hook."""
     host = FakeHost(tmp_path / "host", gpu_list=gpus(1), cuda_blocks=1)
-    config = host.base / "config.toml"
-    config.write_text(host.config_text() + "[timeouts]\nprobe = 300\n")
-    hook = {**hook_entry(config), "timeout": 2}
+    reaper(host.driver)
+    hook = {**hook_entry(host.write_config()), "timeout": 2}  # before the probe's own 5 s
     bundle = oci_bundle(tmp_path, ["true"], env=["NVIDIA_REQUIRE_CUDA=cuda>=11.0"], hooks={"prestart": [hook]})
     result = run_runc(bundle, timeout=25)  # before: runc waited as long as the child lived
     assert result.returncode != 0
