@@ -251,3 +251,53 @@ def test_a_megabyte_of_bad_devices_gives_a_bounded_error_and_log_line(host: Fake
     assert error.startswith("ponytail: error: unknown GPU '7' in NVIDIA_VISIBLE_DEVICES='0,0,0") and len(error) < 1000, error[:2000]
     assert "characters...]" in error and error.count("\n") == 1
     assert max(len(line) for line in host.log.read_text().splitlines()) < 1000
+
+
+# -- 2. an inconsistent host ----------------------------------------------------------
+
+
+def two_gpu_host(tmp_path: Path) -> FakeHost:
+    return FakeHost(tmp_path / "host", gpu_list=gpus(2, minors=[0, 1]))
+
+
+def gpu_dir(host: FakeHost, index: int) -> Path:
+    return host.proc / "driver/nvidia/gpus" / host.gpu_list[index].bus_id
+
+
+@pytest.mark.parametrize("breakage", ["information file", "driver directory", "sysfs entry"])
+def test_a_gpu_seen_by_only_one_of_bus_and_driver_fails_naming_it(tmp_path: Path, rootfs: Path, breakage: str) -> None:
+    host = two_gpu_host(tmp_path)
+    bus_id = host.gpu_list[0].bus_id
+    if breakage == "information file":
+        (gpu_dir(host, 0) / "information").unlink()
+    elif breakage == "driver directory":
+        (gpu_dir(host, 0) / "information").unlink()
+        gpu_dir(host, 0).rmdir()
+    else:
+        import shutil
+
+        shutil.rmtree(host.sys / "bus/pci/devices" / bus_id)
+    result = run_ponytail(["-config", str(host.write_config()), "-root", str(rootfs), "-device", "0"])
+    error = result.stderr.decode()
+    assert result.returncode == 1 and error.startswith(f"ponytail: error: inconsistent host: GPU {bus_id} "), error
+    assert error.count("\n") == 1
+    assert not (rootfs / "dev/nvidia1").exists() and not (rootfs / "dev/nvidia0").exists()
+
+
+def test_a_gpu_held_by_another_driver_is_left_out_with_a_note(tmp_path: Path, rootfs: Path) -> None:
+    host = two_gpu_host(tmp_path)
+    (gpu_dir(host, 0) / "information").unlink()
+    gpu_dir(host, 0).rmdir()
+    (host.sys / "bus/pci/devices" / host.gpu_list[0].bus_id / "driver").symlink_to("../../../bus/pci/drivers/vfio-pci")
+    result = run_ponytail(["-config", str(host.write_config()), "-device", "0", "-debug"])
+    assert result.returncode == 0, result.stderr
+    assert f"GPU {host.gpu_list[0].bus_id} is bound to the vfio-pci driver" in result.stdout.decode()
+    assert "/dev/nvidia1" in result.stdout.decode() and "/dev/nvidia0 " not in result.stdout.decode()
+
+
+@pytest.mark.parametrize("minors, message", [([3, 3], "both have device minor 3"), ([0, 255], "device minor 255"), ([254, 1], "device minor 254")])
+def test_duplicate_or_control_minors_are_an_inconsistent_host(tmp_path: Path, minors: list[int], message: str) -> None:
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2, minors=minors))
+    result = run_ponytail(["-config", str(host.write_config()), "-debug"])
+    assert result.returncode == 1 and "inconsistent host: GPU" in result.stderr.decode(), result.stderr
+    assert message in result.stderr.decode()
