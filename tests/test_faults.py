@@ -301,3 +301,31 @@ def test_duplicate_or_control_minors_are_an_inconsistent_host(tmp_path: Path, mi
     result = run_ponytail(["-config", str(host.write_config()), "-debug"])
     assert result.returncode == 1 and "inconsistent host: GPU" in result.stderr.decode(), result.stderr
     assert message in result.stderr.decode()
+
+
+# -- 3. what a capability needs -------------------------------------------------------
+
+
+def test_compute_without_libcuda_fails_naming_it(host: FakeHost, rootfs: Path) -> None:
+    for path in (host.driver / "usr/lib/x86_64-linux-gnu").glob(f"libcuda.so*"):
+        path.unlink()
+    config = str(host.write_config())
+    result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", "0"])
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.decode().startswith("ponytail: error: compute needs libcuda.so.1, and the driver root"), result.stderr
+    assert not (rootfs / "dev/nvidia2").exists()  # nothing half-done
+    result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", "0", "-capabilities", "utility"])
+    assert result.returncode == 0, result.stderr  # utility does not need it
+
+
+def test_a_wrong_uvm_node_fails_compute_and_a_missing_uvm_tools_node_is_a_warning(host: FakeHost, rootfs: Path) -> None:
+    (host.dev / "nvidia-uvm-tools").unlink()
+    config = str(host.write_config())
+    result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", "0"])
+    assert result.returncode == 0, result.stderr
+    assert " /dev/nvidia-uvm-tools not injected: " in host.log.read_text()
+    (host.dev / "nvidia-uvm").unlink()
+    os.mknod(host.dev / "nvidia-uvm", 0o666 | 0o020000, os.makedev(1, 3))
+    result = run_ponytail(["-config", config, "-root", str(make_rootfs(rootfs.parent / "rootfs2")), "-device", "0"])
+    assert result.returncode == 1
+    assert result.stderr.decode() == f"ponytail: error: compute: {host.dev}/nvidia-uvm is c 1:3, expected c 511:0\n"
