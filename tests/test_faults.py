@@ -329,3 +329,17 @@ def test_a_wrong_uvm_node_fails_compute_and_a_missing_uvm_tools_node_is_a_warnin
     result = run_ponytail(["-config", config, "-root", str(make_rootfs(rootfs.parent / "rootfs2")), "-device", "0"])
     assert result.returncode == 1
     assert result.stderr.decode() == f"ponytail: error: compute: {host.dev}/nvidia-uvm is c 1:3, expected c 511:0\n"
+
+
+# -- 8. errors that name what is wrong ------------------------------------------------
+
+
+def test_a_configured_ldconfig_that_does_not_exist_is_named(host: FakeHost, rootfs: Path) -> None:
+    config = host.base / "config.toml"
+    config.write_text(host.config_text().replace("[log]", 'ldconfig = "/nonexistent/ldconfig"\n[log]'))
+    result = run_ponytail(["-config", str(config), "-root", str(rootfs)])
+    assert result.returncode == 1
+    assert result.stderr.decode() == (
+        "ponytail: error: [host] ldconfig in the config is '/nonexistent/ldconfig', which does not exist: "
+        "set it to the host's ldconfig, or leave it empty\n"
+    )

@@ -306,7 +306,11 @@ def _node(dev_root: str, name: str, major: int, minor: int) -> DeviceNode:
 
 
 def find_ldconfig(configured: str) -> str | None:
-    """The host's ldconfig: the configured one, or the first of the usual places."""
+    """The host's ldconfig: the configured one (an error when it cannot be run), or the
+    first of the usual places."""
+    if configured and not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
+        why = "does not exist" if not os.path.lexists(configured) else "is not an executable file"
+        raise ProbeError(f"[host] ldconfig in the config is {configured!r}, which {why}: set it to the host's ldconfig, or leave it empty")
     for candidate in (configured,) if configured else LDCONFIG_CANDIDATES:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
