@@ -343,3 +343,21 @@ def test_a_configured_ldconfig_that_does_not_exist_is_named(host: FakeHost, root
         "ponytail: error: [host] ldconfig in the config is '/nonexistent/ldconfig', which does not exist: "
         "set it to the host's ldconfig, or leave it empty\n"
     )
+
+
+def test_a_device_node_removed_while_mounting_is_named(host: FakeHost, rootfs: Path) -> None:
+    """The host's node and the rootfs's mount point vanish and come back while the hook runs:
+    every run either works or fails with a line naming the node (no bare syscall error)."""
+    node, target = host.dev / "nvidia2", rootfs / "dev/nvidia2"
+    script = f"""
+( while :; do rm -f {target} {node}; mknod {node} c 195 2; done ) 2>/dev/null &
+for i in $(seq 40); do
+  {console_script('ponytail')} -config {host.write_config()} -root {rootfs} -device 0 2>&1 >/dev/null || true
+  umount -q {target} 2>/dev/null || true
+done
+kill $!
+"""
+    result = in_private_mount_ns(script)
+    errors = result.stdout.splitlines()
+    assert errors and all(line.startswith("ponytail: error: ") and "nvidia2" in line for line in errors), errors
+    assert not [line for line in errors if "move_mount" in line or "open_tree" in line.split("(for")[0]], errors

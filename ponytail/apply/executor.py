@@ -21,6 +21,7 @@ the mounts this run attached are detached again before the error is reported.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from ponytail.records import dataclass, field
@@ -248,6 +249,11 @@ def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_ker
         syscalls.attach_tree(tree, target_fd)
         outcome.attached.append(os.dup(tree))
     except OSError as e:
+        if e.errno == errno.ENOENT:  # the mount point was unlinked between resolving and attaching
+            raise InjectionError(
+                f"cannot mount {source} onto {resolved.path} in the rootfs: {resolved.path} was removed meanwhile "
+                "(something else is changing the rootfs); try again"
+            )
         raise InjectionError(f"cannot mount {source} onto {resolved.path} in the rootfs: {e.strerror}")
     finally:
         os.close(target_fd)
