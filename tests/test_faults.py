@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import in_private_mount_ns, run_ponytail, state_for, bundle_for
+from conftest import Sleeper, bundle_for, in_private_mount_ns, run_ponytail, state_for
 from engines import RUNTIMES, console_script, hook_entry, oci_bundle, unique
 from fakehost import FakeHost, gpus, make_rootfs
 
@@ -361,3 +361,64 @@ kill $!
     errors = result.stdout.splitlines()
     assert errors and all(line.startswith("ponytail: error: ") and "nvidia2" in line for line in errors), errors
     assert not [line for line in errors if "move_mount" in line or "open_tree" in line.split("(for")[0]], errors
+
+
+# -- 4. containers sharing one rootfs -------------------------------------------------
+
+
+def test_runc_containers_sharing_one_rootfs_all_start_at_once(host: FakeHost, tmp_path: Path) -> None:
+    from engines import CUDACHECK_GPU0, EXPECTED_GPU0
+
+    hooks = {"prestart": [hook_entry(host.write_config())]}
+    bundles = [oci_bundle(tmp_path, CUDACHECK_GPU0, env=["NVIDIA_VISIBLE_DEVICES=0"], hooks=hooks) for _ in range(6)]
+    shared = bundles[0] / "rootfs"
+    before = sorted(p.name for p in (shared / "etc").iterdir())
+    for bundle in bundles:
+        spec = json.loads((bundle / "config.json").read_text())
+        spec["root"]["path"] = str(shared)
+        (bundle / "config.json").write_text(json.dumps(spec))
+    ids = [unique() for _ in bundles]
+    runs = [
+        subprocess.Popen(RUNTIMES["runc"] + ["run", "--bundle", str(b), i], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        for b, i in zip(bundles, ids)
+    ]
+    try:
+        results = [(run.communicate(timeout=120), run.returncode) for run in runs]
+    finally:
+        for i in ids:
+            subprocess.run(RUNTIMES["runc"] + ["delete", "-f", i], capture_output=True, timeout=60)
+    for (out, err), code in results:
+        assert code == 0 and out.splitlines() == EXPECTED_GPU0, err
+    after = sorted(p.name for p in (shared / "etc").iterdir())
+    assert not [name for name in after if "ponytail-new" in name or name.endswith("~")], after
+    assert set(after) - set(before) <= {"ld.so.cache", "ld.so.conf.d"}, after
+
+
+def test_a_failing_run_never_takes_back_mounts_a_concurrent_run_relies_on(host: FakeHost, rootfs: Path, tmp_path: Path) -> None:
+    """Two runs into one container at once; one fails at its last step (ldconfig) and
+    takes back what it mounted. The other, when it says it is done, must be done."""
+    failing = tmp_path / "failing-ldconfig"
+    failing.write_text("#!/bin/sh\necho no >&2\nexit 1\n")
+    failing.chmod(0o755)
+    good = host.write_config()
+    bad = host.base / "bad.toml"
+    bad.write_text(host.config_text().replace("[log]", f'ldconfig = "{failing}"\n[log]'))
+    ponytail = console_script("ponytail")
+    for attempt in range(8):
+        sleeper = Sleeper()
+        try:
+            bundle = bundle_for(tmp_path, rootfs, name=f"bundle{attempt}")
+            state = state_for(bundle, sleeper.pid)
+            runs = [
+                subprocess.Popen([ponytail, "-config", str(config), "-device", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for config in (bad, good)
+            ]
+            for run in runs:
+                run.stdin.write(state.encode())
+                run.stdin.close()
+            codes = [run.wait(timeout=60) for run in runs]
+            assert codes == [1, 0], [run.stderr.read() for run in runs]
+            mounted = sleeper.run(["cat", "/proc/self/mountinfo"]).stdout
+            assert f"{rootfs}/dev/nvidia2 " in mounted and f"{rootfs}/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15 " in mounted
+        finally:
+            sleeper.stop()
