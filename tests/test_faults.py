@@ -422,3 +422,20 @@ def test_a_failing_run_never_takes_back_mounts_a_concurrent_run_relies_on(host: 
             assert f"{rootfs}/dev/nvidia2 " in mounted and f"{rootfs}/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15 " in mounted
         finally:
             sleeper.stop()
+
+
+# -- the soak -------------------------------------------------------------------------
+
+
+def test_soak_many_runs_at_once_with_sigkills_and_a_flapping_gpu(tmp_path: Path) -> None:
+    """bench/soak.py, shortened: 120 runs, 16 at once, 24 containers of which every 3 share
+    a rootfs directory, a fifth of the runs SIGKILLed at a random moment, the information
+    file of one GPU going and coming back all along."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from soak import soak
+
+    report = soak(tmp_path, console_script("ponytail"), runs=120, concurrency=16, kill_rate=0.2)
+    assert report.clean, report.summary() + "\n" + "\n".join(report.wrong_gpus + report.silent_failures + report.leaks)
+    assert report.succeeded > 0 and report.killed > 0 and report.runs == 120
