@@ -41,7 +41,10 @@ def _open_standard_descriptors() -> None:
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+            try:
+                null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+            except OSError:  # no /dev/null (a bare chroot): leave it closed
+                return
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)

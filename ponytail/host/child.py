@@ -64,9 +64,7 @@ def _child(function: Callable[..., Any], args: tuple, read_fd: int, write_fd: in
         os.close(read_fd)
         os.setpgid(0, 0)
         _die_with_parent(parent)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
+        _detach_standard_descriptors()
         payload = json.dumps({"ok": function(*args)}).encode()
         while payload:
             payload = payload[os.write(write_fd, payload):]
@@ -74,6 +72,21 @@ def _child(function: Callable[..., Any], args: tuple, read_fd: int, write_fd: in
         status = 1
     finally:
         os._exit(status)
+
+
+def _detach_standard_descriptors() -> None:
+    """stdin, stdout and stderr onto /dev/null, or closed where there is none (a bare chroot)."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        for fd in (0, 1, 2):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
 
 
 def _die_with_parent(parent: int) -> None:
