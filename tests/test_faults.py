@@ -439,3 +439,23 @@ def test_soak_many_runs_at_once_with_sigkills_and_a_flapping_gpu(tmp_path: Path)
     report = soak(tmp_path, console_script("ponytail"), runs=120, concurrency=16, kill_rate=0.2)
     assert report.clean, report.summary() + "\n" + "\n".join(report.wrong_gpus + report.silent_failures + report.leaks)
     assert report.succeeded > 0 and report.killed > 0 and report.runs == 120
+
+
+def test_sigkill_at_any_moment_leaves_no_partial_or_temporary_linker_config(host: FakeHost, rootfs: Path) -> None:
+    conf_dir = rootfs / "etc/ld.so.conf.d"
+    script = f"""
+mkdir -p {conf_dir}
+for i in $(seq 30); do
+  echo /stale > {conf_dir}/00-ponytail.conf
+  timeout -s KILL 0.$(( 20 + i * 4 )) {console_script('ponytail')} -config {host.write_config()} -root {rootfs} >/dev/null 2>&1 || true
+  ls -A {conf_dir}; cat {conf_dir}/00-ponytail.conf; echo --
+done
+"""
+    result = in_private_mount_ns(script)
+    rounds = result.stdout.split("--\n")[:-1]
+    assert len(rounds) == 30, result
+    for text in rounds:
+        names, _, content = text.partition("\n")
+        assert names == "00-ponytail.conf", rounds  # no .00-ponytail.conf.ponytail-new
+        assert content in ("/stale\n", "/usr/lib/x86_64-linux-gnu\n"), rounds
+    assert any(text.endswith("/usr/lib/x86_64-linux-gnu\n") for text in rounds)
