@@ -448,7 +448,7 @@ mkdir -p {conf_dir}
 for i in $(seq 30); do
   echo /stale > {conf_dir}/00-ponytail.conf
   timeout -s KILL 0.$(( 20 + i * 4 )) {console_script('ponytail')} -config {host.write_config()} -root {rootfs} >/dev/null 2>&1 || true
-  ls -A {conf_dir}; cat {conf_dir}/00-ponytail.conf; echo --
+  echo "$(ls -A {conf_dir})"; cat {conf_dir}/00-ponytail.conf 2>/dev/null || echo none; echo --
 done
 """
     result = in_private_mount_ns(script)
@@ -456,6 +456,23 @@ done
     assert len(rounds) == 30, result
     for text in rounds:
         names, _, content = text.partition("\n")
-        assert names == "00-ponytail.conf", rounds  # no .00-ponytail.conf.ponytail-new
-        assert content in ("/stale\n", "/usr/lib/x86_64-linux-gnu\n"), rounds
+        assert names in ("00-ponytail.conf", ""), rounds  # no .00-ponytail.conf.ponytail-new
+        # the old file, the new one, or (killed between unlinking the old and linking the new) none
+        assert content in ("/stale\n", "/usr/lib/x86_64-linux-gnu\n", "none\n"), rounds
     assert any(text.endswith("/usr/lib/x86_64-linux-gnu\n") for text in rounds)
+
+
+@pytest.mark.parametrize("when", [1, 2])
+def test_sigkill_at_the_linker_config_publishing_step_leaves_no_temporary_file(host: FakeHost, rootfs: Path, when: int) -> None:
+    """SIGKILL exactly when the linker config is given its name (the first or second link
+    or rename: strace injects it), the moment a temporary file would be left behind."""
+    conf_dir = rootfs / "etc/ld.so.conf.d"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    (conf_dir / "00-ponytail.conf").write_text("/stale\n")
+    calls = "linkat,renameat,renameat2,rename"
+    strace = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={calls}", "-e", f"inject={calls}:signal=KILL:when={when}"]
+    result = run_ponytail(["-config", str(host.write_config()), "-root", str(rootfs)], command=strace + [console_script("ponytail")])
+    assert result.returncode != 0  # killed
+    assert [p.name for p in conf_dir.iterdir()] in ([], ["00-ponytail.conf"])
+    if (conf_dir / "00-ponytail.conf").exists():
+        assert (conf_dir / "00-ponytail.conf").read_text() in ("/stale\n", "/usr/lib/x86_64-linux-gnu\n")

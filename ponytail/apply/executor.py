@@ -450,48 +450,60 @@ def _holds(resolved: Resolved, content: bytes) -> bool:
 
 
 def _publish(resolved: Resolved, content: bytes, replace: bool) -> bool:
-    """Give ``content`` the resolved name in one step: written into an unnamed file
-    (O_TMPFILE), which is then linked in (or linked beside and renamed over the old one).
-    False when the name was taken meanwhile and ``replace`` is not set."""
+    """Give ``content`` the resolved name: written into an unnamed file (O_TMPFILE), then
+    linked in under its final name (an old file there is unlinked first when ``replace``).
+    Killed at any moment, this leaves the old file, no file, or the new one: never a
+    partial or temporary one. False when the name was taken meanwhile and ``replace`` is
+    not set. A filesystem without O_TMPFILE gets a named temporary file, renamed over."""
     dir_fd, name = resolved.parent_fd, resolved.name
-    temp = f".{name}.ponytail-new"
     try:
         fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
-    except OSError:  # a filesystem without O_TMPFILE: a named temporary file
-        fd = -1
-    if replace:
-        _unlink(dir_fd, temp)  # left by an older version, or a run killed between link and rename
+    except OSError:
+        return _publish_named(dir_fd, name, content, replace)
     try:
-        if fd < 0:
-            fd = os.open(temp if replace else name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
-            named = True
-        else:
-            named = False
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view):]
-        if not named:
+        _write_all(fd, content)
+        for _ in range(3):
             try:
-                os.link(f"/proc/self/fd/{fd}", temp if replace else name, dst_dir_fd=dir_fd, follow_symlinks=True)
+                os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+                return True
             except FileExistsError:
-                if replace:
-                    raise
-                return False  # created meanwhile: not ours to overwrite
-        if replace:
-            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        return True
+                if not replace:
+                    return False  # created meanwhile: not ours to overwrite
+                _unlink(dir_fd, name)
+        raise FileExistsError(errno.EEXIST, "created again and again meanwhile")
+    finally:
+        os.close(fd)
+
+
+def _publish_named(dir_fd: int, name: str, content: bytes, replace: bool) -> bool:
+    temp = f".{name}.ponytail-new" if replace else name
+    if replace:
+        _unlink(dir_fd, temp)  # left by a run killed before its rename
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     except FileExistsError:
         if replace:
             raise
         return False
+    try:
+        _write_all(fd, content)
     finally:
-        if fd >= 0:
-            os.close(fd)
-        if replace:
+        os.close(fd)
+    if replace:
+        try:
+            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        finally:
             try:
                 _unlink(dir_fd, temp)
             except OSError:
                 pass
+    return True
+
+
+def _write_all(fd: int, content: bytes) -> None:
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _unlink(dir_fd: int, name: str) -> None:
