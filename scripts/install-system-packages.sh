@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ponytail's tests and demo use, if any is missing:
 # gcc (fake driver libraries), busybox-static (test rootfs), util-linux (unshare, nsenter),
-# and the container engines the end-to-end tests start containers with.
+# the container engines the end-to-end tests start containers with, and strace (a test
+# injects SIGKILL at one exact syscall with it).
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -12,6 +13,7 @@ have runc || need+=(runc)
 have crun || need+=(crun)
 have podman || need+=(podman)
 have dockerd || need+=(docker.io)
+have strace || need+=(strace)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
