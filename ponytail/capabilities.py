@@ -20,6 +20,10 @@ class Capability:
     files: tuple[str, ...] = ()  # other driver files (ICD/JSON), globs under the driver root
     ipc: tuple[str, ...] = ()  # daemons' sockets and pipe directories on the host
     implies: tuple[str, ...] = ()
+    # what the capability cannot work without: a start that asks for it fails when one
+    # is missing (or the wrong node); everything else it brings is optional (a warning)
+    required_libraries: tuple[str, ...] = ()  # SONAMEs
+    required_nodes: tuple[str, ...] = ()
 
 
 CAPABILITIES: dict[str, Capability] = {
@@ -27,6 +31,7 @@ CAPABILITIES: dict[str, Capability] = {
         libraries=("libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq"),
         binaries=("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
         ipc=("/run/nvidia-persistenced/socket",),
+        required_libraries=("libnvidia-ml.so.1",),
     ),
     "compute": Capability(
         libraries=(
@@ -38,6 +43,8 @@ CAPABILITIES: dict[str, Capability] = {
         nodes=("nvidia-uvm", "nvidia-uvm-tools"),
         files=("/etc/OpenCL/vendors/nvidia.icd",),
         ipc=("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps"),
+        required_libraries=("libcuda.so.1",),
+        required_nodes=("nvidia-uvm",),
     ),
     "video": Capability(
         libraries=("libvdpau_nvidia", "libnvidia-encode", "libnvidia-opticalflow", "libnvcuvid"),
@@ -59,7 +66,7 @@ CAPABILITIES: dict[str, Capability] = {
             "/usr/share/egl/egl_external_platform.d/*nvidia*.json",
         ),
     ),
-    "display": Capability(nodes=("nvidia-modeset",)),
+    "display": Capability(nodes=("nvidia-modeset",), required_nodes=("nvidia-modeset",)),
     "ngx": Capability(libraries=("libnvidia-ngx",)),
     "compat32": Capability(),  # 32-bit copies of the other requested capabilities' libraries
 }

@@ -80,7 +80,7 @@ def info(as_json: bool, config: str | None) -> None:
             libcuda = find_driver_library(loaded, found.driver_version, "libcuda", "libcuda.so.1")
         except ProbeError:
             libcuda = None  # no compute libraries: info still shows the GPUs
-        cuda = format_cuda_version(cuda_driver_version(libcuda)) if libcuda else None
+        cuda = format_cuda_version(cuda_driver_version(libcuda, timeout_s=loaded.timeout_probe)) if libcuda else None
     if as_json:
         gpus = [
             {

@@ -32,6 +32,11 @@ class Config:
     runtime_path: str = "runc"  # ponytail-runtime execs this (a name on PATH, or an absolute path)
     # false: an unprivileged container's NVIDIA_VISIBLE_DEVICES selects nothing; only the device plugin's list does
     accept_env_when_unprivileged: bool = True
+    # deadlines, in seconds: a forked probe (libcuda's cuDriverGetVersion, NVML), the host's
+    # ldconfig, and the wait for another run into the same rootfs (ponytail.apply.rootlock)
+    timeout_probe: float = 5.0
+    timeout_ldconfig: float = 10.0
+    timeout_lock: float = 10.0
 
 
 # table -> key -> (Config field, expected type)
@@ -48,7 +53,9 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "log": {"file": ("log_file", str)},
     "runtime": {"path": ("runtime_path", str)},
     "request": {"accept_env_when_unprivileged": ("accept_env_when_unprivileged", bool)},
+    "timeouts": {"probe": ("timeout_probe", float), "ldconfig": ("timeout_ldconfig", float), "lock": ("timeout_lock", float)},
 }
+MAX_TIMEOUT_S = 600.0
 
 
 def config_path(cli_path: str | None, environ: dict[str, str] | None = None) -> tuple[str, bool]:
@@ -149,6 +156,10 @@ def _check_type(path: str, key: str, value: object, expected: type) -> object:
         if not isinstance(value, bool):
             raise ConfigError(f"config file {path}: '{key}' must be true or false, not {_toml_type(value)}")
         return value
+    if expected is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
+            raise ConfigError(f"config file {path}: '{key}' must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}")
+        return float(value)
     if expected is str:
         if not isinstance(value, str):
             raise ConfigError(f"config file {path}: '{key}' must be a string, not {_toml_type(value)}")

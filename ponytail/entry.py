@@ -22,13 +22,32 @@ def run() -> None:
     import gc
 
     gc.disable()
+    _open_standard_descriptors()
     code = main()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except OSError:  # e.g. a closed pipe: nothing left to say
-        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # None: the descriptor was closed when the process started
+                stream.flush()
+        except (OSError, ValueError):  # e.g. a closed pipe: nothing left to say
+            pass
     os._exit(code)
+
+
+def _open_standard_descriptors() -> None:
+    """An engine may start the hook with stdin, stdout or stderr closed: /dev/null takes
+    the closed ones, so that no file opened later (the log, a pipe to a child) gets
+    descriptor 1 or 2 and receives what is meant for the engine."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+            except OSError:  # no /dev/null (a bare chroot): leave it closed
+                return
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def main(argv: list[str] | None = None) -> int:

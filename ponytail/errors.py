@@ -47,9 +47,29 @@ class InjectionError(PonytailError):
     exit_code = EXIT_INJECTION_FAILED
 
 
-def one_line(text: str) -> str:
+MAX_LINE = 4096  # characters of one error or log line
+
+
+def one_line(text: str, limit: int = MAX_LINE) -> str:
     """``text`` with control characters and invalid Unicode escaped: names from an image can hold
-    newlines, and an error or log entry must stay one line."""
+    newlines, and an error or log entry must stay one line; and at most about ``limit``
+    characters of it (bad input can be a megabyte)."""
+    text = excerpt(text, limit)
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def excerpt(text: str, limit: int = 120) -> str:
+    """``text`` if it has at most ``limit`` characters, else its beginning and its end
+    with the number of characters left out between them."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    return f"{text[:head]}[...{len(text) - head - tail} characters...]{text[-tail:]}"
+
+
+def quoted(text: str, limit: int = 120) -> str:
+    """``repr(text)`` of a bounded excerpt, for quoting input in an error."""
+    return repr(excerpt(text, limit))

@@ -10,7 +10,7 @@ import os
 import sys
 
 from ponytail.config import Config, config_path, load_config
-from ponytail.errors import EXIT_INJECTION_FAILED, InputError, PonytailError, ProbeError, UsageError, one_line
+from ponytail.errors import EXIT_INJECTION_FAILED, ConfigError, InputError, PonytailError, ProbeError, UsageError, one_line
 from ponytail.logfile import RunLog
 from ponytail.oci import MAX_STATE_BYTES, Container, load_container, parse_state, read_bounded
 from ponytail.options import HookOptions
@@ -25,9 +25,9 @@ if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
 
 
 def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    stdin = stdin if stdin is not None else sys.stdin.buffer
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
+    stdin = stdin if stdin is not None else (sys.stdin.buffer if sys.stdin is not None else open(os.devnull, "rb"))
+    stdout = stdout or sys.stdout or open(os.devnull, "w")  # None: started with the descriptor closed
+    stderr = stderr or sys.stderr or open(os.devnull, "w")
     log = RunLog("")
     try:
         config = _load_config(options)
@@ -35,6 +35,8 @@ def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO
         log.open()
         return _run(options, config, stdin, stdout, log)
     except PonytailError as e:
+        if not log.path and isinstance(e, ConfigError):  # the config could not say where: the default log
+            log.path = Config().log_file
         log.write("error", e.message)
         print(f"ponytail: error: {one_line(e.message)}", file=stderr)
         return e.exit_code
@@ -83,7 +85,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
     from ponytail.apply.executor import apply_plan
 
-    outcome = apply_plan(plan, rootfs, container.pid if container else None)
+    outcome = apply_plan(plan, rootfs, container.pid if container else None, config.timeout_ldconfig, config.timeout_lock)
     log.write_all("debug", outcome.done + outcome.unchanged)
     log.write_all("warning", plan.warnings + tuple(outcome.warnings))
     gpu_text = ",".join(str(g.index) for g in plan.selection.gpus) or "none"
@@ -136,7 +138,8 @@ def _unmet_requirement(config: Config, host: "Host", request: "Request", plan: "
     from ponytail.require import Facts, RequirementNotMet, check_requirements
 
     def cuda() -> str:
-        return format_cuda_version(cuda_driver_version(find_driver_library(config, host.driver_version, "libcuda", "libcuda.so.1", host)))
+        libcuda = find_driver_library(config, host.driver_version, "libcuda", "libcuda.so.1", host)
+        return format_cuda_version(cuda_driver_version(libcuda, timeout_s=config.timeout_probe))
 
     try:
         check_requirements(request.requirements, Facts(host.driver_version, cuda, tuple(g.model for g in plan.gpus)))
@@ -149,7 +152,7 @@ def _mig_uuids(config: Config, host: "Host") -> dict[str, tuple[int, int, int]]:
     from ponytail.host.mig import mig_uuids
     from ponytail.host.probe import find_driver_library
 
-    return mig_uuids(find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host))
+    return mig_uuids(find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host), config.timeout_probe)
 
 
 def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container | None:

@@ -1,8 +1,10 @@
 """The run log: every run appends what it injected, or its error, to one file.
 
 The file is opened before ponytail enters the container's mount namespace, so
-the log always lands on the host. A log that cannot be opened is reported once
-on stderr and never fails the container start.
+the log always lands on the host. A log that cannot be opened or written (a full
+filesystem) is reported once on stderr and never fails the container start. A
+record cut short by a full filesystem is never glued to the next one: a run whose
+log does not end with a newline starts its records on a new line.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class RunLog:
         self.path = path
         self.context = "-"
         self._fd = -1
+        self._fresh_line = False  # the file ended in a torn record: begin with a newline
         self._started = time.monotonic()
 
     def open(self) -> None:
@@ -30,10 +33,25 @@ class RunLog:
             return
         try:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o640)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o640)
         except OSError as e:
-            print(f"ponytail: warning: cannot open log file {self.path}: {e.strerror} (set [log] file)", file=sys.stderr)
-            self.path = ""
+            self._give_up(f"cannot open log file {self.path}: {e.strerror} (set [log] file)")
+            return
+        self._fresh_line = not self._ends_with_newline()
+
+    def _ends_with_newline(self) -> bool:
+        try:
+            size = os.fstat(self._fd).st_size
+            return size == 0 or os.pread(self._fd, 1, size - 1) == b"\n"
+        except OSError:
+            return True
+
+    def _give_up(self, why: str) -> None:
+        """Say once on stderr why nothing more is logged by this run."""
+        if sys.stderr is not None:
+            print(f"ponytail: warning: {why}", file=sys.stderr)
+        self.close()
+        self.path = ""
 
     def write(self, level: str, message: str) -> None:
         self.write_all(level, (message,))
@@ -46,11 +64,18 @@ class RunLog:
             return
         head = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} ponytail[{os.getpid()}] {level} container={one_line(self.context)} "
         text = "".join(f"{head}{one_line(message)}\n" for message in messages)
+        if not text:
+            return
+        data = ("\n" if self._fresh_line else "") + text
+        self._fresh_line = False
+        raw = data.encode("utf-8", "replace")
         try:
-            if text:
-                os.write(self._fd, text.encode("utf-8", "replace"))
-        except OSError:
-            pass
+            written = os.write(self._fd, raw)
+        except OSError as e:
+            self._give_up(f"cannot write log file {self.path}: {e.strerror}")
+            return
+        if written < len(raw):  # a full filesystem: the record is cut
+            self._give_up(f"cannot write log file {self.path}: only {written} of {len(raw)} bytes written (filesystem full?)")
 
     def elapsed_ms(self) -> float:
         return (time.monotonic() - self._started) * 1000.0

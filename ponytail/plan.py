@@ -132,7 +132,7 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
     nodes["nvidiactl"] = (host.control_nodes["nvidiactl"], "control device", True)
     for cap in caps:
         for name in CAPABILITIES[cap].nodes:
-            nodes.setdefault(name, (host.control_nodes[name], cap, False))
+            nodes.setdefault(name, (host.control_nodes[name], cap, name in CAPABILITIES[cap].required_nodes))
     for node, why, fatal in nodes.values():
         if node.problem is None:
             ops.append(Mount("device", node.host_path, f"/dev/{node.name}", False, why, (node.major, node.minor)))
@@ -147,8 +147,7 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
             f"no library of driver {host.driver_version} found (searched {searched}, and the driver root's "
             f"ld.so.cache): set [host] driver_root, or [library] paths, in the config"
         )
-    if "compute" in caps and host.libraries and host.library("libcuda.so.1") is None and any("libcuda" in r.search for r in host.reports):
-        warnings.append("compute requested but no libcuda.so.1 of the running driver was found: CUDA programs will fail")
+    problems += _missing_libraries(host, caps)
     links: dict[str, Symlink] = {}
     sonames: dict[str, str] = {}
     for lib in host.libraries:
@@ -180,6 +179,23 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
         ops.append(AllowDevices(nodes, "let the container open exactly the injected device nodes"))
     gpus = tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
     return Plan(tuple(ops), gpus, selection, host.skipped, tuple(warnings), tuple(problems))
+
+
+def _missing_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
+    """The libraries a requested capability cannot work without, searched for and not found
+    (with -libs, only those its globs were meant to find)."""
+    if not host.libraries:
+        return []  # reported once, as no library at all
+    missing = []
+    for cap in caps:
+        for soname in CAPABILITIES[cap].required_libraries:
+            stem = soname.split(".so")[0]
+            if host.library(soname) is None and any(stem in r.search for r in host.reports):
+                missing.append(
+                    f"{cap} needs {soname}, and the driver root ([host] driver_root) has none of driver "
+                    f"{host.driver_version}: reinstall the driver's libraries, or leave {cap} out of NVIDIA_DRIVER_CAPABILITIES"
+                )
+    return missing
 
 
 def _gpu_why(gpu: Gpu) -> str:

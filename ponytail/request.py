@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ponytail.records import dataclass
 
-from ponytail.errors import InputError
+from ponytail.errors import InputError, quoted
 from ponytail.host.driver import canonical_bus_id
 from ponytail.host.mig import MigDevice
 from ponytail.host.probe import Gpu
@@ -121,8 +121,8 @@ def _unknown(gpus: tuple[Gpu, ...], request: DeviceRequest, item: str, mig: bool
     if mig:
         have = [m.name for g in gpus for m in g.mig_devices]
         listing = f"MIG devices {', '.join(have)}" if have else "no MIG devices"
-        return InputError(f"unknown MIG device {item!r} in {request.source}={request.selector!r}: this host has {listing}")
-    return InputError(f"unknown GPU {item!r} in {request.source}={request.selector!r}: this host has {_describe(gpus)}")
+        return InputError(f"unknown MIG device {quoted(item)} in {request.source}={quoted(request.selector)}: this host has {listing}")
+    return InputError(f"unknown GPU {quoted(item)} in {request.source}={quoted(request.selector)}: this host has {_describe(gpus)}")
 
 
 def _number(text: str) -> bool:

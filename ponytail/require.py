@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ponytail.errors import InputError, PonytailError
+from ponytail.errors import InputError, PonytailError, quoted
 from ponytail.records import dataclass
 
 TYPE_CHECKING = False
@@ -64,7 +64,7 @@ def check_requirements(requirements: tuple[tuple[str, str], ...], facts: Facts) 
             if alternatives:
                 values = f"driver {facts.driver}" + (f", CUDA {cache['cuda']}" if "cuda" in cache else "")
                 raise RequirementNotMet(
-                    f"this host does not meet {var}={expression!r}: unmet {' or '.join(failures)} "
+                    f"this host does not meet {var}={quoted(expression)}: unmet {' or '.join(failures)} "
                     f"({values}); use a matching image, or set NVIDIA_DISABLE_REQUIRE=true to skip the check"
                 )
 
@@ -73,7 +73,7 @@ def _holds(var: str, constraint: str, facts: Facts, cache: dict[str, str]) -> bo
     m = _CONSTRAINT.match(constraint.strip())
     if not m:
         raise InputError(
-            f"{var}: cannot parse constraint {constraint!r} (expected cuda|driver|arch|brand, an operator, a value)"
+            f"{var}: cannot parse constraint {quoted(constraint)} (expected cuda|driver|arch|brand, an operator, a value)"
         )
     key, op, wanted = m.groups()
     if key == "brand":

@@ -2,7 +2,8 @@
 # Installs the Debian packages ponytail's tests and demo use, if any is missing:
 # gcc (fake driver libraries), python3-venv (the .venv), busybox-static (test rootfs; Debian's
 # dynamically linked busybox works too: the test rootfs carries its libraries), util-linux (unshare, nsenter),
-# and the container engines the end-to-end tests start containers with.
+# the container engines the end-to-end tests start containers with (containerd for the CRI test),
+# and strace (a test injects SIGKILL at one exact syscall with it).
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -15,6 +16,7 @@ have crun || need+=(crun)
 have podman || need+=(podman)
 have dockerd || need+=(docker.io)
 have containerd || need+=(containerd)  # the Kubernetes node test (CRI): containerd 1.6 and ctr
+have strace || need+=(strace)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2

@@ -57,9 +57,10 @@ NON_GPU_FUNCTIONS = (
 
 @functools.lru_cache(maxsize=None)
 def compile_library(
-    source: str, soname: str, filename: str, driver_version: str, cuda_version: int = 12040, m32: bool = False, nvml_table: str = ""
+    source: str, soname: str, filename: str, driver_version: str, cuda_version: int = 12040, m32: bool = False, nvml_table: str = "",
+    defines: tuple[str, ...] = (),
 ) -> Path:
-    variant = f"{'m32' if m32 else 'm64'}-{cuda_version}-{abs(hash(nvml_table)):x}"
+    variant = f"{'m32' if m32 else 'm64'}-{cuda_version}-{abs(hash(nvml_table)):x}-{'-'.join(defines)}"
     out = BUILD_DIR / variant / soname / filename
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -68,6 +69,7 @@ def compile_library(
     ]
     if nvml_table:
         cmd.insert(-3, f'-DNVML_TABLE="{nvml_table}"')
+    cmd[-3:-3] = [f"-D{d}" for d in defines]
     if m32:  # no 32-bit libc here: a bare shared object with the right SONAME
         cmd[1:1] = ["-m32", "-nostdlib"]
     subprocess.run(cmd, check=True)
@@ -115,6 +117,7 @@ class FakeHost:
     compat32: bool = False  # a 32-bit libcuda in /usr/lib/i386-linux-gnu
     mig: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # GPU minor -> [(GI, CI)]
     daemons: bool = False  # persistenced socket, MPS pipe directory, GSP firmware
+    cuda_blocks: int = 0  # 1: cuDriverGetVersion never returns (a wedged GPU); 2: and forks a helper first
 
     def __post_init__(self) -> None:
         self.proc = self.base / "proc"
@@ -223,7 +226,8 @@ class FakeHost:
         libdir = self.driver / self.lib_dir.lstrip("/")
         libdir.mkdir(parents=True, exist_ok=True)
         for version in (self.driver_version, *self.stale_versions):
-            built = compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{version}", version, self.cuda_version)
+            blocks = (f"BLOCK_VERSION={self.cuda_blocks}",) if self.cuda_blocks else ()
+            built = compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{version}", version, self.cuda_version, defines=blocks)
             shutil.copy(built, libdir / f"libcuda.so.{version}")
             built = compile_library("fake_libnvidia_ml.c", "libnvidia-ml.so.1", f"libnvidia-ml.so.{version}", version, nvml_table=str(self.nvml_table))
             shutil.copy(built, libdir / f"libnvidia-ml.so.{version}")

@@ -23,13 +23,15 @@ the mounts this run attached are detached again before the error is reported.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from ponytail.records import dataclass, field
 
 from ponytail.apply import syscalls
 from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup
-from ponytail.apply.ldconfig import run_ldconfig
+from ponytail.apply.ldconfig import LDCONFIG_TIMEOUT_S, run_ldconfig
+from ponytail.apply.rootlock import lock_rootfs
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
@@ -59,8 +61,11 @@ class Outcome:
     attached: list[int] = field(default_factory=list, repr=False)  # a descriptor of each mount made
 
 
-def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
-    """Apply ``plan`` to ``rootfs``; in the mount namespace of ``container_pid`` when given."""
+def apply_plan(
+    plan: Plan, rootfs: str, container_pid: int | None, ldconfig_timeout_s: float = LDCONFIG_TIMEOUT_S, lock_timeout_s: float = 10.0
+) -> Outcome:
+    """Apply ``plan`` to ``rootfs``; in the mount namespace of ``container_pid`` when given.
+    Runs into the same rootfs directory take turns (ponytail.apply.rootlock)."""
     syscalls.require_new_mount_api()
     outcome = Outcome()
     trees: dict[int, int] = {}  # operation index -> detached mount
@@ -79,6 +84,11 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
+        try:
+            lock_fd = lock_rootfs(root_fd, rootfs, lock_timeout_s)
+        except BaseException:
+            os.close(root_fd)
+            raise
         paths = InRoot(root_fd)
         try:
             for i, op in enumerate(plan.operations):
@@ -92,7 +102,7 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
                     _mask_proc(root_fd, op, outcome)
                     paths.forget()
                 elif isinstance(op, LinkerCache):
-                    _linker_cache(paths, op, ldconfig_fd, outcome)
+                    _linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
                 elif isinstance(op, AllowDevices):
                     _allow_devices(devices_cgroup, op, outcome)
         except BaseException as e:
@@ -103,6 +113,7 @@ def apply_plan(plan: Plan, rootfs: str, container_pid: int | None) -> Outcome:
         finally:
             paths.close()
             os.close(root_fd)
+            os.close(lock_fd)
     finally:
         for fd in outcome.attached:
             os.close(fd)
@@ -240,6 +251,11 @@ def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_ker
         syscalls.attach_tree(tree, target_fd)
         outcome.attached.append(os.dup(tree))
     except OSError as e:
+        if e.errno == errno.ENOENT:  # the mount point was unlinked between resolving and attaching
+            raise InjectionError(
+                f"cannot mount {source} onto {resolved.path} in the rootfs: {resolved.path} was removed meanwhile "
+                "(something else is changing the rootfs); try again"
+            )
         raise InjectionError(f"cannot mount {source} onto {resolved.path} in the rootfs: {e.strerror}")
     finally:
         os.close(target_fd)
@@ -351,11 +367,11 @@ def _write_into(dir_fd: int, relative: str, content: bytes) -> None:
             os.close(fd)
 
 
-def _linker_cache(paths: InRoot, op: LinkerCache, ldconfig_fd: int, outcome: Outcome) -> None:
+def _linker_cache(paths: InRoot, op: LinkerCache, ldconfig_fd: int, outcome: Outcome, timeout_s: float = LDCONFIG_TIMEOUT_S) -> None:
     content = "".join(f"{d}\n" for d in op.directories).encode()
     _write_file(paths, op.conf_file, content, outcome, replace=True)
     _write_file(paths, LD_SO_CONF, LD_SO_CONF_TEXT, outcome, replace=False)
-    rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, paths.root_fd, op.directories)
+    rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, paths.root_fd, op.directories, timeout_s)
     outcome.done.append(f"ran {op.ldconfig} -X -r {rootfs} ({', '.join(op.directories)})")
     paths.forget()  # what ldconfig did is looked at afresh
     _check_cache(paths, op, outcome)
@@ -402,41 +418,94 @@ def _read_rootfs_cache(paths: InRoot) -> list[tuple[str, str, int]]:
 
 
 def _write_file(paths: InRoot, path: str, content: bytes, outcome: Outcome, replace: bool) -> None:
-    """Write ``path`` as a new file: never opens what is there (a FIFO, a hard link), replaces it by rename."""
+    """Write ``path`` as a new file: never opens what is there for writing (a FIFO, a hard
+    link), leaves a file that already holds ``content`` alone, and never leaves a partly
+    written file under any name, even when killed (ponytail.apply.rootlock keeps other runs out)."""
     resolved = paths.resolve(path, create_dirs=True)
-    temp = f".{resolved.name}.ponytail-new"
     try:
         if resolved.exists and not replace:
             return
         if resolved.exists and not stat.S_ISREG(resolved.mode):
             raise UnsafePath(f"{resolved.path} in the rootfs is not a regular file; refusing to write it")
         _refuse_kernel_fs(resolved, resolved.parent_fd, "write")
-        name = temp if replace else resolved.name
-        if replace:
-            _unlink(resolved.parent_fd, temp)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            fd = os.open(name, flags, 0o644, dir_fd=resolved.parent_fd)
-        except FileExistsError:
-            if replace:
-                raise
-            return  # created meanwhile: not ours to overwrite
-        try:
-            os.write(fd, content)
-        finally:
-            os.close(fd)
-        if replace:
-            os.rename(temp, resolved.name, src_dir_fd=resolved.parent_fd, dst_dir_fd=resolved.parent_fd)
-        outcome.done.append(f"wrote {resolved.path}")
+        if resolved.exists and _holds(resolved, content):
+            outcome.unchanged.append(f"{resolved.path} (already written)")
+            return
+        if _publish(resolved, content, replace):
+            outcome.done.append(f"wrote {resolved.path}")
     except OSError as e:
         raise InjectionError(f"cannot write {resolved.path} in the rootfs: {e.strerror}")
     finally:
-        if replace:
+        resolved.close()
+
+
+def _holds(resolved: Resolved, content: bytes) -> bool:
+    """Whether the regular file there holds exactly ``content``."""
+    try:
+        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(content) + 1) == content
+    finally:
+        os.close(fd)
+
+
+def _publish(resolved: Resolved, content: bytes, replace: bool) -> bool:
+    """Give ``content`` the resolved name: written into an unnamed file (O_TMPFILE), then
+    linked in under its final name (an old file there is unlinked first when ``replace``).
+    Killed at any moment, this leaves the old file, no file, or the new one: never a
+    partial or temporary one. False when the name was taken meanwhile and ``replace`` is
+    not set. A filesystem without O_TMPFILE gets a named temporary file, renamed over."""
+    dir_fd, name = resolved.parent_fd, resolved.name
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    except OSError:
+        return _publish_named(dir_fd, name, content, replace)
+    try:
+        _write_all(fd, content)
+        for _ in range(3):
             try:
-                _unlink(resolved.parent_fd, temp)
+                os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+                return True
+            except FileExistsError:
+                if not replace:
+                    return False  # created meanwhile: not ours to overwrite
+                _unlink(dir_fd, name)
+        raise FileExistsError(errno.EEXIST, "created again and again meanwhile")
+    finally:
+        os.close(fd)
+
+
+def _publish_named(dir_fd: int, name: str, content: bytes, replace: bool) -> bool:
+    temp = f".{name}.ponytail-new" if replace else name
+    if replace:
+        _unlink(dir_fd, temp)  # left by a run killed before its rename
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    except FileExistsError:
+        if replace:
+            raise
+        return False
+    try:
+        _write_all(fd, content)
+    finally:
+        os.close(fd)
+    if replace:
+        try:
+            os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        finally:
+            try:
+                _unlink(dir_fd, temp)
             except OSError:
                 pass
-        resolved.close()
+    return True
+
+
+def _write_all(fd: int, content: bytes) -> None:
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _unlink(dir_fd: int, name: str) -> None:

@@ -31,10 +31,12 @@ from ponytail.errors import InjectionError
 from ponytail.kernelfs import kernel_mounts_under
 
 LDCONFIG_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-LDCONFIG_TIMEOUT_S = 60
+LDCONFIG_TIMEOUT_S = 10.0  # the default of [timeouts] ldconfig
 
 
-def run_ldconfig(program: str, program_fd: int, root_fd: int, directories: tuple[str, ...]) -> str:
+def run_ldconfig(
+    program: str, program_fd: int, root_fd: int, directories: tuple[str, ...], timeout_s: float = LDCONFIG_TIMEOUT_S
+) -> str:
     """Rebuild the linker cache of the root ``root_fd``; returns the rootfs path ldconfig was given."""
     rootfs = _canonical_path(root_fd)
     argv = ["ldconfig", "-X", "-r", rootfs, *directories]
@@ -45,7 +47,12 @@ def run_ldconfig(program: str, program_fd: int, root_fd: int, directories: tuple
         except OSError as e:
             raise InjectionError(f"refusing to run {program} on {rootfs}: cannot isolate it from the host's kernel filesystems: {e}")
         try:
-            status, output = run_program(program_fd, argv, dict(LDCONFIG_ENV), LDCONFIG_TIMEOUT_S)
+            status, output = run_program(program_fd, argv, dict(LDCONFIG_ENV), timeout_s)
+        except TimeoutError:
+            raise InjectionError(
+                f"{program} -r {rootfs} did not finish within {timeout_s:g} s (killed): raise [timeouts] ldconfig "
+                "in the config, or look for an ld.so.conf in the image that includes itself"
+            )
         except OSError as e:
             raise InjectionError(f"cannot run {program} on the rootfs: {e}")
     finally:

@@ -5,9 +5,9 @@ selectors), and its wait with a timeout polls with sleeps; forking the hook's wh
 interpreter costs ~1 ms more than ``posix_spawn``, which starts the program without
 copying it. The hook needs only this: the program executed through a descriptor,
 stdin from /dev/null, stdout and stderr into one pipe, no other descriptor, SIGPIPE
-and SIGXFSZ back to their defaults, / as working directory; an exec failure comes back
-as OSError, as with subprocess; a pidfd says when the program has ended, or it is
-killed at the deadline.
+and SIGXFSZ back to their defaults, / as working directory, a process group of its own;
+an exec failure comes back as OSError, as with subprocess; a pidfd says when the
+program has ended, or its whole process group is killed at the deadline.
 
 The program is executed through a descriptor opened before the hook entered the
 container's mount namespace (``/proc/self/fd/N``), so nothing in the container can
@@ -43,7 +43,7 @@ def run_program(program_fd: int, argv: list[str], env: dict[str, str], timeout_s
         os.set_inheritable(program_fd, True)
         os.chdir("/")  # posix_spawn has no working directory of its own before Python 3.13
         try:
-            pid = os.posix_spawn(f"/proc/self/fd/{program_fd}", argv, env, file_actions=actions, setsigdef=(SIGPIPE, SIGXFSZ))
+            pid = os.posix_spawn(f"/proc/self/fd/{program_fd}", argv, env, file_actions=actions, setsigdef=(SIGPIPE, SIGXFSZ), setpgroup=0)
         finally:
             os.fchdir(cwd)
             os.set_inheritable(program_fd, False)
@@ -84,7 +84,7 @@ def _wait(pid: int, output_fd: int, timeout_s: float) -> tuple[int, bytes]:
         while not ended:
             left = deadline - time.monotonic()
             if left <= 0:
-                os.kill(pid, SIGKILL)
+                os.killpg(pid, SIGKILL)  # not reaped yet: its id still names its group
                 os.waitpid(pid, 0)
                 raise TimeoutError(f"timed out after {timeout_s:g} s")
             for fd, _ in poller.poll(max(1, int(left * 1000))):

@@ -2,6 +2,8 @@
 (12040 means 12.4). That call needs no cuInit and opens no GPU; it runs in a forked
 child so libcuda never lives in the hook's process. The answer is cached in
 /run/ponytail, keyed by the library file's identity, so it is asked once per driver.
+The cache is an input like any other: an entry that is not a plausible version is
+ignored (and the file rewritten), and a write that fails leaves no temporary file.
 """
 
 from __future__ import annotations
@@ -14,21 +16,28 @@ from ponytail.errors import ProbeError
 CACHE_DIR = "/run/ponytail"
 
 
-def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR) -> int:
-    """cuDriverGetVersion() of the libcuda at ``libcuda`` (a host path)."""
+def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR, timeout_s: float = 5.0) -> int:
+    """cuDriverGetVersion() of the libcuda at ``libcuda`` (a host path), asked in a child
+    that is killed after ``timeout_s`` seconds."""
     try:
         st = os.stat(libcuda)
     except OSError as e:
         raise ProbeError(f"cannot read {libcuda}: {e.strerror}")
     key = f"{os.path.realpath(libcuda)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
     cache_file = os.path.join(cache_dir, "cuda-version.json")
-    cached = _read_cache(cache_file)
-    if cached.get(key):
-        return int(cached[key])
-    from ponytail.host.child import run_in_child
+    cached = _read_cache(cache_file).get(key)
+    if _plausible(cached):
+        return cached  # type: ignore[return-value]
+    from ponytail.host.child import ChildTimeout, run_in_child
 
-    result = run_in_child(_ask_libcuda, libcuda)
-    if not isinstance(result, int):
+    try:
+        result = run_in_child(_ask_libcuda, libcuda, timeout_s=timeout_s)
+    except ChildTimeout as e:
+        raise ProbeError(
+            f"cannot get the CUDA version from {libcuda}: cuDriverGetVersion {e} (a wedged GPU?); "
+            "raise [timeouts] probe in the config, or set NVIDIA_DISABLE_REQUIRE=true"
+        )
+    if not _plausible(result):
         raise ProbeError(f"cannot get the CUDA version from {libcuda}: {result}")
     _write_cache(cache_file, {key: result})
     return result
@@ -36,6 +45,11 @@ def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR) -> int:
 
 def format_cuda_version(version: int) -> str:
     return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _plausible(value: object) -> bool:
+    """A CUDA version as cuDriverGetVersion gives it: 1000 * major + 10 * minor."""
+    return type(value) is int and 1000 <= value < 1000000  # not a bool, a float, a string
 
 
 def _ask_libcuda(path: str) -> int | str:
@@ -60,11 +74,20 @@ def _read_cache(path: str) -> dict:
 
 
 def _write_cache(path: str, data: dict) -> None:
+    """Replace the cache; on any failure (a full /run) remove what was begun."""
+    tmp = f"{path}.{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f)
+        content = json.dumps(data).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if os.write(fd, content) != len(content):
+                raise OSError("short write")
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except OSError:
-        pass  # a cache only: the next run asks again
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass  # a cache only: the next run asks again

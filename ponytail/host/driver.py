@@ -90,7 +90,12 @@ def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:
                 raw = f.read(16384)
             info = parse_information(raw.decode("utf-8", "replace"), bus_id, path, name, raw)
         except FileNotFoundError:
-            continue
+            if not os.path.isdir(os.path.join(base, name)):
+                continue  # gone meanwhile, with its directory: as if never listed
+            raise ProbeError(
+                f"inconsistent host: GPU {bus_id} has no {path}; refusing to number the GPUs without it: "
+                "check 'nvidia-smi' and dmesg"
+            )
         except OSError as e:
             raise ProbeError(f"cannot read {path}: {e.strerror}")
         result[bus_id] = info

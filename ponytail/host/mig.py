@@ -99,14 +99,17 @@ def _number(name: str) -> int:
     return int(digits) if digits else -1
 
 
-def mig_uuids(libnvidia_ml: str) -> dict[str, tuple[int, int, int]]:
+def mig_uuids(libnvidia_ml: str, timeout_s: float = 5.0) -> dict[str, tuple[int, int, int]]:
     """MIG UUID -> (parent GPU minor, GI id, CI id), asked of NVML (the nvidia-ml-py
     package, loading the driver's own ``libnvidia-ml``) in a forked child, so that
     NVML's threads never exist in this process (which must stay single-threaded to
     enter the container's mount namespace)."""
-    from ponytail.host.child import run_in_child
+    from ponytail.host.child import ChildTimeout, run_in_child
 
-    result = run_in_child(_query_nvml, libnvidia_ml)
+    try:
+        result = run_in_child(_query_nvml, libnvidia_ml, timeout_s=timeout_s)
+    except ChildTimeout as e:
+        raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): the NVML query {e}; raise [timeouts] probe in the config")
     if isinstance(result, str):
         raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): {result}")
     return {uuid: (minor, gi, ci) for uuid, (minor, gi, ci) in result.items()}

@@ -18,6 +18,7 @@ class PciFunction:
     bus_id: str  # as sysfs names it, e.g. 0000:3b:00.0
     vendor: int
     pci_class: int  # full 24-bit class code, e.g. 0x030200
+    driver: str = ""  # the kernel driver bound to it ("nvidia", "vfio-pci"), "" when none
 
 
 def is_nvidia_gpu(function: PciFunction) -> bool:
@@ -25,7 +26,12 @@ def is_nvidia_gpu(function: PciFunction) -> bool:
 
 
 def nvidia_gpu_bus_ids(sys_root: str, udev: bool = True) -> list[str]:
-    """Bus ids of the NVIDIA GPUs under ``sys_root``, in PCI bus order.
+    """Bus ids of the NVIDIA GPUs under ``sys_root``, in PCI bus order."""
+    return [f.bus_id for f in nvidia_gpus(sys_root, udev)]
+
+
+def nvidia_gpus(sys_root: str, udev: bool = True) -> list[PciFunction]:
+    """The NVIDIA GPUs under ``sys_root`` (bus ids in lower case), in PCI bus order.
 
     ``udev``: on the live /sys, ask pyudev. libudev reads the same sysfs files, so
     both give the same functions (a test checks it on a real bus); the hook's real
@@ -33,7 +39,8 @@ def nvidia_gpu_bus_ids(sys_root: str, udev: bool = True) -> list[str]:
     container start, and keep pyudev for info, list and -debug."""
     live = udev and os.path.realpath(sys_root) == "/sys"
     functions = pci_functions_pyudev() if live else pci_functions_sysfs(sys_root)
-    return sorted(f.bus_id.lower() for f in functions if is_nvidia_gpu(f))
+    found = [PciFunction(f.bus_id.lower(), f.vendor, f.pci_class, f.driver) for f in functions if is_nvidia_gpu(f)]
+    return sorted(found, key=lambda f: f.bus_id)
 
 
 def pci_functions_sysfs(sys_root: str) -> list[PciFunction]:
@@ -48,8 +55,15 @@ def pci_functions_sysfs(sys_root: str) -> list[PciFunction]:
         vendor = _read_hex(os.path.join(base, name, "vendor"))
         pci_class = _read_hex(os.path.join(base, name, "class"))
         if vendor is not None and pci_class is not None:
-            result.append(PciFunction(name, vendor, pci_class))
+            result.append(PciFunction(name, vendor, pci_class, _driver(os.path.join(base, name, "driver"))))
     return result
+
+
+def _driver(link: str) -> str:
+    try:
+        return os.path.basename(os.readlink(link))
+    except OSError:
+        return ""
 
 
 def pci_functions_pyudev() -> list[PciFunction]:
@@ -64,7 +78,7 @@ def pci_functions_pyudev() -> list[PciFunction]:
         vendor = _parse_hex(device.attributes.get("vendor"))
         pci_class = _parse_hex(device.attributes.get("class"))
         if vendor is not None and pci_class is not None:
-            result.append(PciFunction(device.sys_name, vendor, pci_class))
+            result.append(PciFunction(device.sys_name, vendor, pci_class, device.driver or ""))
     return result
 
 

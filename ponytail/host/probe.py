@@ -16,6 +16,7 @@ from ponytail.config import Config
 from ponytail.errors import ProbeError
 from ponytail.host.driver import (
     NVIDIA_MAJOR,
+    GpuInformation,
     read_char_majors,
     read_driver_version,
     read_gpu_informations,
@@ -31,7 +32,7 @@ from ponytail.host.files import (
     host_path,
 )
 from ponytail.host.mig import MigDevice, caps_dir, read_access_files, read_access_minor, read_mig_devices
-from ponytail.host.pci import nvidia_gpu_bus_ids
+from ponytail.host.pci import PciFunction, nvidia_gpus
 
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/bin/ldconfig")
 CONTROL_MINORS = {"nvidiactl": 255, "nvidia-modeset": 254}
@@ -116,12 +117,7 @@ def probe_gpus(config: Config, udev: bool = True) -> Gpus:
     """Driver version and GPUs in PCI bus order (with MIG state), without touching any driver file."""
     version = read_driver_version(config.proc_root)
     infos = read_gpu_informations(config.proc_root)
-    on_bus = set(nvidia_gpu_bus_ids(config.sys_root, udev))
-    notes = []
-    for bus_id in sorted(on_bus - infos.keys()):
-        notes.append(f"GPU {bus_id} is on the PCI bus but the NVIDIA driver does not manage it (bound to another driver?)")
-    for bus_id in sorted(infos.keys() - on_bus):
-        notes.append(f"GPU {bus_id} is known to the driver but not found under {config.sys_root}/bus/pci")
+    notes = _check_consistent(config, infos, nvidia_gpus(config.sys_root, udev))
     gpus = []
     for bus_id in sorted(infos):
         info = infos[bus_id]
@@ -133,6 +129,48 @@ def probe_gpus(config: Config, udev: bool = True) -> Gpus:
         gpus.append(Gpu(index, info.minor, bus_id, info.uuid, info.model, enabled, migs))
     information = {infos[g.pci_bus_id].proc_name: infos[g.pci_bus_id].text for g in gpus}
     return Gpus(version, tuple(gpus), tuple(notes), information)
+
+
+def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: list[PciFunction]) -> list[str]:
+    """A GPU's index is its place in bus order among the driver's GPUs: a GPU that the
+    bus and the driver see differently would shift every index after it, and give a
+    container another card than the one it asked for. So this is an error naming the
+    GPU, except for a GPU another driver (vfio-pci, say) holds, and a sys root that
+    shows no NVIDIA GPU at all (a /sys we cannot see). Minors must be distinct and below
+    nvidia-modeset's 254 and nvidiactl's 255."""
+    notes = []
+    where = f"{config.proc_root}/driver/nvidia/gpus"
+    bus_ids = {f.bus_id for f in on_bus}
+    for function in on_bus:
+        if function.bus_id in infos:
+            continue
+        if function.driver and function.driver != "nvidia":
+            notes.append(f"GPU {function.bus_id} is bound to the {function.driver} driver, not NVIDIA's; not offered")
+            continue
+        raise ProbeError(
+            f"inconsistent host: GPU {function.bus_id} is on the PCI bus but not in {where} (the driver lost it, "
+            "or its information file is missing); refusing to number the GPUs without it: check 'nvidia-smi' and dmesg"
+        )
+    if on_bus:
+        for bus_id in sorted(infos.keys() - bus_ids):
+            raise ProbeError(
+                f"inconsistent host: GPU {bus_id} is in {where} but not on the PCI bus under {config.sys_root}/bus/pci "
+                "(fallen off the bus?); refusing to number the GPUs: check 'nvidia-smi' and dmesg"
+            )
+    elif infos:
+        notes.append(f"no NVIDIA GPU found under {config.sys_root}/bus/pci: GPUs numbered from {where} alone")
+    seen: dict[int, str] = {}
+    for bus_id in sorted(infos):
+        minor = infos[bus_id].minor
+        if minor in seen:
+            raise ProbeError(f"inconsistent host: GPUs {seen[minor]} and {bus_id} both have device minor {minor} in {where}")
+        if minor >= min(CONTROL_MINORS.values()):
+            raise ProbeError(
+                f"inconsistent host: GPU {bus_id} has device minor {minor} in {where}, which belongs to a control device "
+                "(254 nvidia-modeset, 255 nvidiactl)"
+            )
+        seen[minor] = bus_id
+    return notes
 
 
 def probe_host(
@@ -268,7 +306,11 @@ def _node(dev_root: str, name: str, major: int, minor: int) -> DeviceNode:
 
 
 def find_ldconfig(configured: str) -> str | None:
-    """The host's ldconfig: the configured one, or the first of the usual places."""
+    """The host's ldconfig: the configured one (an error when it cannot be run), or the
+    first of the usual places."""
+    if configured and not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
+        why = "does not exist" if not os.path.lexists(configured) else "is not an executable file"
+        raise ProbeError(f"[host] ldconfig in the config is {configured!r}, which {why}: set it to the host's ldconfig, or leave it empty")
     for candidate in (configured,) if configured else LDCONFIG_CANDIDATES:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate

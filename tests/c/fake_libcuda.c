@@ -8,7 +8,17 @@
 
 int cuInit(unsigned int flags) { (void)flags; return 0; }
 
+#ifdef BLOCK_VERSION
+#include <unistd.h>
+#endif
+
 int cuDriverGetVersion(int *version) {
+#ifdef BLOCK_VERSION
+    /* a wedged GPU: the call never returns; BLOCK_VERSION=2 also starts a helper process */
+    if (BLOCK_VERSION == 2 && fork() == 0)
+        for (;;) pause();
+    for (;;) pause();
+#endif
     if (!version) return 1; /* CUDA_ERROR_INVALID_VALUE */
     *version = CUDA_VERSION_INT;
     return 0;

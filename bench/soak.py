@@ -1,0 +1,272 @@
+"""Soak: many hook runs at once into stand-in containers, some sharing one rootfs
+directory, with random SIGKILLs and a GPU whose driver information file flaps.
+
+    sudo .venv/bin/python bench/soak.py [--runs 500] [--concurrency 16] [--kill-rate 0.2]
+
+Counts, and exits 1 unless all are zero:
+- wrong GPUs: a GPU node of another GPU than the container asked for, mounted in it;
+- silent failures: a run that exited 0 while its container cannot use its GPU (the
+  node, libcuda.so.1 by SONAME: a program in the container checks), or a failure that
+  is not one line starting "ponytail: error:" (a traceback, an internal error);
+- leaks: mounts left in this mount namespace, processes or descriptors left on the
+  fake host or the rootfs directories, temporary files in the rootfs directories or
+  in /run/ponytail.
+tests/test_faults.py runs a shorter soak; the README (Reliability) has the numbers of a full one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
+
+
+@dataclass
+class Container:
+    """A process in its own mount namespace, standing in for a container at prestart."""
+
+    name: str
+    rootfs: Path
+    bundle: Path
+    index: int  # the GPU it asks for
+    minor: int  # that GPU's minor
+    process: subprocess.Popen | None = None
+    codes: list[int] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+
+@dataclass
+class Report:
+    runs: int = 0
+    succeeded: int = 0
+    failed: int = 0  # one clear line, exit 1 or 2
+    killed: int = 0
+    wrong_gpus: list[str] = field(default_factory=list)
+    silent_failures: list[str] = field(default_factory=list)
+    leaks: list[str] = field(default_factory=list)
+    failure_kinds: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        return not (self.wrong_gpus or self.silent_failures or self.leaks)
+
+    def summary(self) -> str:
+        kinds = "; ".join(f"{n}x {k}" for k, n in sorted(self.failure_kinds.items(), key=lambda kv: -kv[1]))
+        return (
+            f"{self.runs} runs in {self.seconds:.1f} s: {self.succeeded} succeeded, {self.failed} failed with one line, "
+            f"{self.killed} SIGKILLed; wrong GPUs {len(self.wrong_gpus)}, silent failures {len(self.silent_failures)}, "
+            f"leaks {len(self.leaks)}" + (f"\nfailures: {kinds}" if kinds else "")
+        )
+
+
+def soak(base: Path, ponytail: str, runs: int, concurrency: int, kill_rate: float, seed: int = 1, flap: bool = True) -> Report:
+    rng = random.Random(seed)
+    host = FakeHost(base / "host", gpu_list=gpus(4, minors=[3, 1, 0, 2]))
+    config = host.write_config()
+    template = make_rootfs(base / "template", programs=("cudacheck.c",))
+    containers = _containers(base, host, template, rng, count=24, shared_by=3)
+    mounts_before = _own_mounts(base)
+    report = Report()
+    stop = threading.Event()
+    flapper = threading.Thread(target=_flap, args=(host, stop), daemon=True) if flap else None
+    started = time.monotonic()
+    try:
+        for c in containers:
+            c.process = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "3600"], start_new_session=True)
+        for c in containers:
+            _wait_for_namespace(c.pid)
+        if flapper:
+            flapper.start()
+        jobs = [(rng.choice(containers), rng.random() < kill_rate, rng.uniform(0.0, 0.15)) for _ in range(runs)]
+        with ThreadPoolExecutor(concurrency) as pool:
+            for (c, _, _), (code, error) in zip(jobs, pool.map(lambda job: _run(ponytail, config, *job), jobs)):
+                _count(report, c, code, error)
+        stop.set()
+        if flapper:
+            flapper.join()
+        for c in containers:
+            _check_container(report, host, c)
+    finally:
+        stop.set()
+        for c in containers:
+            if c.process is not None:
+                os.killpg(c.process.pid, signal.SIGKILL)
+                c.process.wait()
+    report.seconds = time.monotonic() - started
+    _check_leaks(report, host, containers, mounts_before)
+    return report
+
+
+def _containers(base: Path, host: FakeHost, template: Path, rng: random.Random, count: int, shared_by: int) -> list[Container]:
+    containers = []
+    for i in range(count):
+        rootfs = base / f"rootfs{i // shared_by}"
+        if not rootfs.exists():
+            shutil.copytree(template, rootfs, symlinks=True)
+        index = rng.randrange(len(host.gpu_list))
+        env = ["PATH=/bin", f"NVIDIA_VISIBLE_DEVICES={index}"] + (["NVIDIA_REQUIRE_CUDA=cuda>=12.0"] if i % 2 else [])
+        bundle = base / f"bundle{i}"
+        bundle.mkdir()
+        spec = {"ociVersion": "1.0.2", "root": {"path": str(rootfs)}, "process": {"args": ["sh"], "env": env, "cwd": "/"}}
+        (bundle / "config.json").write_text(json.dumps(spec))
+        containers.append(Container(f"soak-{i}", rootfs, bundle, index, host.gpu_list[index].minor))
+    return containers
+
+
+def _wait_for_namespace(pid: int) -> None:
+    for _ in range(500):
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
+                return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.01)
+    raise RuntimeError(f"process {pid} never entered its own mount namespace")
+
+
+def _flap(host: FakeHost, stop: threading.Event) -> None:
+    """The information file of the GPU at index 0 goes away and comes back, again and again."""
+    info = host.proc / "driver/nvidia/gpus" / host.gpu_list[0].bus_id / "information"
+    away = info.with_name("information.away")
+    while not stop.wait(0.03):
+        info.rename(away)
+        time.sleep(0.01)
+        away.rename(info)
+
+
+def _run(ponytail: str, config: Path, c: Container, kill: bool, delay: float) -> tuple[int, str]:
+    state = json.dumps({"ociVersion": "1.0.2", "id": c.name, "status": "creating", "pid": c.pid, "bundle": str(c.bundle)})
+    run = subprocess.Popen(
+        [ponytail, "-config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    if kill:
+        timer = threading.Timer(delay, lambda: run.poll() is None and run.send_signal(signal.SIGKILL))
+        timer.start()
+    _, err = run.communicate(state.encode(), timeout=120)
+    if kill:
+        timer.cancel()
+    c.codes.append(run.returncode)
+    return run.returncode, err.decode(errors="replace")
+
+
+def _count(report: Report, c: Container, code: int, error: str) -> None:
+    report.runs += 1
+    if code == -signal.SIGKILL:
+        report.killed += 1
+    elif code == 0:
+        report.succeeded += 1
+    elif code in (1, 2) and error.startswith("ponytail: error: ") and error.count("\n") == 1 and "internal error" not in error:
+        report.failed += 1
+        kind = error[len("ponytail: error: "):].split(":")[0][:60]
+        report.failure_kinds[kind] = report.failure_kinds.get(kind, 0) + 1
+    else:
+        report.silent_failures.append(f"{c.name}: exit {code}: {error[:300]!r}")
+
+
+def _check_container(report: Report, host: FakeHost, c: Container) -> None:
+    """Only its own GPU's node may be mounted in it; and when a run said it was done,
+    a program in it must find libcuda.so.1 and open that node."""
+    with open(f"/proc/{c.pid}/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    prefix = f"{c.rootfs}/dev/nvidia"
+    gpu_nodes = {p[len(prefix):] for p in points if p.startswith(prefix) and p[len(prefix):].isdigit()}
+    for minor in sorted(gpu_nodes - {str(c.minor)}):
+        report.wrong_gpus.append(f"{c.name} asked for GPU {c.index} (minor {c.minor}) and has /dev/nvidia{minor}")
+    if 0 not in c.codes:
+        return
+    check = subprocess.run(
+        ["nsenter", "-t", str(c.pid), "-m", "chroot", str(c.rootfs), "/usr/local/bin/cudacheck", f"/dev/nvidia{c.minor}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    if check.stdout.splitlines() != ["cuDriverGetVersion 12040", f"open /dev/nvidia{c.minor} ENXIO"]:
+        report.silent_failures.append(f"{c.name}: a run exited 0, but in the container: {check.stdout!r} {check.stderr[:200]!r}")
+
+
+def _own_mounts(base: Path) -> list[str]:
+    """Mount points under ``base`` in this (the host's) mount namespace."""
+    with open("/proc/self/mountinfo") as f:
+        return sorted(p for p in (line.split()[4] for line in f) if p.startswith(str(base)))
+
+
+def _check_leaks(report: Report, host: FakeHost, containers: list[Container], mounts_before: list[str]) -> None:
+    mounts_after = _own_mounts(host.base.parent)
+    if mounts_after != mounts_before:
+        report.leaks.append(f"mounts in this mount namespace: {sorted(set(mounts_after) - set(mounts_before))[:5]}")
+    watched = [str(host.base)] + sorted({str(c.rootfs) for c in containers})
+    for _ in range(100):  # a killed process takes a moment to go
+        holders = _holders(watched)
+        if not holders:
+            break
+        time.sleep(0.05)
+    report.leaks += holders
+    for rootfs in sorted({c.rootfs for c in containers}):
+        for path in rootfs.rglob("*"):
+            if "ponytail-new" in path.name or path.name.endswith("~"):
+                report.leaks.append(f"left in the rootfs: {path}")
+    run_dir = Path("/run/ponytail")
+    if run_dir.is_dir():
+        report.leaks += [f"left in {run_dir}: {p.name}" for p in run_dir.iterdir() if p.name != "cuda-version.json"]
+
+
+def _holders(paths: list[str]) -> list[str]:
+    """Processes (not this one) with a descriptor, a mapping or a working directory under ``paths``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            names = [os.readlink(f"/proc/{entry}/fd/{fd}") for fd in os.listdir(f"/proc/{entry}/fd")]
+            names.append(os.readlink(f"/proc/{entry}/cwd"))
+            with open(f"/proc/{entry}/maps") as f:
+                names += [line.split()[-1] for line in f if "/" in line]
+        except OSError:
+            continue
+        for name in names:
+            if any(name.startswith(p) for p in paths):
+                found.append(f"process {entry} holds {name}")
+                break
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--kill-rate", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--command", default=str(Path(sys.executable).parent / "ponytail"), help="the ponytail command")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="ponytail-soak-"))
+    try:
+        report = soak(base, args.command, args.runs, args.concurrency, args.kill_rate, args.seed)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(report.summary())
+    for line in report.wrong_gpus + report.silent_failures + report.leaks:
+        print("  " + line)
+    return 0 if report.clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,478 @@
+"""Faults: a wedged GPU, a slow ldconfig, closed pipes, full filesystems, broken caches,
+inconsistent hosts. Under each, ponytail must never inject the wrong GPU, never report
+a broken start as success, and never run past the engine's deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Sleeper, bundle_for, in_private_mount_ns, run_ponytail, state_for
+from engines import RUNTIMES, console_script, hook_entry, oci_bundle, unique
+from fakehost import FakeHost, gpus, make_rootfs
+
+
+def processes_mapping(path: Path) -> list[int]:
+    """Processes that have a file under ``path`` mapped (the driver's libcuda, say)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/maps", "rb") as f:
+                    if str(path).encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def processes_named(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def wait_until_gone(find, *args) -> list[int]:
+    """What ``find`` still finds after up to 5 s (a killed process takes a moment to go)."""
+    for _ in range(100):
+        left = find(*args)
+        if not left:
+            return []
+        time.sleep(0.05)
+    return left
+
+
+@pytest.fixture
+def reaper():
+    """Kills, after the test, whatever still maps a file under the directories it is given
+    (so that a failing test leaves no wedged process behind)."""
+    paths: list[Path] = []
+    yield paths.append
+    for path in paths:
+        for pid in processes_mapping(path):
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+
+
+def run_runc(bundle: Path, timeout: int = 60) -> subprocess.CompletedProcess:
+    container_id = unique()
+    try:
+        return subprocess.run(
+            RUNTIMES["runc"] + ["run", "--bundle", str(bundle), container_id],
+            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        )
+    finally:
+        subprocess.run(RUNTIMES["runc"] + ["delete", "-f", container_id], capture_output=True, timeout=60)
+
+
+# -- 1. deadlines ---------------------------------------------------------------------
+
+
+def test_a_wedged_libcuda_fails_the_start_within_the_probe_deadline(tmp_path: Path, reaper) -> None:
+    """cuDriverGetVersion never returns (and its library started a helper process): the
+    requirement check's child is killed with its process group at [timeouts] probe (5 s
+    by default), the start fails with one line, and runc returns long before its own
+    hook timeout."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1), cuda_blocks=2)
+    reaper(host.driver)
+    hook = {**hook_entry(host.write_config()), "timeout": 60}
+    bundle = oci_bundle(tmp_path, ["true"], env=["NVIDIA_REQUIRE_CUDA=cuda>=11.0"], hooks={"prestart": [hook]})
+    result = run_runc(bundle, timeout=30)  # before: the hook waited for the child for ever
+    assert result.returncode != 0
+    assert "cuDriverGetVersion did not answer within 5 s (killed" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert wait_until_gone(processes_mapping, host.driver) == []
+
+
+def test_runc_killing_the_hook_at_its_deadline_leaves_no_child_and_is_not_kept_waiting(tmp_path: Path, reaper) -> None:
+    """runc's hook timeout comes first: runc kills the hook and must not wait for the
+    child (which never holds runc's pipes), and the child dies with the hook."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1), cuda_blocks=1)
+    reaper(host.driver)
+    hook = {**hook_entry(host.write_config()), "timeout": 2}  # before the probe's own 5 s
+    bundle = oci_bundle(tmp_path, ["true"], env=["NVIDIA_REQUIRE_CUDA=cuda>=11.0"], hooks={"prestart": [hook]})
+    result = run_runc(bundle, timeout=25)  # before: runc waited as long as the child lived
+    assert result.returncode != 0
+    assert "hook ran past specified timeout" in result.stderr, result.stderr
+    assert wait_until_gone(processes_mapping, host.driver) == []
+
+
+def test_ldconfig_past_its_deadline_is_killed_with_its_process_group(host: FakeHost, rootfs: Path, tmp_path: Path) -> None:
+    marker = f"98765{os.getpid() % 1000}"
+    slow = tmp_path / "slow-ldconfig"
+    slow.write_text(f"#!/bin/sh\nsleep {marker} &\nexec sleep {marker}\n")
+    slow.chmod(0o755)
+    config = host.base / "config.toml"
+    config.write_text(host.config_text().replace("[log]", f'ldconfig = "{slow}"\n[log]') + "[timeouts]\nldconfig = 1\n")
+    result = run_ponytail(["-config", str(config), "-root", str(rootfs)])
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.decode().startswith(f"ponytail: error: {slow} -r ") and "did not finish within 1 s (killed)" in result.stderr.decode()
+    assert result.stderr.decode().count("\n") == 1
+    assert wait_until_gone(processes_named, f"sleep {marker}") == []
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[timeouts]\nprobe = 0\n", "'timeouts.probe' must be a number of seconds above 0"),
+        ("[timeouts]\nldconfig = \"5\"\n", "'timeouts.ldconfig' must be a number of seconds"),
+        ("[timeouts]\nlock = true\n", "'timeouts.lock' must be a number of seconds"),
+        ("[timeouts]\nprobe = 601\n", "at most 600"),
+        ("[timeouts]\nchild = 1\n", "unknown key 'timeouts.child'"),
+    ],
+)
+def test_timeouts_are_validated(tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    result = run_ponytail(["-config", str(config), "-debug"])
+    assert result.returncode == 2 and message in result.stderr.decode(), result.stderr
+
+
+# -- 5. closed stdout -----------------------------------------------------------------
+
+
+def test_a_hook_started_with_stdout_closed_injects_and_exits_0(host: FakeHost, rootfs: Path) -> None:
+    config = host.write_config()
+    ponytail = console_script("ponytail")
+    for redirect in (">&-", ">&- 2>&-", "<&- >&-"):
+        result = in_private_mount_ns(f"{ponytail} -config {config} -root {rootfs} {redirect}; echo rc=$?")
+        assert result.stdout == "rc=0\n" and "Traceback" not in result.stderr and result.stderr == "", (redirect, result)
+    result = in_private_mount_ns(f"{ponytail} -config {config} -debug >&-; echo rc=$?")
+    assert result.stdout == "rc=0\n" and result.stderr == "", result
+    assert host.log.read_text().count(f"injected into {rootfs}") == 3
+
+
+# -- 6. the CUDA-version cache --------------------------------------------------------
+
+
+def requirement_dry_run(host: FakeHost, tmp_path: Path, setup: str, runs: int = 1) -> subprocess.CompletedProcess:
+    """``ponytail -debug`` for a container that requires CUDA >= 12.0, with a private /run
+    prepared by ``setup`` (bash), in a mount namespace of its own; prints /run/ponytail after."""
+    bundle = bundle_for(tmp_path, make_rootfs(tmp_path / "rootfs"), env=["PATH=/bin", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"])
+    state = tmp_path / "state.json"
+    state.write_text(state_for(bundle, os.getpid()))
+    run = f"{console_script('ponytail')} -config {host.write_config()} -debug < {state} > /dev/null; echo rc=$?"
+    script = f"mount -t tmpfs -o size=1m tmpfs /run\nmkdir /run/ponytail\n{setup}\n" + f"{run}\n" * runs
+    return in_private_mount_ns(script + "ls -A /run/ponytail; cat /run/ponytail/cuda-version.json 2>/dev/null || true")
+
+
+def libcuda_key(host: FakeHost) -> str:
+    """The cache's key for the fake host's libcuda: its real path and its identity."""
+    path = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
+    st = path.stat()
+    return f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+@pytest.mark.parametrize("value", ['"12040"', "12.04", "true", "[12040]", "-1", "null", "{}"])
+def test_an_odd_value_in_the_cuda_cache_is_ignored_and_rewritten(host: FakeHost, tmp_path: Path, value: str) -> None:
+    cache = tmp_path / "cache.json"
+    cache.write_text(json.dumps({libcuda_key(host): "PLACEHOLDER"}).replace('"PLACEHOLDER"', value))
+    result = requirement_dry_run(host, tmp_path, f"cp {cache} /run/ponytail/cuda-version.json")
+    assert result.stdout.splitlines()[0] == "rc=0", result
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == {libcuda_key(host): 12040}
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "garbage", "", '{"a": 1}' * 20000])
+def test_a_cuda_cache_that_is_not_a_table_is_ignored_and_rewritten(host: FakeHost, tmp_path: Path, content: str) -> None:
+    cache = tmp_path / "cache.json"
+    cache.write_text(content)
+    result = requirement_dry_run(host, tmp_path, f"cp {cache} /run/ponytail/cuda-version.json")
+    assert result.stdout.splitlines()[0] == "rc=0" and result.stderr == "", result
+    assert json.loads(result.stdout.splitlines()[-1]) == {libcuda_key(host): 12040}
+
+
+def test_a_full_run_directory_leaves_no_temporary_file(host: FakeHost, tmp_path: Path) -> None:
+    fill = "dd if=/dev/zero of=/run/fill bs=4k 2>/dev/null || true"
+    result = requirement_dry_run(host, tmp_path, fill, runs=3)
+    assert result.stdout.splitlines() == ["rc=0"] * 3, result  # the requirement is still checked: CUDA 12.4
+    assert result.stderr == ""
+
+
+# -- 7. the log -----------------------------------------------------------------------
+
+
+def test_a_full_log_filesystem_is_said_and_never_glues_records(host: FakeHost, rootfs: Path, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    config = host.base / "config.toml"
+    config.write_text(host.config_text().replace(str(host.log), f"{logs}/ponytail.log"))
+    ponytail = f"{console_script('ponytail')} -config {config} -root {rootfs}"
+    script = (
+        f"mount -t tmpfs -o size=8k tmpfs {logs}\n"
+        f"head -c 3000 /dev/zero | tr '\\0' x > {logs}/ponytail.log; echo >> {logs}/ponytail.log\n"
+        f"head -c 4096 /dev/zero > {logs}/fill\n"
+        f"{ponytail}; echo rc=$?\n"  # the log has ~1 KiB left: this run's records are cut
+        f"rm {logs}/fill\n"
+        f"{ponytail} 2>/dev/null; echo rc=$?\n"
+        f"cat {logs}/ponytail.log\n"
+    )
+    result = in_private_mount_ns(script)
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["rc=0", "rc=0"], result
+    assert "ponytail: warning: cannot write log file" in result.stderr and "filesystem full" in result.stderr, result.stderr
+    records = lines[3:]
+    assert all(line.count(" ponytail[") == 1 for line in records), [r for r in records if r.count(" ponytail[") != 1]
+    assert any(f"injected into {rootfs}" in line for line in records)
+
+
+def test_a_config_error_is_logged_in_the_default_log(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[host]\ndriver_rot = \"/\"\n")
+    script = f"mount -t tmpfs tmpfs /var/log\n{console_script('ponytail')} -config {config} -debug && echo rc=0 || echo rc=$?\ncat /var/log/ponytail.log"
+    result = in_private_mount_ns(script)
+    assert result.stdout.splitlines()[0] == "rc=2", result
+    assert f"error container=- config file {config}: unknown key 'host.driver_rot'" in result.stdout, result.stdout
+
+
+# -- 8. bounded echo of input ---------------------------------------------------------
+
+
+def test_a_megabyte_of_bad_devices_gives_a_bounded_error_and_log_line(host: FakeHost, tmp_path: Path) -> None:
+    selector = ",".join(["0"] * 300000 + ["7"] + ["1"] * 200000)  # 1 MB
+    bundle = bundle_for(tmp_path, make_rootfs(tmp_path / "rootfs"), env=["PATH=/bin", f"NVIDIA_VISIBLE_DEVICES={selector}"])
+    result = run_ponytail(["-config", str(host.write_config()), "-debug"], stdin=state_for(bundle, os.getpid()))
+    assert result.returncode == 2
+    error = result.stderr.decode()
+    assert error.startswith("ponytail: error: unknown GPU '7' in NVIDIA_VISIBLE_DEVICES='0,0,0") and len(error) < 1000, error[:2000]
+    assert "characters...]" in error and error.count("\n") == 1
+    assert max(len(line) for line in host.log.read_text().splitlines()) < 1000
+
+
+# -- 2. an inconsistent host ----------------------------------------------------------
+
+
+def two_gpu_host(tmp_path: Path) -> FakeHost:
+    return FakeHost(tmp_path / "host", gpu_list=gpus(2, minors=[0, 1]))
+
+
+def gpu_dir(host: FakeHost, index: int) -> Path:
+    return host.proc / "driver/nvidia/gpus" / host.gpu_list[index].bus_id
+
+
+@pytest.mark.parametrize("breakage", ["information file", "driver directory", "sysfs entry"])
+def test_a_gpu_seen_by_only_one_of_bus_and_driver_fails_naming_it(tmp_path: Path, rootfs: Path, breakage: str) -> None:
+    host = two_gpu_host(tmp_path)
+    bus_id = host.gpu_list[0].bus_id
+    if breakage == "information file":
+        (gpu_dir(host, 0) / "information").unlink()
+    elif breakage == "driver directory":
+        (gpu_dir(host, 0) / "information").unlink()
+        gpu_dir(host, 0).rmdir()
+    else:
+        import shutil
+
+        shutil.rmtree(host.sys / "bus/pci/devices" / bus_id)
+    result = run_ponytail(["-config", str(host.write_config()), "-root", str(rootfs), "-device", "0"])
+    error = result.stderr.decode()
+    assert result.returncode == 1 and error.startswith(f"ponytail: error: inconsistent host: GPU {bus_id} "), error
+    assert error.count("\n") == 1
+    assert not (rootfs / "dev/nvidia1").exists() and not (rootfs / "dev/nvidia0").exists()
+
+
+def test_a_gpu_held_by_another_driver_is_left_out_with_a_note(tmp_path: Path, rootfs: Path) -> None:
+    host = two_gpu_host(tmp_path)
+    (gpu_dir(host, 0) / "information").unlink()
+    gpu_dir(host, 0).rmdir()
+    (host.sys / "bus/pci/devices" / host.gpu_list[0].bus_id / "driver").symlink_to("../../../bus/pci/drivers/vfio-pci")
+    result = run_ponytail(["-config", str(host.write_config()), "-device", "0", "-debug"])
+    assert result.returncode == 0, result.stderr
+    assert f"GPU {host.gpu_list[0].bus_id} is bound to the vfio-pci driver" in result.stdout.decode()
+    assert "/dev/nvidia1" in result.stdout.decode() and "/dev/nvidia0 " not in result.stdout.decode()
+
+
+@pytest.mark.parametrize("minors, message", [([3, 3], "both have device minor 3"), ([0, 255], "device minor 255"), ([254, 1], "device minor 254")])
+def test_duplicate_or_control_minors_are_an_inconsistent_host(tmp_path: Path, minors: list[int], message: str) -> None:
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2, minors=minors))
+    result = run_ponytail(["-config", str(host.write_config()), "-debug"])
+    assert result.returncode == 1 and "inconsistent host: GPU" in result.stderr.decode(), result.stderr
+    assert message in result.stderr.decode()
+
+
+# -- 3. what a capability needs -------------------------------------------------------
+
+
+def test_compute_without_libcuda_fails_naming_it(host: FakeHost, rootfs: Path) -> None:
+    for path in (host.driver / "usr/lib/x86_64-linux-gnu").glob(f"libcuda.so*"):
+        path.unlink()
+    config = str(host.write_config())
+    result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", "0"])
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.decode().startswith("ponytail: error: compute needs libcuda.so.1, and the driver root"), result.stderr
+    assert not (rootfs / "dev/nvidia2").exists()  # nothing half-done
+    result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", "0", "-capabilities", "utility"])
+    assert result.returncode == 0, result.stderr  # utility does not need it
+
+
+def test_a_wrong_uvm_node_fails_compute_and_a_missing_uvm_tools_node_is_a_warning(host: FakeHost, rootfs: Path) -> None:
+    (host.dev / "nvidia-uvm-tools").unlink()
+    config = str(host.write_config())
+    result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", "0"])
+    assert result.returncode == 0, result.stderr
+    assert " /dev/nvidia-uvm-tools not injected: " in host.log.read_text()
+    (host.dev / "nvidia-uvm").unlink()
+    os.mknod(host.dev / "nvidia-uvm", 0o666 | 0o020000, os.makedev(1, 3))
+    result = run_ponytail(["-config", config, "-root", str(make_rootfs(rootfs.parent / "rootfs2")), "-device", "0"])
+    assert result.returncode == 1
+    assert result.stderr.decode() == f"ponytail: error: compute: {host.dev}/nvidia-uvm is c 1:3, expected c 511:0\n"
+
+
+# -- 8. errors that name what is wrong ------------------------------------------------
+
+
+def test_a_configured_ldconfig_that_does_not_exist_is_named(host: FakeHost, rootfs: Path) -> None:
+    config = host.base / "config.toml"
+    config.write_text(host.config_text().replace("[log]", 'ldconfig = "/nonexistent/ldconfig"\n[log]'))
+    result = run_ponytail(["-config", str(config), "-root", str(rootfs)])
+    assert result.returncode == 1
+    assert result.stderr.decode() == (
+        "ponytail: error: [host] ldconfig in the config is '/nonexistent/ldconfig', which does not exist: "
+        "set it to the host's ldconfig, or leave it empty\n"
+    )
+
+
+def test_a_device_node_removed_while_mounting_is_named(host: FakeHost, rootfs: Path) -> None:
+    """The host's node and the rootfs's mount point vanish and come back while the hook runs:
+    every run either works or fails with a line naming the node (no bare syscall error)."""
+    node, target = host.dev / "nvidia2", rootfs / "dev/nvidia2"
+    script = f"""
+( while :; do rm -f {target} {node}; mknod {node} c 195 2; done ) 2>/dev/null &
+for i in $(seq 40); do
+  {console_script('ponytail')} -config {host.write_config()} -root {rootfs} -device 0 2>&1 >/dev/null || true
+  umount -q {target} 2>/dev/null || true
+done
+kill $!
+"""
+    result = in_private_mount_ns(script)
+    errors = result.stdout.splitlines()
+    assert errors and all(line.startswith("ponytail: error: ") and "nvidia2" in line for line in errors), errors
+    assert not [line for line in errors if "move_mount" in line or "open_tree" in line.split("(for")[0]], errors
+
+
+# -- 4. containers sharing one rootfs -------------------------------------------------
+
+
+def test_runc_containers_sharing_one_rootfs_all_start_at_once(host: FakeHost, tmp_path: Path) -> None:
+    from engines import CUDACHECK_GPU0, EXPECTED_GPU0
+
+    hooks = {"prestart": [hook_entry(host.write_config())]}
+    bundles = [oci_bundle(tmp_path, CUDACHECK_GPU0, env=["NVIDIA_VISIBLE_DEVICES=0"], hooks=hooks) for _ in range(6)]
+    shared = bundles[0] / "rootfs"
+    before = sorted(p.name for p in (shared / "etc").iterdir())
+    for bundle in bundles:
+        spec = json.loads((bundle / "config.json").read_text())
+        spec["root"]["path"] = str(shared)
+        (bundle / "config.json").write_text(json.dumps(spec))
+    ids = [unique() for _ in bundles]
+    runs = [
+        subprocess.Popen(RUNTIMES["runc"] + ["run", "--bundle", str(b), i], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        for b, i in zip(bundles, ids)
+    ]
+    try:
+        results = [(run.communicate(timeout=120), run.returncode) for run in runs]
+    finally:
+        for i in ids:
+            subprocess.run(RUNTIMES["runc"] + ["delete", "-f", i], capture_output=True, timeout=60)
+    for (out, err), code in results:
+        assert code == 0 and out.splitlines() == EXPECTED_GPU0, err
+    after = sorted(p.name for p in (shared / "etc").iterdir())
+    assert not [name for name in after if "ponytail-new" in name or name.endswith("~")], after
+    assert set(after) - set(before) <= {"ld.so.cache", "ld.so.conf.d"}, after
+
+
+def test_a_failing_run_never_takes_back_mounts_a_concurrent_run_relies_on(host: FakeHost, rootfs: Path, tmp_path: Path) -> None:
+    """Two runs into one container at once; one fails at its last step (ldconfig) and
+    takes back what it mounted. The other, when it says it is done, must be done."""
+    failing = tmp_path / "failing-ldconfig"
+    failing.write_text("#!/bin/sh\necho no >&2\nexit 1\n")
+    failing.chmod(0o755)
+    good = host.write_config()
+    bad = host.base / "bad.toml"
+    bad.write_text(host.config_text().replace("[log]", f'ldconfig = "{failing}"\n[log]'))
+    ponytail = console_script("ponytail")
+    for attempt in range(8):
+        sleeper = Sleeper()
+        try:
+            bundle = bundle_for(tmp_path, rootfs, name=f"bundle{attempt}")
+            state = state_for(bundle, sleeper.pid)
+            runs = [
+                subprocess.Popen([ponytail, "-config", str(config), "-device", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for config in (bad, good)
+            ]
+            for run in runs:
+                run.stdin.write(state.encode())
+                run.stdin.close()
+            codes = [run.wait(timeout=60) for run in runs]
+            assert codes == [1, 0], [run.stderr.read() for run in runs]
+            mounted = sleeper.run(["cat", "/proc/self/mountinfo"]).stdout
+            assert f"{rootfs}/dev/nvidia2 " in mounted and f"{rootfs}/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15 " in mounted
+        finally:
+            sleeper.stop()
+
+
+# -- the soak -------------------------------------------------------------------------
+
+
+def test_soak_many_runs_at_once_with_sigkills_and_a_flapping_gpu(tmp_path: Path) -> None:
+    """bench/soak.py, shortened: 120 runs, 16 at once, 24 containers of which every 3 share
+    a rootfs directory, a fifth of the runs SIGKILLed at a random moment, the information
+    file of one GPU going and coming back all along."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from soak import soak
+
+    report = soak(tmp_path, console_script("ponytail"), runs=120, concurrency=16, kill_rate=0.2)
+    assert report.clean, report.summary() + "\n" + "\n".join(report.wrong_gpus + report.silent_failures + report.leaks)
+    assert report.succeeded > 0 and report.killed > 0 and report.runs == 120
+
+
+def test_sigkill_at_any_moment_leaves_no_partial_or_temporary_linker_config(host: FakeHost, rootfs: Path) -> None:
+    conf_dir = rootfs / "etc/ld.so.conf.d"
+    script = f"""
+mkdir -p {conf_dir}
+for i in $(seq 30); do
+  echo /stale > {conf_dir}/00-ponytail.conf
+  timeout -s KILL 0.$(( 20 + i * 4 )) {console_script('ponytail')} -config {host.write_config()} -root {rootfs} >/dev/null 2>&1 || true
+  echo "$(ls -A {conf_dir})"; cat {conf_dir}/00-ponytail.conf 2>/dev/null || echo none; echo --
+done
+"""
+    result = in_private_mount_ns(script)
+    rounds = result.stdout.split("--\n")[:-1]
+    assert len(rounds) == 30, result
+    for text in rounds:
+        names, _, content = text.partition("\n")
+        assert names in ("00-ponytail.conf", ""), rounds  # no .00-ponytail.conf.ponytail-new
+        # the old file, the new one, or (killed between unlinking the old and linking the new) none
+        assert content in ("/stale\n", "/usr/lib/x86_64-linux-gnu\n", "none\n"), rounds
+    assert any(text.endswith("/usr/lib/x86_64-linux-gnu\n") for text in rounds)
+
+
+@pytest.mark.parametrize("when", [1, 2])
+def test_sigkill_at_the_linker_config_publishing_step_leaves_no_temporary_file(host: FakeHost, rootfs: Path, when: int) -> None:
+    """SIGKILL exactly when the linker config is given its name (the first or second link
+    or rename: strace injects it), the moment a temporary file would be left behind."""
+    conf_dir = rootfs / "etc/ld.so.conf.d"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    (conf_dir / "00-ponytail.conf").write_text("/stale\n")
+    calls = "linkat,renameat,renameat2,rename"
+    strace = ["strace", "-f", "-qq", "-o", "/dev/null", "-e", f"trace={calls}", "-e", f"inject={calls}:signal=KILL:when={when}"]
+    result = run_ponytail(["-config", str(host.write_config()), "-root", str(rootfs)], command=strace + [console_script("ponytail")])
+    assert result.returncode != 0  # killed
+    assert [p.name for p in conf_dir.iterdir()] in ([], ["00-ponytail.conf"])
+    if (conf_dir / "00-ponytail.conf").exists():
+        assert (conf_dir / "00-ponytail.conf").read_text() in ("/stale\n", "/usr/lib/x86_64-linux-gnu\n")
