@@ -69,8 +69,14 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         return 0
 
     # a real run on the container's critical path reads sysfs directly; the dry run asks udev
-    plan, host = make_plan(config, request, _library_globs(options.libs), dry_run=options.debug, udev=options.debug)
     rootfs = container.rootfs if container else options.root
+    from ponytail.umd import requested_tree
+
+    driver = requested_tree(container.env, container.annotations) if container else None
+    plan, host = make_plan(
+        config, request, _library_globs(options.libs), dry_run=options.debug, udev=options.debug,
+        driver=driver, rootfs=rootfs, env=container.env if container else None,
+    )
     if options.debug:
         from ponytail.render import render_plan
 
@@ -98,15 +104,19 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
 
 def make_plan(
-    config: Config, request: "Request", library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True
+    config: Config, request: "Request", library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True,
+    driver: tuple[str, str] | None = None, rootfs: str | None = None, env: dict[str, str] | None = None,
 ) -> tuple["Plan", "Host"]:
     """Probe the host for ``request`` and plan it. A plan with problems is an error,
-    except in a dry run, which shows the problems instead."""
+    except in a dry run, which shows the problems instead. ``driver`` (name, who asked)
+    selects a registered driver tree; ``rootfs`` is looked at for a CUDA compat directory."""
     from ponytail.host.probe import find_ldconfig, probe_host
     from ponytail.plan import build_plan
     from ponytail.request import select_devices, select_gpus
+    from ponytail.umd import choose_tree
 
-    host = probe_host(config, request.capabilities, library_globs, udev)
+    config, tree = choose_tree(config, driver, _kernel_version(config, driver))
+    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree.version)
     selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host))
     mig_gpus = {
         what: select_gpus(host.gpus, wanted)
@@ -114,12 +124,22 @@ def make_plan(
         if wanted is not None
     }
     plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
-    unmet = _unmet_requirement(config, host, request, plan)
+    compat = None
+    if rootfs is not None and host.library("libcuda.so.1") is not None:
+        from ponytail.compat import apply_compat, find_compat
+
+        compat = find_compat(rootfs, env, tree.version or host.driver_version, config.cuda_compat)
+        plan = apply_compat(plan, compat)
+    from ponytail.records import replace
+
+    choices = (f"user-mode driver: {tree.describe()}",)
+    if compat is not None:
+        choices += (f"CUDA compat {compat.directory}: {'used' if compat.used else 'not used'}, {compat.why}",)
+    plan = replace(plan, choices=choices)
+    unmet = _unmet_requirement(config, host, request, plan, tree.version, compat)
     if unmet is not None:
         if not dry_run:
             raise unmet
-        from ponytail.records import replace
-
         plan = replace(plan, problems=plan.problems + (unmet.message,))
     if plan.problems and not dry_run:
         more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
@@ -127,15 +147,30 @@ def make_plan(
     return plan, host
 
 
-def _unmet_requirement(config: Config, host: "Host", request: "Request", plan: "Plan") -> PonytailError | None:
+def _kernel_version(config: Config, driver: tuple[str, str] | None) -> str:
+    if driver is None:
+        return ""  # the host's own driver root: the probe reads the version
+    from ponytail.host.driver import read_driver_version
+
+    return read_driver_version(config.proc_root)
+
+
+def _unmet_requirement(
+    config: Config, host: "Host", request: "Request", plan: "Plan", tree_version: str = "", compat: object = None
+) -> PonytailError | None:
     if not request.requirements:
         return None
     from ponytail.host.cuda import cuda_driver_version, format_cuda_version
     from ponytail.host.probe import find_driver_library
     from ponytail.require import Facts, RequirementNotMet, check_requirements
 
-    def cuda() -> str:
-        return format_cuda_version(cuda_driver_version(find_driver_library(config, host.driver_version, "libcuda", "libcuda.so.1", host)))
+    def cuda() -> str:  # the CUDA of the libcuda the container will load
+        if compat is not None and compat.used:  # type: ignore[attr-defined]
+            from ponytail.compat import cuda_version_of_driver
+
+            return cuda_version_of_driver(compat.version) or "0.0"  # type: ignore[attr-defined]
+        version = tree_version or host.driver_version
+        return format_cuda_version(cuda_driver_version(find_driver_library(config, version, "libcuda", "libcuda.so.1", host)))
 
     try:
         check_requirements(request.requirements, Facts(host.driver_version, cuda, tuple(g.model for g in plan.gpus)))
