@@ -167,3 +167,29 @@ def install_hook(directory: str | None, config: str | None, command: str | None)
     click.echo(f"wrote {path}: runs {command} -config {config} at prestart of containers annotated com.example.gpu=true")
     if not os.path.exists(config):
         click.echo(f"ponytail: warning: {config} does not exist yet; GPU containers will fail to start until it does", err=True)
+
+
+@cli.command("check", context_settings=CONTEXT)
+@click.option("--json", "-json", "as_json", is_flag=True, help="Print JSON: {ok, findings: [{area, subject, level, message}]}.")
+@click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook).")
+@click.option("--bundle", "-bundle", "bundle", metavar="DIR", help="Also check this OCI bundle's container (config.json, rootfs, env).")
+@click.option("--rootfs", "-rootfs", "rootfs", metavar="DIR", help="Also check this rootfs (an unpacked image), with an empty env.")
+@click.option("--engine-root", "engine_root", metavar="DIR", default="/", hidden=True, help="Read the engines' configuration under DIR.")
+def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | None, engine_root: str) -> None:
+    """The doctor: is this host, its container engines, and (with --bundle or --rootfs) a
+    container ready for GPUs? One line per finding: what is wrong and what to do.
+
+    \b
+    Host: driver loaded; kernel module, libraries and firmware of one version; device
+    nodes; nvidia-uvm; nvidia-persistenced; cgroup version; each registered driver tree.
+    Engines: docker, containerd, CRI-O, podman: installed, and configured to run ponytail.
+    Container: which libcuda.so.1 and libnvidia-ml.so.1 its loader will pick.
+    Exit status: 0 all is well, 1 something needs attention, 2 bad usage or config.
+    """
+    from ponytail.config import config_path, load_config
+    from ponytail.doctor import run_check
+
+    with _errors():
+        report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json)
+    click.echo(report, nl=False)
+    sys.exit(status)

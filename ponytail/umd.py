@@ -79,8 +79,18 @@ def choose_tree(config: Config, asked: tuple[str, str] | None, kernel_version: s
 
 def tree_version(root: str) -> str | None:
     """The driver version of the tree at ``root``: the version in the file name that its
-    libcuda.so.1 (else libnvidia-ml.so.1) resolves to, looked up in the usual library
-    directories, then its ld.so.cache. Never loads a library."""
+    libcuda.so.1 (else libnvidia-ml.so.1) resolves to. Never loads a library."""
+    for soname in _VERSION_SONAMES:
+        found = soname_version(root, soname)
+        if found is not None:
+            return found[0]
+    return None
+
+
+def soname_version(root: str, soname: str) -> tuple[str, str] | None:
+    """(version, in-root path) of the first ``soname`` under ``root`` that resolves to a file
+    named by a driver version, looked up in the usual library directories, then its
+    ld.so.cache; symlinks are resolved inside ``root``."""
     from ponytail.host.files import host_path, library_dirs, library_version
     from ponytail.host.ldcache import read_ld_cache
     from ponytail.inroot import real_path_in_root
@@ -91,13 +101,12 @@ def tree_version(root: str) -> str | None:
         return None
     try:
         cache = read_ld_cache(host_path(root, "/etc/ld.so.cache"))
-        for soname in _VERSION_SONAMES:
-            candidates = [f"{d}/{soname}" for d in library_dirs()] + [p for n, p in cache if n == soname]
-            for candidate in candidates:
-                real = real_path_in_root(root_fd, candidate)
-                version = library_version(real) if real else None
-                if version is not None:
-                    return version
+        candidates = [f"{d}/{soname}" for d in library_dirs()] + [p for n, p in cache if n == soname]
+        for candidate in candidates:
+            real = real_path_in_root(root_fd, candidate)
+            version = library_version(real) if real else None
+            if version is not None and real is not None:
+                return version, real
     finally:
         os.close(root_fd)
     return None
