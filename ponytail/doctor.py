@@ -63,7 +63,7 @@ def check_host(config: Config) -> list[Finding]:
         host = probe_host(config, ("utility", "compute"), udev=False)
     except PonytailError as e:
         return out + [Finding("host", "probe", FAIL, e.message)]
-    out += _library_versions(config, host, kernel)
+    out += _library_versions(config, kernel)
     out += _firmware(config, kernel)
     for node in [*host.gpu_nodes.values(), *host.control_nodes.values()]:
         if node.name == "nvidia-modeset" and node.problem is not None and "does not exist" in node.problem:
@@ -88,24 +88,23 @@ def check_host(config: Config) -> list[Finding]:
     return out
 
 
-def _library_versions(config: Config, host: object, kernel: str) -> list[Finding]:
-    """libcuda.so.1 and libnvidia-ml.so.1 of the driver root must be the kernel module's
-    version: anything else is NVML's 'Driver/library version mismatch'."""
+def _library_versions(config: Config, kernel: str) -> list[Finding]:
+    """What libcuda.so.1 and libnvidia-ml.so.1 of the driver root lead to must be the kernel
+    module's version: anything else is NVML's 'Driver/library version mismatch'."""
+    from ponytail.host.files import host_path
     from ponytail.umd import soname_version
 
     out = []
     for soname in EXPECTED_SONAMES:
-        found = host.library(soname)  # type: ignore[attr-defined]
-        if found is not None:
-            out.append(Finding("host", soname, OK, f"{found.host_path} matches the kernel module {kernel}"))
-            continue
-        other = soname_version(config.driver_root, soname)
-        if other is None:
-            out.append(Finding("host", soname, FAIL, f"no {soname} under the driver root {config.driver_root}: install the driver's libraries or set [host] driver_root"))
+        found = soname_version(config.driver_root, soname)
+        if found is None:
+            out.append(Finding("host", soname, FAIL, f"no {soname} named by version under the driver root {config.driver_root}: install the driver's libraries or set [host] driver_root"))
+        elif found[0] == kernel:
+            out.append(Finding("host", soname, OK, f"{host_path(config.driver_root, found[1])} matches the kernel module {kernel}"))
         else:
             out.append(Finding(
                 "host", soname, FAIL,
-                f"{soname} under {config.driver_root} is version {other[0]} ({other[1]}) but the kernel module is {kernel} "
+                f"{soname} under {config.driver_root} is version {found[0]} ({found[1]}) but the kernel module is {kernel} "
                 f"(Driver/library version mismatch): reboot, or reload the module of the installed driver",
             ))
     return out

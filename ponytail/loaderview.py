@@ -47,7 +47,7 @@ def loader_view(config: Config, rootfs: str, env: dict[str, str], annotations: d
             target_dir = os.path.dirname(injected.target) if injected is not None else None
             compat_path = dict(compat.sonames).get(soname) if compat is not None and compat.used else None
             out.append(_picked(root_fd, soname, env, target_dir, compat_path, compat.version if compat_path and compat else "", expected, kernel))
-            out += _image_copies(root_fd, soname, cache, image_dirs, target_dir, compat_path, expected)
+            out += _image_copies(root_fd, soname, cache, image_dirs, compat_path, expected)
     finally:
         os.close(root_fd)
     return out
@@ -82,8 +82,7 @@ def _picked(
 
 
 def _image_copies(
-    root_fd: int, soname: str, cache: list[tuple[str, str]], image_dirs: list[str], target_dir: str | None,
-    compat_path: str | None, expected: str,
+    root_fd: int, soname: str, cache: list[tuple[str, str]], image_dirs: list[str], compat_path: str | None, expected: str,
 ) -> list[Finding]:
     """The image's own copies, which a start without ponytail would load (a warning each
     of another version)."""
@@ -91,8 +90,8 @@ def _image_copies(
     seen: set[str] = set()
     out = []
     for path in candidates:
-        if os.path.dirname(path) == target_dir or path == compat_path:
-            continue  # mounted over or made a link by ponytail; the compat directory is reported above
+        if path == compat_path:
+            continue  # reported above
         real = real_path_in_root(root_fd, path)
         if real is None or real in seen:
             continue
