@@ -70,9 +70,11 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
     # a real run on the container's critical path reads sysfs directly; the dry run asks udev
     rootfs = container.rootfs if container else options.root
-    from ponytail.umd import requested_tree
+    driver = None
+    if container is not None and _names_driver_tree(container):
+        from ponytail.umd import requested_tree
 
-    driver = requested_tree(container.env, container.annotations) if container else None
+        driver = requested_tree(container.env, container.annotations)
     plan, host = make_plan(
         config, request, _library_globs(options.libs), dry_run=options.debug, udev=options.debug,
         driver=driver, rootfs=rootfs, env=container.env if container else None,
@@ -113,11 +115,15 @@ def make_plan(
     from ponytail.host.probe import find_ldconfig, probe_host
     from ponytail.plan import build_plan
     from ponytail.request import select_devices, select_gpus
-    from ponytail.umd import choose_tree
+    tree_version, tree_line = "", f"host driver root {config.driver_root} (no driver tree requested)"
+    if driver is not None:
+        from ponytail.host.driver import read_driver_version
+        from ponytail.umd import choose_tree
 
-    config, tree = choose_tree(config, driver, _kernel_version(config, driver))
-    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree.version)
-    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host))
+        config, tree = choose_tree(config, driver, read_driver_version(config.proc_root))
+        tree_version, tree_line = tree.version, tree.describe()
+    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version)
+    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree_version))
     mig_gpus = {
         what: select_gpus(host.gpus, wanted)
         for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
@@ -125,18 +131,18 @@ def make_plan(
     }
     plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
     compat = None
-    if rootfs is not None and host.library("libcuda.so.1") is not None:
-        from ponytail.compat import apply_compat, find_compat
+    if rootfs is not None and host.library("libcuda.so.1") is not None and _may_have_cuda(rootfs):
+        from ponytail.compat import apply_compat, find_compat  # resolves the path safely inside the rootfs
 
-        compat = find_compat(rootfs, env, tree.version or host.driver_version, config.cuda_compat)
+        compat = find_compat(rootfs, env, tree_version or host.driver_version, config.cuda_compat)
         plan = apply_compat(plan, compat)
     from ponytail.records import replace
 
-    choices = (f"user-mode driver: {tree.describe()}",)
+    choices = (f"user-mode driver: {tree_line}",)
     if compat is not None:
         choices += (f"CUDA compat {compat.directory}: {'used' if compat.used else 'not used'}, {compat.why}",)
     plan = replace(plan, choices=choices)
-    unmet = _unmet_requirement(config, host, request, plan, tree.version, compat)
+    unmet = _unmet_requirement(config, host, request, plan, tree_version, compat)
     if unmet is not None:
         if not dry_run:
             raise unmet
@@ -147,12 +153,27 @@ def make_plan(
     return plan, host
 
 
-def _kernel_version(config: Config, driver: tuple[str, str] | None) -> str:
-    if driver is None:
-        return ""  # the host's own driver root: the probe reads the version
-    from ponytail.host.driver import read_driver_version
+def _may_have_cuda(rootfs: str) -> bool:
+    """False only when the image surely has no /usr/local/cuda (most images): then the CUDA
+    compat module is not even imported. Never follows a link: one means 'maybe'."""
+    import stat
 
-    return read_driver_version(config.proc_root)
+    path = rootfs
+    for name in ("usr", "local", "cuda"):
+        path = f"{path}/{name}"
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return False
+        if not stat.S_ISDIR(mode):
+            return stat.S_ISLNK(mode)
+    return True
+
+
+def _names_driver_tree(container: Container) -> bool:
+    from ponytail.trigger import DRIVER_ANNOTATION, DRIVER_VAR
+
+    return DRIVER_VAR in container.env or DRIVER_ANNOTATION in container.annotations
 
 
 def _unmet_requirement(
@@ -179,11 +200,11 @@ def _unmet_requirement(
     return None
 
 
-def _mig_uuids(config: Config, host: "Host") -> dict[str, tuple[int, int, int]]:
+def _mig_uuids(config: Config, host: "Host", tree_version: str = "") -> dict[str, tuple[int, int, int]]:
     from ponytail.host.mig import mig_uuids
     from ponytail.host.probe import find_driver_library
 
-    return mig_uuids(find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host))
+    return mig_uuids(find_driver_library(config, tree_version or host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host))
 
 
 def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container | None:

@@ -16,9 +16,7 @@ import os
 from ponytail.config import Config, DriverTree
 from ponytail.errors import InputError, ProbeError
 from ponytail.records import dataclass, replace
-
-DRIVER_VAR = "PONYTAIL_DRIVER"
-DRIVER_ANNOTATION = "com.example.gpu.driver"
+from ponytail.trigger import DRIVER_ANNOTATION, DRIVER_VAR
 _VERSION_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 
 

@@ -105,3 +105,12 @@ def test_a_compat_link_out_of_the_rootfs_is_not_followed(host: FakeHost, tmp_pat
     prepare(rootfs)
     out = _debug(host, tmp_path, rootfs)
     assert "CUDA compat" not in out and str(outside) not in out
+
+
+def test_compat_behind_the_usual_cuda_link(host: FakeHost, tmp_path: Path) -> None:
+    """nvidia/cuda images: /usr/local/cuda -> cuda-12.8, the compat files in cuda-12.8/compat."""
+    def prepare(rootfs: Path) -> None:
+        add_cuda_compat(rootfs, *NEWER, directory="/usr/local/cuda-12.8/compat")
+        (rootfs / "usr/local/cuda").symlink_to("cuda-12.8")
+
+    assert _run_container(host, tmp_path, prepare=prepare) == ["cuDriverGetVersion 12080"]
