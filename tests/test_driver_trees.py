@@ -148,3 +148,23 @@ def test_two_containers_at_once_each_load_their_own_build(trees: tuple[FakeHost,
         outputs[name] = out.splitlines()
     assert outputs["build-a"] == ["cuDriverGetVersion 12060", "open /dev/nvidia0 ENXIO"]
     assert outputs["build-b"] == ["cuDriverGetVersion 12080", "open /dev/nvidia0 ENXIO"]
+
+
+def test_firmware_comes_from_the_tree(trees: tuple[FakeHost, Path]) -> None:
+    host, config = trees
+    for root, version in ((host.base / "umd/build-a", BUILD_A[0]), (host.driver, "550.54.15")):
+        firmware = root / "lib/firmware/nvidia" / version
+        firmware.mkdir(parents=True)
+        (firmware / "gsp_ga10x.bin").write_bytes(b"GSP" + version.encode())
+    paths = run_ponytail(["list", "-config", str(config), "--driver", "build-a"]).stdout.decode().splitlines()
+    assert f"{host.base}/umd/build-a/lib/firmware/nvidia/560.28.03/gsp_ga10x.bin" in paths
+    assert not any("firmware/nvidia/550" in p for p in paths)
+
+
+def test_the_cuda_requirement_is_checked_against_the_tree(trees: tuple[FakeHost, Path], tmp_path: Path) -> None:
+    _, config = trees
+    require = "NVIDIA_REQUIRE_CUDA=cuda>=12.6"
+    host_driver = _debug_in_hook_mode(tmp_path, config, [require]).stdout.decode()
+    assert "problem: this host does not meet NVIDIA_REQUIRE_CUDA='cuda>=12.6'" in host_driver and "CUDA 12.4" in host_driver
+    tree = _debug_in_hook_mode(tmp_path, config, [require, "PONYTAIL_DRIVER=build-a"]).stdout.decode()
+    assert "problem:" not in tree and "driver tree 'build-a'" in tree
