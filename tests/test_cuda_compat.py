@@ -114,3 +114,30 @@ def test_compat_behind_the_usual_cuda_link(host: FakeHost, tmp_path: Path) -> No
         (rootfs / "usr/local/cuda").symlink_to("cuda-12.8")
 
     assert _run_container(host, tmp_path, prepare=prepare) == ["cuDriverGetVersion 12080"]
+
+
+@pytest.mark.parametrize("plant", ["fifo", "garbage", "dangling", "dir-link", "absolute-link"])
+def test_hostile_compat_files_are_not_used(host: FakeHost, tmp_path: Path, plant: str) -> None:
+    """A libcuda.so.1 in the compat directory that is a FIFO, not ELF, dangling, a link
+    through a directory or to an absolute path: never read as a driver, never a hang."""
+    import os
+
+    rootfs = make_rootfs(tmp_path / "img")
+    compat = rootfs / "usr/local/cuda/compat"
+    compat.mkdir(parents=True)
+    if plant == "fifo":
+        os.mkfifo(compat / "libcuda.so.570.86.10")
+        (compat / "libcuda.so.1").symlink_to("libcuda.so.570.86.10")
+    elif plant == "garbage":
+        (compat / "libcuda.so.570.86.10").write_bytes(b"\x7fELF" + b"\xff" * 60)
+        (compat / "libcuda.so.1").symlink_to("libcuda.so.570.86.10")
+    elif plant == "dangling":
+        (compat / "libcuda.so.1").symlink_to("libcuda.so.570.86.10")
+    elif plant == "dir-link":
+        add_cuda_compat(rootfs, *NEWER, directory="/opt/real")
+        (compat / "libcuda.so.1").symlink_to("../../../../opt/real/libcuda.so.570.86.10")
+    else:
+        outside = add_cuda_compat(tmp_path / "outside", *NEWER)
+        (compat / "libcuda.so.1").symlink_to(outside / "libcuda.so.570.86.10")
+    out = _debug(host, tmp_path, rootfs)
+    assert "CUDA compat /usr/local/cuda/compat: not used" in out and "has no libcuda.so.X.Y.Z" in out
