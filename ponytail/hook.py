@@ -19,6 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
     from typing import BinaryIO, TextIO
 
+    from ponytail.compat import Compat
     from ponytail.host.probe import Host
     from ponytail.plan import Plan
     from ponytail.request import Request
@@ -138,7 +139,7 @@ def make_plan(
         plan = apply_compat(plan, compat)
     from ponytail.records import replace
 
-    choices = (f"user-mode driver: {tree_line}",)
+    choices: tuple[str, ...] = (f"user-mode driver: {tree_line}",)
     if compat is not None:
         choices += (f"CUDA compat {compat.directory}: {'used' if compat.used else 'not used'}, {compat.why}",)
     plan = replace(plan, choices=choices)
@@ -177,7 +178,7 @@ def _names_driver_tree(container: Container) -> bool:
 
 
 def _unmet_requirement(
-    config: Config, host: "Host", request: "Request", plan: "Plan", tree_version: str = "", compat: object = None
+    config: Config, host: "Host", request: "Request", plan: "Plan", tree_version: str = "", compat: "Compat | None" = None
 ) -> PonytailError | None:
     if not request.requirements:
         return None
@@ -186,10 +187,10 @@ def _unmet_requirement(
     from ponytail.require import Facts, RequirementNotMet, check_requirements
 
     def cuda() -> str:  # the CUDA of the libcuda the container will load
-        if compat is not None and compat.used:  # type: ignore[attr-defined]
+        if compat is not None and compat.used:
             from ponytail.compat import cuda_version_of_driver
 
-            return cuda_version_of_driver(compat.version) or "0.0"  # type: ignore[attr-defined]
+            return cuda_version_of_driver(compat.version) or "0.0"
         version = tree_version or host.driver_version
         return format_cuda_version(cuda_driver_version(find_driver_library(config, version, "libcuda", "libcuda.so.1", host)))
 
