@@ -151,14 +151,17 @@ def check_engines(root: str = "/") -> list[Finding]:
     """Each installed engine, and whether it will run ponytail. ``root`` prefixes every
     configuration path (a test's fake /etc); programs are looked up on PATH."""
     out = []
-    hooks = _hook_files(root)
     if _installed("dockerd", root, "/etc/docker"):
         out.append(_docker(root))
     if _installed("containerd", root, "/etc/containerd"):
         out.append(_containerd(root))
-    for engine in ("podman", "crio"):
-        if _installed(engine, root, "/etc/crio" if engine == "crio" else "/etc/containers"):
-            out.append(_hooksd_engine("CRI-O" if engine == "crio" else "podman", hooks))
+    for program, engine, config_dir, configs in (
+        ("podman", "podman", "/etc/containers", ("/etc/containers/containers.conf",)),
+        ("crio", "CRI-O", "/etc/crio", ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d")),
+    ):
+        if _installed(program, root, config_dir):
+            dirs, where = _hooks_dirs(root, configs)
+            out.append(_hooksd_engine(engine, _hook_files(root, dirs), dirs, where))
     if not out:
         out.append(Finding("engine", "engines", WARN, "no docker, containerd, CRI-O or podman found: install one, or run ponytail as a hook of your runtime by hand"))
     out += _stale_cdi(root)
@@ -177,7 +180,9 @@ def _docker(root: str) -> Finding:
         for name, entry in runtimes.items():
             runtime = entry.get("path", "") if isinstance(entry, dict) else ""
             if isinstance(runtime, str) and "ponytail" in os.path.basename(runtime):
-                return _program_finding("docker", runtime, root, f"runtime '{name}' in {path}")
+                default = data.get("default-runtime") == name  # type: ignore[union-attr]
+                how = "the default runtime" if default else f"used by 'docker run --runtime {name}'"
+                return _program_finding("docker", runtime, root, f"runtime '{name}' in {path} ({how})")
     return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: add {{\"runtimes\": {{\"ponytail\": {{\"path\": \"/usr/local/bin/ponytail-runtime\"}}}}}} and restart dockerd")
 
 
@@ -195,9 +200,9 @@ def _containerd(root: str) -> Finding:
     return Finding("engine", "containerd", FAIL, f"{path} has no runtime whose BinaryName is ponytail-runtime: add one under [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes] and restart containerd")
 
 
-def _hooksd_engine(engine: str, hooks: list[tuple[str, str | None]]) -> Finding:
+def _hooksd_engine(engine: str, hooks: list[tuple[str, str | None]], dirs: tuple[str, ...], where: str) -> Finding:
     if not hooks:
-        return Finding("engine", engine, FAIL, f"no ponytail.json in {' or '.join(HOOKS_DIRS)}: run 'ponytail install-hook'")
+        return Finding("engine", engine, FAIL, f"no ponytail.json in {' or '.join(dirs)} ({where}): run 'ponytail install-hook --dir {dirs[0]}'")
     path, command = hooks[0]
     if command is None:
         return Finding("engine", engine, FAIL, f"{path} is not a valid oci-hooks file: run 'ponytail install-hook' to rewrite it")
@@ -206,10 +211,43 @@ def _hooksd_engine(engine: str, hooks: list[tuple[str, str | None]]) -> Finding:
     return Finding("engine", engine, OK, f"{path} runs {command}")
 
 
-def _hook_files(root: str) -> list[tuple[str, str | None]]:
+def _hooks_dirs(root: str, configs: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    """The hooks directories an engine reads: ``hooks_dir`` of its config files (the last
+    one set wins, and replaces the defaults), else the defaults; and where that was read."""
+    dirs, where = HOOKS_DIRS, "the default hooks directories"
+    for config in configs:
+        path = _under(root, config)
+        files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".conf")] if os.path.isdir(path) else [path]
+        for name in files:
+            found = _hooks_dir_setting(name)
+            if found:
+                dirs, where = found, f"hooks_dir in {name}"
+    return dirs, where
+
+
+def _hooks_dir_setting(path: str) -> tuple[str, ...] | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    for number, line in enumerate(lines):
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "hooks_dir":
+            text = value.split("#", 1)[0]
+            for more in lines[number + 1 :]:  # an array over several lines
+                if "]" in text:
+                    break
+                text += more.split("#", 1)[0]
+            items = (v.strip().strip("\"'") for v in text.strip().strip("[]").split(","))
+            return tuple(i for i in items if i.startswith("/")) or None
+    return None
+
+
+def _hook_files(root: str, dirs: tuple[str, ...]) -> list[tuple[str, str | None]]:
     found = []
-    for directory in HOOKS_DIRS:
-        path = _under(root, f"{directory}/ponytail.json")
+    for directory in dirs:
+        path = _under(root, f"{directory.rstrip('/')}/ponytail.json")
         if os.path.exists(path):
             data = _read_json(path)
             hook = data.get("hook") if isinstance(data, dict) else None

@@ -200,3 +200,25 @@ def test_the_container_of_a_tree_is_checked_against_it(layout: Layout, tmp_path:
     assert status == 0, _not_ok(report)
     picked = next(f for f in report["findings"] if f["area"] == "container" and f["subject"] == "driver")
     assert "driver tree 'dev-build'" in picked["message"]
+
+
+def test_podman_reading_another_hooks_directory(layout: Layout) -> None:
+    (layout.engines / "etc/containers/containers.conf").write_text('[engine]\nhooks_dir = ["/etc/my-hooks"]\n')
+    finding = _one_finding(layout)
+    assert finding["subject"] == "podman" and "/etc/my-hooks" in finding["message"] and "hooks_dir in" in finding["message"]
+    (layout.engines / "etc/my-hooks").mkdir()
+    shutil.copy(layout.engines / "usr/share/containers/oci/hooks.d/ponytail.json", layout.engines / "etc/my-hooks/ponytail.json")
+    status, report, _ = layout.check()
+    assert status == 0, _not_ok(report)
+
+
+def test_cri_o_with_the_hooks_file(layout: Layout) -> None:
+    (layout.engines / "etc/crio/crio.conf.d").mkdir(parents=True)
+    (layout.engines / "etc/crio/crio.conf.d/10-hooks.conf").write_text('[crio.runtime]\nhooks_dir = [\n  "/etc/crio-hooks",  # ours\n]\n')
+    finding = _one_finding(layout)
+    assert finding["subject"] == "CRI-O" and "/etc/crio-hooks" in finding["message"] and "10-hooks.conf" in finding["message"]
+    (layout.engines / "etc/crio-hooks").mkdir()
+    shutil.copy(layout.engines / "usr/share/containers/oci/hooks.d/ponytail.json", layout.engines / "etc/crio-hooks/ponytail.json")
+    status, report, _ = layout.check()
+    assert status == 0, _not_ok(report)
+    assert any(f["subject"] == "CRI-O" and f["level"] == "ok" and "crio-hooks" in f["message"] for f in report["findings"])
