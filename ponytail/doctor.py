@@ -180,7 +180,7 @@ def _docker(root: str) -> Finding:
         for name, entry in runtimes.items():
             runtime = entry.get("path", "") if isinstance(entry, dict) else ""
             if isinstance(runtime, str) and "ponytail" in os.path.basename(runtime):
-                default = data.get("default-runtime") == name  # type: ignore[union-attr]
+                default = isinstance(data, dict) and data.get("default-runtime") == name
                 how = "the default runtime" if default else f"used by 'docker run --runtime {name}'"
                 return _program_finding("docker", runtime, root, f"runtime '{name}' in {path} ({how})")
     return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: add {{\"runtimes\": {{\"ponytail\": {{\"path\": \"/usr/local/bin/ponytail-runtime\"}}}}}} and restart dockerd")
@@ -214,7 +214,8 @@ def _hooksd_engine(engine: str, hooks: list[tuple[str, str | None]], dirs: tuple
 def _hooks_dirs(root: str, configs: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
     """The hooks directories an engine reads: ``hooks_dir`` of its config files (the last
     one set wins, and replaces the defaults), else the defaults; and where that was read."""
-    dirs, where = HOOKS_DIRS, "the default hooks directories"
+    dirs: tuple[str, ...] = HOOKS_DIRS
+    where = "the default hooks directories"
     for config in configs:
         path = _under(root, config)
         files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".conf")] if os.path.isdir(path) else [path]

@@ -202,23 +202,21 @@ def test_the_container_of_a_tree_is_checked_against_it(layout: Layout, tmp_path:
     assert "driver tree 'dev-build'" in picked["message"]
 
 
-def test_podman_reading_another_hooks_directory(layout: Layout) -> None:
-    (layout.engines / "etc/containers/containers.conf").write_text('[engine]\nhooks_dir = ["/etc/my-hooks"]\n')
+@pytest.mark.parametrize(
+    "engine, config, text, hooks_dir",
+    [
+        ("podman", "etc/containers/containers.conf", '[engine]\nhooks_dir = ["/etc/my-hooks"]\n', "/etc/my-hooks"),
+        ("CRI-O", "etc/crio/crio.conf.d/10-hooks.conf", '[crio.runtime]\nhooks_dir = [\n  "/etc/crio-hooks",  # ours\n]\n', "/etc/crio-hooks"),
+    ],
+)
+def test_an_engine_reading_another_hooks_directory(layout: Layout, engine: str, config: str, text: str, hooks_dir: str) -> None:
+    """hooks_dir in the engine's config replaces the default directories: the file must be there."""
+    (layout.engines / config).parent.mkdir(parents=True, exist_ok=True)
+    (layout.engines / config).write_text(text)
     finding = _one_finding(layout)
-    assert finding["subject"] == "podman" and "/etc/my-hooks" in finding["message"] and "hooks_dir in" in finding["message"]
-    (layout.engines / "etc/my-hooks").mkdir()
-    shutil.copy(layout.engines / "usr/share/containers/oci/hooks.d/ponytail.json", layout.engines / "etc/my-hooks/ponytail.json")
+    assert finding["subject"] == engine and hooks_dir in finding["message"] and f"hooks_dir in {layout.engines / config}" in finding["message"]
+    (layout.engines / hooks_dir.lstrip("/")).mkdir()
+    shutil.copy(layout.engines / "usr/share/containers/oci/hooks.d/ponytail.json", layout.engines / hooks_dir.lstrip("/") / "ponytail.json")
     status, report, _ = layout.check()
     assert status == 0, _not_ok(report)
-
-
-def test_cri_o_with_the_hooks_file(layout: Layout) -> None:
-    (layout.engines / "etc/crio/crio.conf.d").mkdir(parents=True)
-    (layout.engines / "etc/crio/crio.conf.d/10-hooks.conf").write_text('[crio.runtime]\nhooks_dir = [\n  "/etc/crio-hooks",  # ours\n]\n')
-    finding = _one_finding(layout)
-    assert finding["subject"] == "CRI-O" and "/etc/crio-hooks" in finding["message"] and "10-hooks.conf" in finding["message"]
-    (layout.engines / "etc/crio-hooks").mkdir()
-    shutil.copy(layout.engines / "usr/share/containers/oci/hooks.d/ponytail.json", layout.engines / "etc/crio-hooks/ponytail.json")
-    status, report, _ = layout.check()
-    assert status == 0, _not_ok(report)
-    assert any(f["subject"] == "CRI-O" and f["level"] == "ok" and "crio-hooks" in f["message"] for f in report["findings"])
+    assert any(f["subject"] == engine and hooks_dir in f["message"] for f in report["findings"])
