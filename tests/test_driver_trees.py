@@ -5,7 +5,9 @@ version, so a container proves which build it loaded."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -126,28 +128,48 @@ def test_bad_driver_tables_name_the_file_and_key(tmp_path: Path, table: str, com
 
 
 def test_two_containers_at_once_each_load_their_own_build(trees: tuple[FakeHost, Path], tmp_path: Path) -> None:
-    """runc starts both containers together; each one's libcuda reports its tree's CUDA version."""
+    """runc creates both containers (the hook injects at create), so both live at once, each
+    with its own build mounted; then both run, and each one's libcuda reports its tree's CUDA."""
     _, config = trees
     hooks = {"prestart": [hook_entry(config)]}
-    runs = []
-    for name in ("build-a", "build-b"):
-        bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck", "/dev/nvidia0"], env=["NVIDIA_VISIBLE_DEVICES=0", f"PONYTAIL_DRIVER={name}"], hooks=hooks)
-        container_id = unique()
-        process = subprocess.Popen(
-            ["runc", "run", "--bundle", str(bundle), container_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL, text=True,
-        )
-        runs.append((name, container_id, process))
-    outputs = {}
-    for name, container_id, process in runs:
-        try:
-            out, err = process.communicate(timeout=120)
-        finally:
+    containers = {}
+    try:
+        for name in ("build-a", "build-b"):
+            bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck", "/dev/nvidia0"], env=["NVIDIA_VISIBLE_DEVICES=0", f"PONYTAIL_DRIVER={name}"], hooks=hooks)
+            container_id = unique()
+            containers[name] = (container_id, tmp_path / f"{name}.out")
+            errors = tmp_path / f"{name}.err"
+            with open(containers[name][1], "w") as out, open(errors, "w") as err:  # the container keeps both open
+                created = subprocess.run(
+                    ["runc", "create", "--bundle", str(bundle), container_id], stdout=out, stderr=err, stdin=subprocess.DEVNULL, timeout=120,
+                )
+            assert created.returncode == 0, errors.read_text()
+        libraries = {}
+        for name, (container_id, _) in containers.items():
+            state = json.loads(subprocess.run(["runc", "state", container_id], capture_output=True, text=True, check=True).stdout)
+            assert state["status"] == "created"
+            libraries[name] = sorted(os.listdir(f"/proc/{state['pid']}/root/usr/lib/x86_64-linux-gnu"))
+        assert "libcuda.so.560.28.03" in libraries["build-a"] and "libcuda.so.570.86.10" not in libraries["build-a"]
+        assert "libcuda.so.570.86.10" in libraries["build-b"] and "libcuda.so.560.28.03" not in libraries["build-b"]
+        for container_id, _ in containers.values():
+            subprocess.run(["runc", "start", container_id], check=True, capture_output=True, timeout=120)
+        for container_id, _ in containers.values():
+            _wait_stopped(container_id)
+        outputs = {name: out.read_text().splitlines() for name, (_, out) in containers.items()}
+    finally:
+        for container_id, _ in containers.values():
             subprocess.run(["runc", "delete", "-f", container_id], capture_output=True, timeout=120)
-        assert process.returncode == 0, err
-        outputs[name] = out.splitlines()
     assert outputs["build-a"] == ["cuDriverGetVersion 12060", "open /dev/nvidia0 ENXIO"]
     assert outputs["build-b"] == ["cuDriverGetVersion 12080", "open /dev/nvidia0 ENXIO"]
+
+
+def _wait_stopped(container_id: str) -> None:
+    for _ in range(1200):
+        state = subprocess.run(["runc", "state", container_id], capture_output=True, text=True)
+        if state.returncode != 0 or json.loads(state.stdout)["status"] == "stopped":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"container {container_id} did not stop")
 
 
 def test_firmware_comes_from_the_tree(trees: tuple[FakeHost, Path]) -> None:
