@@ -40,7 +40,9 @@ def run_check(config: Config, bundle: str | None, rootfs: str | None, engine_roo
     if as_json:
         document = {"ok": status == 0, "findings": [asdict(f) for f in findings]}
         return json.dumps(document, indent=2) + "\n", status
-    lines = [f"{f.level:8} {f.area:9} {f.subject}: {f.message}" for f in findings]
+    from ponytail.errors import one_line
+
+    lines = [f"{f.level:8} {f.area:9} {one_line(f.subject)}: {one_line(f.message)}" for f in findings]
     bad = sum(1 for f in findings if f.level != OK)
     lines.append("all is well" if status == 0 else f"{bad} finding(s) need attention")
     return "\n".join(lines) + "\n", status

@@ -93,6 +93,8 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
     outcome = apply_plan(plan, rootfs, container.pid if container else None)
     log.write_all("debug", outcome.done)
+    if driver is not None or len(plan.choices) > 1:  # a driver tree or a CUDA compat directory
+        log.write_all("info", plan.choices)
     log.write_all("warning", plan.warnings + tuple(outcome.warnings))
     gpu_text = ",".join(str(g.index) for g in plan.selection.gpus) or "none"
     mig_text = f" MIG [{','.join(m.name for m in plan.selection.migs)}]" if plan.selection.migs else ""

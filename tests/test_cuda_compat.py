@@ -42,10 +42,20 @@ def _debug(host: FakeHost, tmp_path: Path, rootfs: Path, env: list[str] = (), co
 def test_a_newer_compat_libcuda_is_what_the_container_loads(host: FakeHost, tmp_path: Path) -> None:
     out = _run_container(host, tmp_path, prepare=lambda rootfs: add_cuda_compat(rootfs, *NEWER))
     assert out == ["cuDriverGetVersion 12080"]
+    assert "CUDA compat /usr/local/cuda/compat: used, its libcuda 570.86.10 is newer" in host.log.read_text()
 
 
-def test_an_older_compat_libcuda_is_not_used(host: FakeHost, tmp_path: Path) -> None:
-    out = _run_container(host, tmp_path, prepare=lambda rootfs: add_cuda_compat(rootfs, *OLDER))
+def _older_compat_in_the_linker_path(rootfs: Path) -> None:
+    """An older compat directory the image itself lists first in its ld.so.conf."""
+    add_cuda_compat(rootfs, *OLDER)
+    (rootfs / "etc/ld.so.conf.d").mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc/ld.so.conf.d/000-cuda-compat.conf").write_text("/usr/local/cuda/compat\n")
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_an_older_compat_libcuda_is_not_used(host: FakeHost, tmp_path: Path, listed: bool) -> None:
+    prepare = _older_compat_in_the_linker_path if listed else (lambda rootfs: add_cuda_compat(rootfs, *OLDER))
+    out = _run_container(host, tmp_path, prepare=prepare)
     assert out == ["cuDriverGetVersion 12040"]
     rootfs = make_rootfs(tmp_path / "older")
     add_cuda_compat(rootfs, *OLDER)
