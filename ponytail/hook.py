@@ -118,13 +118,8 @@ def make_plan(
     from ponytail.host.probe import find_ldconfig, probe_host
     from ponytail.plan import build_plan
     from ponytail.request import select_devices, select_gpus
-    tree_version, tree_line = "", f"host driver root {config.driver_root} (no driver tree requested)"
-    if driver is not None:
-        from ponytail.host.driver import read_driver_version
-        from ponytail.umd import choose_tree
 
-        config, tree = choose_tree(config, driver, read_driver_version(config.proc_root))
-        tree_version, tree_line = tree.version, tree.describe()
+    config, tree_version, tree_line = _driver_tree(config, driver)
     host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version)
     selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree_version))
     mig_gpus = {
@@ -133,27 +128,49 @@ def make_plan(
         if wanted is not None
     }
     plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
+    plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
+    unmet = _unmet_requirement(config, host, request, plan, tree_version, compat)
+    if unmet is not None:
+        if not dry_run:
+            raise unmet
+        from ponytail.records import replace
+
+        plan = replace(plan, problems=plan.problems + (unmet.message,))
+    if plan.problems and not dry_run:
+        more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
+        raise ProbeError(plan.problems[0] + more)
+    return plan, host
+
+
+def _driver_tree(config: Config, driver: tuple[str, str] | None) -> tuple[Config, str, str]:
+    """The config to probe with (a registered tree's root as driver root), the tree's
+    version ("" for the host's driver root) and what was chosen and why (ponytail.umd)."""
+    if driver is None:
+        return config, "", f"host driver root {config.driver_root} (no driver tree requested)"
+    from ponytail.host.driver import read_driver_version
+    from ponytail.umd import choose_tree
+
+    config, tree = choose_tree(config, driver, read_driver_version(config.proc_root))
+    return config, tree.version, tree.describe()
+
+
+def _cuda_compat(
+    plan: "Plan", host: "Host", config: Config, rootfs: str | None, env: dict[str, str] | None, tree_version: str, tree_line: str
+) -> tuple["Plan", "Compat | None"]:
+    """The plan with the image's CUDA compat directory first when it is used (ponytail.compat),
+    and the driver tree and compat choices recorded in it."""
+    from ponytail.records import replace
+
     compat = None
     if rootfs is not None and host.library("libcuda.so.1") is not None and _may_have_cuda(rootfs):
         from ponytail.compat import apply_compat, find_compat  # resolves the path safely inside the rootfs
 
         compat = find_compat(rootfs, env, tree_version or host.driver_version, config.cuda_compat)
         plan = apply_compat(plan, compat)
-    from ponytail.records import replace
-
     choices: tuple[str, ...] = (f"user-mode driver: {tree_line}",)
     if compat is not None:
         choices += (f"CUDA compat {compat.directory}: {'used' if compat.used else 'not used'}, {compat.why}",)
-    plan = replace(plan, choices=choices)
-    unmet = _unmet_requirement(config, host, request, plan, tree_version, compat)
-    if unmet is not None:
-        if not dry_run:
-            raise unmet
-        plan = replace(plan, problems=plan.problems + (unmet.message,))
-    if plan.problems and not dry_run:
-        more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
-        raise ProbeError(plan.problems[0] + more)
-    return plan, host
+    return replace(plan, choices=choices), compat
 
 
 def _may_have_cuda(rootfs: str) -> bool:
