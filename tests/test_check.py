@@ -220,3 +220,28 @@ def test_an_engine_reading_another_hooks_directory(layout: Layout, engine: str, 
     status, report, _ = layout.check()
     assert status == 0, _not_ok(report)
     assert any(f["subject"] == engine and hooks_dir in f["message"] for f in report["findings"])
+
+
+@pytest.mark.parametrize("plant", ["ld-library-path-link", "cache-link", "cache-fifo", "conf-loop"])
+def test_check_never_leaves_the_rootfs(layout: Layout, tmp_path: Path, plant: str) -> None:
+    """Links out of the image lead nowhere, a FIFO is not read, an include loop ends: the
+    old driver outside the rootfs is never reported as the container's."""
+    outside = install_driver_tree(tmp_path / "outside", "470.82.01", 11040, lib_dir="/lib")
+    env = ["PATH=/bin"]
+    etc = layout.rootfs / "etc"
+    if plant == "ld-library-path-link":
+        (layout.rootfs / "escape").symlink_to(outside / "lib")
+        env.append("LD_LIBRARY_PATH=/escape")
+    elif plant == "cache-link":
+        (etc / "ld.so.cache").unlink(missing_ok=True)
+        (etc / "ld.so.cache").symlink_to(outside / "etc/ld.so.cache")
+    elif plant == "cache-fifo":
+        (etc / "ld.so.cache").unlink(missing_ok=True)
+        os.mkfifo(etc / "ld.so.cache")
+    else:
+        (etc / "ld.so.conf.d").mkdir(exist_ok=True)
+        (etc / "ld.so.conf.d/loop.conf").write_text(f"include /etc/ld.so.conf\n{outside}/lib\n")
+    bundle = bundle_for(tmp_path, layout.rootfs, env=env)
+    status, report, _ = layout.check("--bundle", str(bundle))
+    assert status == 0, _not_ok(report)
+    assert "470.82.01" not in json.dumps(report)
