@@ -90,27 +90,36 @@ def info(as_json: bool, config: str | None) -> None:
             }
             for g in found.gpus
         ]
-        click.echo(json.dumps({"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus}, indent=2))
+        from ponytail.umd import trees_json
+
+        document = {"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus}
+        click.echo(json.dumps({**document, "driver_trees": trees_json(loaded, found.driver_version)}, indent=2))
     else:
         from ponytail.render import render_gpus
+        from ponytail.umd import render_trees
 
-        click.echo(render_gpus(found.driver_version, cuda, found.gpus, found.notes), nl=False)
+        click.echo(render_gpus(found.driver_version, cuda, found.gpus, found.notes) + render_trees(loaded, found.driver_version), nl=False)
 
 
 @cli.command("list", context_settings=CONTEXT)
 @click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook).")
 @click.option("-device", "--device", "device", metavar="SEL", default="all", show_default=True, help="GPUs, as for the hook.")
 @click.option("-capabilities", "--capabilities", "capabilities", metavar="LIST", help="Driver capabilities (default utility,compute).")
-def list_paths(config: str | None, device: str, capabilities: str | None) -> None:
+@click.option("-driver", "--driver", "driver", metavar="NAME", help="A registered [drivers.NAME] tree, as PONYTAIL_DRIVER=NAME selects it.")
+def list_paths(config: str | None, device: str, capabilities: str | None, driver: str | None) -> None:
     """Every host path that would be injected, one per line: device nodes, libraries,
-    binaries, driver files and firmware, daemons' sockets (like nvidia-container-cli list)."""
+    binaries, driver files and firmware, daemons' sockets (like nvidia-container-cli list).
+    Which driver tree they come from, and why, is said on stderr."""
     from ponytail.config import config_path, load_config
     from ponytail.hook import make_plan
     from ponytail.request import build_request
 
     with _errors():
         loaded = load_config(*config_path(config))
-        plan, _ = make_plan(loaded, build_request(device, capabilities, None), None, dry_run=False)
+        asked = (driver, "--driver") if driver is not None else None
+        plan, _ = make_plan(loaded, build_request(device, capabilities, None), None, dry_run=False, driver=asked)
+    for choice in plan.choices:
+        click.echo(f"ponytail: {choice}", err=True)
     for path in plan.host_paths():
         click.echo(path)
 
@@ -189,3 +198,29 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
     with _errors():
         lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall)
     click.echo("\n".join(lines))
+
+
+@cli.command("check", context_settings=CONTEXT)
+@click.option("--json", "-json", "as_json", is_flag=True, help="Print JSON: {ok, findings: [{area, subject, level, message}]}.")
+@click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook).")
+@click.option("--bundle", "-bundle", "bundle", metavar="DIR", help="Also check this OCI bundle's container (config.json, rootfs, env).")
+@click.option("--rootfs", "-rootfs", "rootfs", metavar="DIR", help="Also check this rootfs (an unpacked image), with an empty env.")
+@click.option("--engine-root", "engine_root", metavar="DIR", default="/", hidden=True, help="Read the engines' configuration under DIR.")
+def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | None, engine_root: str) -> None:
+    """The doctor: is this host, its container engines, and (with --bundle or --rootfs) a
+    container ready for GPUs? One line per finding: what is wrong and what to do.
+
+    \b
+    Host: driver loaded; kernel module, libraries and firmware of one version; device
+    nodes; nvidia-uvm; nvidia-persistenced; cgroup version; each registered driver tree.
+    Engines: docker, containerd, CRI-O, podman: installed, and configured to run ponytail.
+    Container: which libcuda.so.1 and libnvidia-ml.so.1 its loader will pick.
+    Exit status: 0 all is well, 1 something needs attention, 2 bad usage or config.
+    """
+    from ponytail.config import config_path, load_config
+    from ponytail.doctor import run_check
+
+    with _errors():
+        report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json)
+    click.echo(report, nl=False)
+    sys.exit(status)

@@ -37,6 +37,19 @@ class Config:
     timeout_probe: float = 5.0
     timeout_ldconfig: float = 10.0
     timeout_lock: float = 10.0
+    # [drivers.NAME]: user-mode driver trees a container may select by name (ponytail.umd)
+    drivers: dict[str, "DriverTree"] = field(default_factory=dict, compare=False)
+    cuda_compat: bool = True  # [cuda] compat: honour an image's /usr/local/cuda/compat (ponytail.compat)
+
+
+@dataclass(frozen=True)
+class DriverTree:
+    """A registered user-mode driver build: ``root`` is searched like the host's driver root."""
+
+    name: str
+    root: str
+    description: str = ""
+    kernel_modules: tuple[str, ...] = ()  # kernel-module versions it may run against besides its own; "*": any
 
 
 # table -> key -> (Config field, expected type)
@@ -54,8 +67,11 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "runtime": {"path": ("runtime_path", str)},
     "request": {"accept_env_when_unprivileged": ("accept_env_when_unprivileged", bool)},
     "timeouts": {"probe": ("timeout_probe", float), "ldconfig": ("timeout_ldconfig", float), "lock": ("timeout_lock", float)},
+    "cuda": {"compat": ("cuda_compat", bool)},
 }
 MAX_TIMEOUT_S = 600.0
+_DRIVER_KEYS = ("root", "description", "kernel_modules")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
 def config_path(cli_path: str | None, environ: dict[str, str] | None = None) -> tuple[str, bool]:
@@ -101,10 +117,13 @@ def parse_config(raw: bytes, path: str) -> Config:
     capabilities = data.pop("capabilities", None)
     if capabilities is not None:
         values["capability_extras"] = _capability_extras(path, capabilities)
+    drivers = data.pop("drivers", None)
+    if drivers is not None:
+        values["drivers"] = _driver_trees(path, drivers)
     for table, content in data.items():
         keys = _SCHEMA.get(table)
         if keys is None:
-            known = ", ".join(f"[{t}]" for t in (*_SCHEMA, "capabilities.<name>"))
+            known = ", ".join(f"[{t}]" for t in (*_SCHEMA, "capabilities.<name>", "drivers.<name>"))
             raise ConfigError(f"config file {path}: unknown table [{table}] (known: {known})")
         if not isinstance(content, dict):
             raise ConfigError(f"config file {path}: '{table}' must be a table ([{table}])")
@@ -138,6 +157,41 @@ def _capability_extras(path: str, table: object) -> dict[str, dict[str, tuple[st
     return extras
 
 
+def _driver_trees(path: str, table: object) -> dict[str, DriverTree]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: 'drivers' must be a table of [drivers.<name>] tables")
+    trees: dict[str, DriverTree] = {}
+    for name, content in table.items():
+        where = f"config file {path}: [drivers.{name}]"
+        if not name or not _NAME_CHARS.issuperset(name) or name in (".", ".."):
+            raise ConfigError(f"{where}: a driver name is letters, digits, '_', '.' and '-' only")
+        if not isinstance(content, dict):
+            raise ConfigError(f"config file {path}: 'drivers.{name}' must be a table")
+        for key in content:
+            if key not in _DRIVER_KEYS:
+                raise ConfigError(f"{where}: unknown key 'drivers.{name}.{key}' (known: {', '.join(_DRIVER_KEYS)})")
+        root = content.get("root")
+        if root is None:
+            raise ConfigError(f"{where}: 'drivers.{name}.root' is missing (the tree's directory, e.g. \"/opt/umd/build-1234\")")
+        if not isinstance(root, str) or not root.startswith("/") or "\0" in root:
+            raise ConfigError(f"{where}: 'drivers.{name}.root' must be an absolute path string, not {root!r}")
+        description = content.get("description", "")
+        if not isinstance(description, str):
+            raise ConfigError(f"{where}: 'drivers.{name}.description' must be a string, not {_toml_type(description)}")
+        modules = content.get("kernel_modules", [])
+        if not isinstance(modules, list) or not all(isinstance(m, str) and _is_module_version(m) for m in modules):
+            raise ConfigError(
+                f"{where}: 'drivers.{name}.kernel_modules' must be a list of driver versions (\"550.54.15\") or [\"*\"] (any)"
+            )
+        trees[name] = DriverTree(name, os.path.normpath(root), description, tuple(modules))
+    return trees
+
+
+def _is_module_version(text: str) -> bool:
+    parts = text.split(".")
+    return text == "*" or (1 <= len(parts) <= 3 and all(p.isascii() and p.isdigit() for p in parts))
+
+
 def _load_toml(text: str, path: str) -> dict:
     try:
         import tomllib  # type: ignore[import-not-found]
@@ -160,6 +214,7 @@ def _check_type(path: str, key: str, value: object, expected: type) -> object:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
             raise ConfigError(f"config file {path}: '{key}' must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}")
         return float(value)
+
     if expected is str:
         if not isinstance(value, str):
             raise ConfigError(f"config file {path}: '{key}' must be a string, not {_toml_type(value)}")

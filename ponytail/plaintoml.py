@@ -4,8 +4,9 @@ tomllib costs ~7 ms of every container start to import (typing, datetime, its
 regexes). A ponytail config is a few ``[table]`` headers with ``key = "string"``,
 ``key = ['string', ...]``, ``key = true`` or ``key = 42`` lines and comments. This
 reads exactly that subset and gives up (None) on anything else: another kind of
-value, an escape in a string, a dotted or quoted key, an inline table, a repeated
-key or table, a control character. The caller then parses the text with tomllib,
+value, an escape in a string, a dotted or quoted key (but for a two-part table
+header such as ``[drivers.build-1]``), an inline table, a repeated key or table, a
+table both named alone and as the first part of a header, a control character. The caller then parses the text with tomllib,
 which also words the errors. So whatever this returns is what tomllib returns.
 """
 
@@ -39,10 +40,25 @@ class _Reader:
     def document(self) -> dict[str, Table]:
         tables: dict[str, Table] = {}
         table: Table | None = None
+        parents: set[str] = set()  # first parts of [a.b] headers
         while self._skip_blank_lines():
             if self._peek() == "[":
                 self.pos += 1
                 name = self._spaced_key()
+                if self._peek() == ".":
+                    self.pos += 1
+                    child = self._spaced_key()
+                    self._expect("]")
+                    if name in tables and name not in parents:
+                        raise _NotPlain
+                    parents.add(name)
+                    parent = tables.setdefault(name, {})
+                    if child in parent:
+                        raise _NotPlain
+                    table = {}
+                    parent[child] = table
+                    self._end_of_line()
+                    continue
                 self._expect("]")
                 if name in tables:
                     raise _NotPlain

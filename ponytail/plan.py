@@ -92,6 +92,7 @@ class Plan:
     skipped: tuple[SkippedFile, ...]
     warnings: tuple[str, ...]
     problems: tuple[str, ...]  # a real run refuses to start when any are present
+    choices: tuple[str, ...] = ()  # which driver tree and CUDA compat directory, and why (ponytail.umd, .compat)
 
     def count(self, kind: str) -> int:
         return sum(1 for op in self.operations if isinstance(op, Mount) and op.kind == kind)

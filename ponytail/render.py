@@ -20,6 +20,7 @@ def render_plan(plan: Plan, host: Host, request: "Request", header: list[str]) -
     """The dry-run report: what a real run would do, per operation, and why."""
     out = ["ponytail -debug: dry run, nothing is changed"]
     out += [f"  {line}" for line in header]
+    out += plan.choices
     out.append(f"driver {host.driver_version}: {len(host.gpus)} GPU(s) on this host, {len(plan.gpus)} selected")
     for gpu in host.gpus:
         mark = "*" if gpu in plan.gpus else " "

@@ -6,6 +6,8 @@ from __future__ import annotations
 GPU_ANNOTATION = "com.example.gpu"
 GPU_ANNOTATION_VALUE = "true"
 VISIBLE_DEVICES_VAR = "NVIDIA_VISIBLE_DEVICES"
+DRIVER_VAR = "PONYTAIL_DRIVER"  # a registered [drivers.NAME] tree (ponytail.umd)
+DRIVER_ANNOTATION = "com.example.gpu.driver"
 
 
 def is_void(selector: str) -> bool:

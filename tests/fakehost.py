@@ -286,6 +286,12 @@ class FakeHost:
             for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
                 (fw / name).write_bytes(b"GSP" + version.encode())
 
+    def add_driver_tree(self, name: str, version: str, cuda_version: int) -> Path:
+        """A second user-mode driver build under ``base/umd/NAME``: its own libcuda (reporting
+        ``cuda_version``) and libnvidia-ml of ``version``, nvidia-smi and ld.so.cache."""
+        root = self.base / "umd" / name
+        return install_driver_tree(root, version, cuda_version, str(self.nvml_table))
+
     # -- using -----------------------------------------------------------
     def config_text(self, **extra: str) -> str:
         text = (
@@ -304,6 +310,47 @@ class FakeHost:
             text += "[library]\npaths = [" + ", ".join(f'"{p}"' for p in library_paths) + "]\n"
         path.write_text(text)
         return path
+
+
+def install_driver_tree(root: Path, version: str, cuda_version: int, nvml_table: str = "", lib_dir: str = LIB_DIR) -> Path:
+    """A driver root with libcuda and libnvidia-ml of ``version`` (and their SONAME links),
+    nvidia-smi, and an ld.so.cache made by the host's ldconfig."""
+    libdir = root / lib_dir.lstrip("/")
+    libdir.mkdir(parents=True, exist_ok=True)
+    for stem, source, soname in (("libcuda", "fake_libcuda.c", "libcuda.so.1"), ("libnvidia-ml", "fake_libnvidia_ml.c", "libnvidia-ml.so.1")):
+        table = nvml_table if stem == "libnvidia-ml" else ""
+        shutil.copy(compile_library(source, soname, f"{stem}.so.{version}", version, cuda_version, nvml_table=table), libdir / f"{stem}.so.{version}")
+        _symlink(f"{stem}.so.{version}", libdir / soname)
+    (root / "usr/bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy(compile_program("fake_nvidia_smi.c"), root / "usr/bin/nvidia-smi")
+    (root / "etc/ld.so.conf.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    (root / "etc/ld.so.conf.d/nvidia.conf").write_text(lib_dir + "\n")
+    subprocess.run(["ldconfig", "-r", str(root)], check=True)
+    return root
+
+
+def add_cuda_compat(rootfs: Path, version: str, cuda_version: int, directory: str = "/usr/local/cuda/compat") -> Path:
+    """What NVIDIA's cuda-compat package puts in an image: a newer (or older) libcuda and
+    its libcuda.so.1 link under /usr/local/cuda/compat."""
+    compat = rootfs / directory.lstrip("/")
+    compat.mkdir(parents=True, exist_ok=True)
+    shutil.copy(compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{version}", version, cuda_version), compat / f"libcuda.so.{version}")
+    _symlink(f"libcuda.so.{version}", compat / "libcuda.so.1")
+    return compat
+
+
+def add_stale_libcuda(rootfs: Path, version: str, cuda_version: int) -> Path:
+    """An image that ships its own (old) libcuda.so.1 as a regular file in the usual library
+    directory, with a linker cache that names it."""
+    libdir = rootfs / LIB_DIR.lstrip("/")
+    libdir.mkdir(parents=True, exist_ok=True)
+    built = compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{version}", version, cuda_version)
+    shutil.copy(built, libdir / "libcuda.so.1")
+    (rootfs / "etc/ld.so.conf.d").mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc/ld.so.conf.d/libc.conf").write_text(LIB_DIR + "\n")
+    subprocess.run(["ldconfig", "-r", str(rootfs)], check=True)
+    return libdir / "libcuda.so.1"
 
 
 def _symlink(target: str, link: Path) -> None:

@@ -38,6 +38,7 @@ def test_the_shipped_config_and_the_test_configs_are_plain(tmp_path: Path) -> No
         "# only a comment",
         "",
         '[t]\nkey = "ünïcødé"\n',
+        '[drivers.build-1]\nroot = "/opt/umd/1"\n[host]\nx = 1\n[drivers.b2]\nroot = "/opt/umd/2"\n',  # two-part headers
     ],
 )
 def test_plain_text_reads_as_tomllib_reads_it(text: str) -> None:
@@ -48,7 +49,8 @@ def test_plain_text_reads_as_tomllib_reads_it(text: str) -> None:
     "text",
     [
         'top = "level"\n',  # a key outside any table
-        '[a.b]\nk = "v"\n',  # dotted table
+        '[a.b.c]\nk = "v"\n',  # a table header of three parts
+        '[a]\n[a.b]\n',  # a table named alone and as a header's first part
         '[[a]]\nk = "v"\n',  # array of tables
         '[a]\nb.c = "v"\n',  # dotted key
         '[a]\n"quoted" = "v"\n',  # quoted key
@@ -103,6 +105,7 @@ VALUE = st.one_of(
 )
 LINE = st.one_of(
     KEY.map(lambda k: f"[{k}]"),
+    st.tuples(KEY, KEY).map(lambda ks: f"[{ks[0]}.{ks[1]}]"),
     st.tuples(KEY, VALUE).map(lambda kv: f"{kv[0]} = {kv[1]}"),
     STRING.map(lambda s: f"# {s}"),
     st.just(""),

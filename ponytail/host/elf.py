@@ -39,6 +39,11 @@ def read_elf_info(path: str) -> ElfInfo:
         return _parse(f)
 
 
+def read_elf_info_file(f) -> ElfInfo:  # type: ignore[no-untyped-def]
+    """``read_elf_info`` of an open binary file (one opened safely inside a rootfs)."""
+    return _parse(f)
+
+
 def _parse(f) -> ElfInfo:  # type: ignore[no-untyped-def]
     ident = f.read(64)
     if len(ident) < 52 or ident[:4] != b"\x7fELF":

@@ -191,6 +191,12 @@ def _library_version(path: str) -> str | None:
     return version if so and len(parts) > 1 and all(p.isdecimal() for p in parts) else None
 
 
+def library_version(path: str) -> str | None:
+    """A driver's version in a library's file name (libcuda.so.550.54.15), or None."""
+    version = _library_version(path)
+    return version if version is not None and _driver_like(version) else None
+
+
 def _driver_like(version: str) -> bool:
     """A driver's version: 3+ digits, then one or two more numbers (550.54.15, 390.157)."""
     parts = version.split(".")

@@ -174,11 +174,14 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
 
 
 def probe_host(
-    config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None, udev: bool = True
+    config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None, udev: bool = True,
+    library_version: str = "",
 ) -> Host:
     """Everything a plan needs for ``capabilities``, read once. ``library_globs`` (from
-    -libs) replaces the capabilities' libraries and the config's globs."""
+    -libs) replaces the capabilities' libraries and the config's globs. ``library_version``
+    (a registered driver tree's) filters libraries and firmware instead of the kernel module's."""
     found = probe_gpus(config, udev)
+    files_version = library_version or found.driver_version
     majors = read_char_majors(config.proc_root)
     nvidia_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
     uvm_major = majors.get("nvidia-uvm")
@@ -192,7 +195,7 @@ def probe_host(
             control[name] = _node(config.dev_root, name, uvm_major, minor)
 
     searches = _library_searches(config, capabilities, library_globs)
-    libraries, reports, skipped = find_libraries(config.driver_root, searches, found.driver_version)
+    libraries, reports, skipped = find_libraries(config.driver_root, searches, files_version)
     binaries: list[DriverFile] = []
     files: list[DriverFile] = []
     ipc: dict[str, IpcPath] = {}
@@ -211,7 +214,7 @@ def probe_host(
                 if entry is not None:
                     ipc[path] = entry
     if capabilities:
-        files += find_files(config.driver_root, (f"/lib/firmware/nvidia/{found.driver_version}/gsp*.bin",), "GSP firmware")
+        files += find_files(config.driver_root, (f"/lib/firmware/nvidia/{files_version}/gsp*.bin",), "GSP firmware")
     return Host(
         driver_version=found.driver_version,
         gpus=found.gpus,

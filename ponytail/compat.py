@@ -1,0 +1,190 @@
+"""CUDA forward compatibility: an image's own newer libcuda under /usr/local/cuda/compat.
+
+Images built on NVIDIA's ``cuda-compat`` package ship the user-mode driver of a newer
+branch (libcuda.so.560.28.03, libnvidia-ptxjitcompiler.so.1, ...) so that a newer CUDA
+runs on an older kernel module. When that libcuda's major version is newer than the
+driver's, its directory is put first in the container's linker path (as NVIDIA's
+enable-cuda-compat hook does). The directory lies in the untrusted rootfs: it is resolved
+with ponytail.inroot (a symlink never leads out), and versions come from file names and
+ELF headers only; nothing of the image is ever run. An image whose compat libcuda is as
+old as or older than the driver keeps the injected one (and the check that the image's
+copies do not shadow it). Opt out per container with PONYTAIL_DISABLE_CUDA_COMPAT=true,
+or for the host with ``[cuda] compat = false``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+
+from ponytail.records import dataclass, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+    from ponytail.plan import Plan
+
+COMPAT_DIR = "/usr/local/cuda/compat"
+DISABLE_VAR = "PONYTAIL_DISABLE_CUDA_COMPAT"
+_TRUE = ("1", "true", "yes", "on")
+MAX_ENTRIES = 4096
+
+# The CUDA version each driver branch supports (NVIDIA's CUDA release notes, table 3): the
+# requirement check reads the compat libcuda's CUDA version from here, never by loading it.
+_CUDA_BY_DRIVER = (
+    (580, "13.0"), (575, "12.9"), (570, "12.8"), (565, "12.7"), (560, "12.6"), (555, "12.5"), (550, "12.4"),
+    (545, "12.3"), (535, "12.2"), (530, "12.1"), (525, "12.0"), (520, "11.8"), (515, "11.7"), (510, "11.6"),
+    (495, "11.5"), (470, "11.4"), (465, "11.3"), (460, "11.2"), (455, "11.1"), (450, "11.0"),
+)
+
+
+@dataclass(frozen=True)
+class Compat:
+    """What the image's compat directory holds and whether it is used."""
+
+    directory: str  # canonical path inside the rootfs
+    version: str  # of its libcuda, from the file name ("" if none)
+    used: bool
+    why: str
+    sonames: tuple[tuple[str, str], ...] = ()  # (SONAME, in-root path of its link in the directory)
+
+
+def find_compat(rootfs: str | None, env: dict[str, str] | None, driver_version: str, enabled: bool = True) -> Compat | None:
+    """The image's compat directory, or None when it has none (or no rootfs is known)."""
+    if rootfs is None:
+        return None
+    from ponytail.inroot import UnsafePath, resolve_in_root
+
+    try:
+        root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            resolved = resolve_in_root(root_fd, COMPAT_DIR)
+        except (UnsafePath, OSError):
+            return None
+        try:
+            if not resolved.exists or not stat.S_ISDIR(resolved.mode):
+                return None
+            directory = resolved.path
+            dir_fd = os.open(resolved.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+        except OSError:
+            return None
+        finally:
+            resolved.close()
+        try:
+            version, sonames = _read_directory(dir_fd, directory)
+        finally:
+            os.close(dir_fd)
+    finally:
+        os.close(root_fd)
+    return decide(directory, version, sonames, driver_version, env, enabled)
+
+
+def decide(
+    directory: str, version: str, sonames: tuple[tuple[str, str], ...], driver_version: str,
+    env: dict[str, str] | None, enabled: bool = True,
+) -> Compat:
+    """Use the directory only for a newer major than the driver's, and not when opted out."""
+    if not version:
+        return Compat(directory, "", False, f"{directory} has no libcuda.so.X.Y.Z reached by a libcuda.so.1 link")
+    if not enabled:
+        return Compat(directory, version, False, "[cuda] compat = false in the config")
+    if (env or {}).get(DISABLE_VAR, "").strip().lower() in _TRUE:
+        return Compat(directory, version, False, f"{DISABLE_VAR} is set")
+    if _major(version) <= _major(driver_version):
+        return Compat(
+            directory, version, False,
+            f"its libcuda {version} is not a newer major than the driver's {driver_version}: the injected libcuda is used",
+        )
+    why = f"its libcuda {version} is newer than the driver's {driver_version}: CUDA forward compatibility"
+    return Compat(directory, version, True, why, sonames)
+
+
+def apply_compat(plan: "Plan", compat: Compat | None) -> "Plan":
+    """The plan with the compat directory first in the container's linker path, and the
+    cache check expecting its libraries; unchanged when the directory is not used."""
+    from ponytail.plan import LinkerCache
+
+    if compat is None or not compat.used:
+        return plan
+    ours = dict(compat.sonames)
+    operations = []
+    for op in plan.operations:
+        if isinstance(op, LinkerCache):
+            directories = (compat.directory,) + tuple(d for d in op.directories if d != compat.directory)
+            sonames = tuple((s, ours.get(s, path)) for s, path in op.sonames)
+            op = replace(op, directories=directories, sonames=sonames, reason=f"{op.reason}; {compat.directory} first ({compat.why})")
+        operations.append(op)
+    return replace(plan, operations=tuple(operations))
+
+
+def cuda_version_of_driver(version: str) -> str | None:
+    """The CUDA version a driver branch supports, e.g. '12.6' for 560.28.03."""
+    major = _major(version)
+    return next((cuda for branch, cuda in _CUDA_BY_DRIVER if major >= branch), None)
+
+
+def _read_directory(dir_fd: int, directory: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The version of the libcuda that the directory's libcuda.so.1 names (a link to a
+    plain name beside it, or the file itself named by version) and the SONAME links of the
+    libraries of that version there."""
+    from ponytail.host.files import library_version
+
+    try:
+        names = sorted(os.listdir(dir_fd))[:MAX_ENTRIES]
+    except OSError:
+        return "", ()
+    version = ""
+    target = _link_beside(dir_fd, "libcuda.so.1")
+    if target is not None and _elf_soname(dir_fd, target) == "libcuda.so.1":
+        version = library_version(target) or ""
+    if not version:
+        return "", ()
+    sonames = []
+    for name in names:
+        if name.endswith(f".so.{version}"):
+            soname = _elf_soname(dir_fd, name)
+            if soname and soname != name and _link_beside(dir_fd, soname) == name:
+                sonames.append((soname, f"{directory}/{soname}"))
+    return version, tuple(sonames)
+
+
+def _link_beside(dir_fd: int, name: str) -> str | None:
+    """The plain file ``name`` leads to in the same directory (itself, or one symlink to a
+    name without '/'), or None."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode):
+            return name
+        if not stat.S_ISLNK(st.st_mode):
+            return None
+        target = os.readlink(name, dir_fd=dir_fd)
+        if "/" in target or target in ("", ".", ".."):
+            return None
+        st = os.stat(target, dir_fd=dir_fd, follow_symlinks=False)
+        return target if stat.S_ISREG(st.st_mode) else None
+    except OSError:
+        return None
+
+
+def _elf_soname(dir_fd: int, name: str) -> str | None:
+    from ponytail.host.elf import NotElf, read_elf_info_file
+
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            return read_elf_info_file(f).soname
+        except (NotElf, OSError, ValueError, struct.error):
+            return None
+
+
+def _major(version: str) -> int:
+    head = version.split(".")[0]
+    return int(head) if head.isascii() and head.isdigit() else 0

@@ -1,0 +1,147 @@
+"""Per-container user-mode drivers: driver trees the admin registers as ``[drivers.NAME]``.
+
+A container names one with ``PONYTAIL_DRIVER=NAME`` in its env (or the annotation
+``com.example.gpu.driver=NAME``); only registered names are accepted, never a path. The
+tree is then the driver root for this container: its libraries (found through its own
+ld.so.cache and the usual directories, filtered to its version), binaries and firmware.
+Device nodes, /proc and /sys stay the host's. The tree's version is read from its
+libraries' file names (libcuda.so.560.28.03), never by loading them; it must equal the
+loaded kernel module's unless the entry lists that module version (or "*").
+"""
+
+from __future__ import annotations
+
+import os
+
+from ponytail.config import Config, DriverTree
+from ponytail.errors import InputError, ProbeError
+from ponytail.records import dataclass, replace
+from ponytail.trigger import DRIVER_ANNOTATION, DRIVER_VAR
+_VERSION_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
+
+
+@dataclass(frozen=True)
+class TreeChoice:
+    """The driver tree a container runs with, and why."""
+
+    name: str  # "" for the host's driver root
+    root: str
+    version: str  # of the tree's libraries ("" for the host's: the kernel module's is used)
+    why: str
+
+    def describe(self) -> str:
+        if not self.name:
+            return f"host driver root {self.root} ({self.why})"
+        return f"driver tree '{self.name}' at {self.root}, version {self.version} ({self.why})"
+
+
+def requested_tree(env: dict[str, str] | None, annotations: dict[str, str] | None, cli_name: str | None = None) -> tuple[str, str] | None:
+    """(name, who asked) of the tree a container or the command line asks for, or None.
+    The command line wins, then the annotation (set by the engine), then the env."""
+    if cli_name is not None:
+        return cli_name, "--driver"
+    if annotations and annotations.get(DRIVER_ANNOTATION, "").strip():
+        return annotations[DRIVER_ANNOTATION].strip(), f"annotation {DRIVER_ANNOTATION}"
+    if env and env.get(DRIVER_VAR, "").strip():
+        return env[DRIVER_VAR].strip(), DRIVER_VAR
+    return None
+
+
+def choose_tree(config: Config, asked: tuple[str, str] | None, kernel_version: str) -> tuple[Config, TreeChoice]:
+    """The config to probe with (its driver root the tree's) and the choice made.
+
+    InputError for a name that is not registered (a path is never one); ProbeError when the
+    tree's version differs from the kernel module's and the entry does not allow it."""
+    if asked is None:
+        return config, TreeChoice("", config.driver_root, "", "no driver tree requested")
+    name, source = asked
+    tree = config.drivers.get(name)
+    if tree is None:
+        known = ", ".join(sorted(config.drivers)) or "none are registered"
+        kind = "a path, not a registered driver name" if "/" in name else "not a registered driver tree"
+        raise InputError(f"{source}={name!r} is {kind} (registered: {known}); the admin adds [drivers.NAME] to {config.path or 'the config'}")
+    version = tree_version(tree.root)
+    if version is None:
+        raise ProbeError(
+            f"driver tree '{name}' at {tree.root} has no libcuda.so.1 or libnvidia-ml.so.1 named by version "
+            f"(libcuda.so.X.Y.Z): fix the tree or its [drivers.{name}] root"
+        )
+    if version != kernel_version and "*" not in tree.kernel_modules and kernel_version not in tree.kernel_modules:
+        raise ProbeError(
+            f"driver tree '{name}' is version {version} but the loaded kernel module is {kernel_version}: "
+            f"load the matching module, choose another tree, or add \"{kernel_version}\" to [drivers.{name}] kernel_modules"
+        )
+    why = f"{source}={name}" + (f"; kernel module {kernel_version} allowed by kernel_modules" if version != kernel_version else "")
+    return replace(config, driver_root=tree.root), TreeChoice(name, tree.root, version, why)
+
+
+def tree_version(root: str) -> str | None:
+    """The driver version of the tree at ``root``: the version in the file name that its
+    libcuda.so.1 (else libnvidia-ml.so.1) resolves to. Never loads a library."""
+    for soname in _VERSION_SONAMES:
+        found = soname_version(root, soname)
+        if found is not None:
+            return found[0]
+    return None
+
+
+def soname_version(root: str, soname: str) -> tuple[str, str] | None:
+    """(version, in-root path) of the first ``soname`` under ``root`` that resolves to a file
+    named by a driver version, looked up in the usual library directories, then its
+    ld.so.cache; symlinks are resolved inside ``root``."""
+    from ponytail.host.files import host_path, library_dirs, library_version
+    from ponytail.host.ldcache import read_ld_cache
+    from ponytail.inroot import real_path_in_root
+
+    try:
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        cache = read_ld_cache(host_path(root, "/etc/ld.so.cache"))
+        candidates = [f"{d}/{soname}" for d in library_dirs()] + [p for n, p in cache if n == soname]
+        for candidate in candidates:
+            real = real_path_in_root(root_fd, candidate)
+            version = library_version(real) if real else None
+            if version is not None and real is not None:
+                return version, real
+    finally:
+        os.close(root_fd)
+    return None
+
+
+def describe_trees(config: Config, kernel_version: str | None) -> list[tuple[DriverTree, str | None, str | None]]:
+    """Each registered tree with its version and, if it cannot serve this kernel module, why."""
+    rows = []
+    for tree in config.drivers.values():
+        version = tree_version(tree.root)
+        problem = None
+        if not os.path.isdir(tree.root):
+            problem = f"{tree.root} is not a directory"
+        elif version is None:
+            problem = f"no libcuda.so.1 or libnvidia-ml.so.1 named by version under {tree.root}"
+        elif kernel_version and version != kernel_version and "*" not in tree.kernel_modules and kernel_version not in tree.kernel_modules:
+            problem = f"version {version} but the loaded kernel module is {kernel_version}"
+        rows.append((tree, version, problem))
+    return rows
+
+
+def trees_json(config: Config, kernel_version: str | None) -> list[dict[str, object]]:
+    """The registered trees for ``info --json``."""
+    return [
+        {"name": t.name, "root": t.root, "description": t.description, "version": version,
+         "kernel_modules": list(t.kernel_modules), "usable": problem is None, "problem": problem}
+        for t, version, problem in describe_trees(config, kernel_version)
+    ]
+
+
+def render_trees(config: Config, kernel_version: str | None) -> str:
+    """The registered trees for ``info``: how a container selects each, and whether it can."""
+    if not config.drivers:
+        return "driver trees: none registered (the host's driver root serves every container)\n"
+    lines = [f"driver trees: {len(config.drivers)} registered; a container selects one with {DRIVER_VAR}=NAME"]
+    for tree, version, problem in describe_trees(config, kernel_version):
+        state = f"not usable: {problem}" if problem else "usable"
+        about = f"  {tree.description}" if tree.description else ""
+        lines.append(f"  {tree.name}  {tree.root}  version {version or 'unknown'}  {state}{about}")
+    return "\n".join(lines) + "\n"
