@@ -158,3 +158,8 @@ def install_hook(directory: str | None, config: str | None, command: str | None)
     click.echo(f"wrote {path}: runs {command} -config {config} at prestart of containers annotated com.example.gpu=true")
     if not os.path.exists(config):
         click.echo(f"ponytail: warning: {config} does not exist yet; GPU containers will fail to start until it does", err=True)
+
+
+from ponytail.cdi.commands import cdi  # noqa: E402 - the cdi group beside the commands above
+
+cli.add_command(cdi)

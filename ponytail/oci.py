@@ -24,6 +24,7 @@ class Container:
     annotations: dict[str, str] = field(default_factory=dict)
     cgroups_path: str | None = None
     privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
+    char_devices: tuple[tuple[int, int], ...] = ()  # major:minor of linux.devices' character devices
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ def load_container(state: State) -> Container:
         annotations={**spec_annotations, **state.annotations},
         cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
         privileged=privileged,
+        char_devices=_char_devices(linux.get("devices"), f"{bundle}/config.json: 'linux.devices'"),
     )
 
 
@@ -190,6 +192,20 @@ def parse_env(value: object, what: str) -> dict[str, str]:
         if sep:
             env[key] = val
     return env
+
+
+def _char_devices(value: object, what: str) -> tuple[tuple[int, int], ...]:
+    """(major, minor) of each character device the engine creates in the container."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(d, dict) for d in value):
+        raise InputError(f"{what} must be a list of objects")
+    found = []
+    for d in value:
+        major, minor = d.get("major"), d.get("minor")
+        if d.get("type") == "c" and type(major) is int and type(minor) is int:
+            found.append((major, minor))
+    return tuple(found)
 
 
 def _section(spec: dict, key: str, bundle: str, required: bool = False) -> dict:
