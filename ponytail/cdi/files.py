@@ -129,7 +129,9 @@ def read_spec(path: str) -> dict:
 
             spec = yaml.safe_load(raw)
     except Exception as e:  # json's and yaml's errors alike: the file is not a spec
-        raise InputError(f"{path} is not a CDI spec: {type(e).__name__}: {e}")
+        from ponytail.errors import one_line
+
+        raise InputError(f"{path} is not a CDI spec: {type(e).__name__}: {one_line(str(e))}")
     found = problems(spec)
     if found:
         raise InputError(f"{path} is not a valid CDI spec: {found[0]}")

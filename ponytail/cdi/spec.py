@@ -144,6 +144,10 @@ def kind_problems(kind: object) -> list[str]:
 
 
 def _edit_problems(edits: dict) -> list[str]:
+    for key in ("env", "deviceNodes", "mounts", "hooks"):
+        items = edits.get(key)
+        if items is not None and (not isinstance(items, list) or not all(isinstance(i, str if key == "env" else dict) for i in items)):
+            return [f"'{key}' must be a list of {'strings' if key == 'env' else 'objects'}"]
     found = []
     for item in edits.get("env") or []:
         if not isinstance(item, str) or "=" not in item:
