@@ -113,12 +113,13 @@ def container_from_state(raw_state: bytes) -> Container:
     return load_container(parse_state(raw_state))
 
 
-def parse_state(raw_state: bytes) -> State:
-    """The OCI state alone, validated; the bundle is not read yet."""
+def parse_state(raw_state: bytes, lowest_pid: int = 1) -> State:
+    """The OCI state alone, validated; the bundle is not read yet. (crun sends pid 0 to
+    createContainer hooks: ``lowest_pid=0`` accepts it.)"""
     state = parse_json_object(raw_state, "OCI state on stdin")
     container_id = _field(state, "id", str, "OCI state")
     pid = state.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid < lowest_pid:
         raise InputError(f"OCI state for container {container_id}: 'pid' must be a positive integer, got {pid!r}")
     bundle = _field(state, "bundle", str, "OCI state")
     status = state.get("status", "")

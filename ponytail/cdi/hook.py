@@ -77,10 +77,10 @@ def parse_args(args: list[str]) -> dict[str, list[list[str]]] | None:
 def _run(options: dict[str, list[list[str]]], config: object, log: RunLog) -> int:
     from ponytail.oci import MAX_STATE_BYTES, load_container, parse_state, read_bounded
 
-    state = parse_state(read_bounded(sys.stdin.buffer, MAX_STATE_BYTES, "OCI state on stdin"))
+    state = parse_state(read_bounded(sys.stdin.buffer, MAX_STATE_BYTES, "OCI state on stdin"), lowest_pid=0)
     log.context = state.id
     container = load_container(state)
-    _check_stage(container.rootfs)
+    _check_stage(container.rootfs, state.pid)
     proc_root = config.proc_root  # type: ignore[attr-defined]
     for (made_for,) in options.get("--driver-version", []):
         from ponytail.host.driver import read_driver_version
@@ -111,8 +111,18 @@ def _run(options: dict[str, list[list[str]]], config: object, log: RunLog) -> in
     return 0
 
 
-def _check_stage(rootfs: str) -> None:
-    """Only in a container's own mount namespace, and before it pivots into the image."""
+def _check_stage(rootfs: str, pid: int) -> None:
+    """Only at createContainer: in the container's mount namespace, before it pivots into the
+    image. There runc names the process that runs the hook (its pid in the container's own pid
+    namespace) and crun names none (0); at prestart or createRuntime the state names the
+    container's process, which is not the hook's parent, and the hook is in the runtime's
+    mount namespace, where mounts must not be made."""
+    if pid not in (0, os.getppid()):
+        raise InjectionError(
+            f"cdi-hook is a createContainer hook (the engine runs it from a CDI spec written by 'ponytail cdi "
+            f"generate'), but the OCI state names process {pid}, not the one that ran it: for prestart or "
+            "createRuntime use 'ponytail' itself"
+        )
     try:
         ours = os.stat("/proc/self/ns/mnt")
         pivoted = os.path.samestat(os.stat("/"), os.stat(rootfs))
@@ -120,15 +130,10 @@ def _check_stage(rootfs: str) -> None:
         raise InjectionError(f"cdi-hook: cannot look at this process's mount namespace and root: {e.strerror}")
     try:
         hosts = os.stat("/proc/1/ns/mnt")  # the host's init, in the host's /proc
-    except PermissionError:  # the runtime's container init may not look at the host's: not the host's context
+    except OSError:  # may be denied, to the runtime's init as to a sandboxed host: nothing to compare
         hosts = None
-    except OSError as e:
-        raise InjectionError(f"cdi-hook: cannot look at the host's mount namespace: {e.strerror}")
     if hosts is not None and os.path.samestat(ours, hosts):
-        raise InjectionError(
-            "cdi-hook runs in the host's mount namespace: it is a createContainer hook (the engine runs it "
-            "from a CDI spec written by 'ponytail cdi generate'); for prestart use 'ponytail' itself"
-        )
+        raise InjectionError("cdi-hook runs in the host's mount namespace: it is a createContainer hook; for prestart use 'ponytail' itself")
     if pivoted:
         raise InjectionError("cdi-hook: the container has already switched its root to the rootfs; run it at createContainer")
 
