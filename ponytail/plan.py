@@ -11,10 +11,13 @@ import re
 from ponytail.records import dataclass
 
 from ponytail.capabilities import CAPABILITIES
-from ponytail.host.files import SkippedFile
 from ponytail.host.mig import mig_access_path
-from ponytail.host.probe import DeviceNode, Gpu, Host
-from ponytail.request import Request, Selection
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the operations need none of these at run time (a CDI hook loads no probe)
+    from ponytail.host.files import SkippedFile
+    from ponytail.host.probe import DeviceNode, Gpu, Host
+    from ponytail.request import Request, Selection
 
 LD_CONF_FILE = "/etc/ld.so.conf.d/00-ponytail.conf"
 PROC_DRIVER_DIR = "/proc/driver/nvidia"

@@ -92,7 +92,6 @@ def _run(options: dict[str, list[list[str]]], config: object, log: RunLog) -> in
                 "run 'ponytail cdi generate' again (see 'ponytail cdi check')"
             )
     from ponytail.plan import LD_CONF_FILE, LinkerCache, Plan, Symlink
-    from ponytail.request import Selection
 
     ops: list = [Symlink(target, link_to, f"SONAME of {link_to}", library) for target, link_to, library in options.get("--link", [])]
     mask = _proc_mask(proc_root, container.char_devices) if "--mask-proc" in options else None
@@ -104,7 +103,8 @@ def _run(options: dict[str, list[list[str]]], config: object, log: RunLog) -> in
         ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, checks, "make the driver's libraries loadable by SONAME"))
     from ponytail.apply.executor import apply_plan
 
-    outcome = apply_plan(Plan(tuple(ops), (), Selection(), (), (), ()), container.rootfs, None)
+    plan = Plan(tuple(ops), (), None, (), (), ())  # type: ignore[arg-type]  # the executor reads the operations only
+    outcome = apply_plan(plan, container.rootfs, None)
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)
     log.write("info", f"cdi-hook in {container.rootfs}: {len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
@@ -140,9 +140,8 @@ def _check_stage(rootfs: str, pid: int) -> None:
 
 def _proc_mask(proc_root: str, char_devices: tuple[tuple[int, int], ...]):  # type: ignore[no-untyped-def]
     """The masked /proc/driver/nvidia for the GPUs and MIG devices whose nodes the engine created."""
-    from ponytail.host.driver import NVIDIA_MAJOR, read_char_majors, read_gpu_informations
+    from ponytail.host.driver import NVIDIA_MAJOR, read_char_majors, read_gpu_informations, read_proc_files
     from ponytail.host.mig import mig_access_path, read_access_files, read_mig_devices
-    from ponytail.host.probe import read_proc_files
     from ponytail.plan import proc_mask
 
     proc_files = read_proc_files(proc_root)

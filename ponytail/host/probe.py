@@ -16,6 +16,7 @@ from ponytail.config import Config
 from ponytail.errors import ProbeError
 from ponytail.host.driver import (
     NVIDIA_MAJOR,
+    read_proc_files,
     read_char_majors,
     read_driver_version,
     read_gpu_informations,
@@ -34,7 +35,6 @@ from ponytail.host.mig import MigDevice, caps_dir, read_access_files, read_acces
 from ponytail.host.pci import nvidia_gpu_bus_ids
 
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/bin/ldconfig")
-PROC_FILES = ("params", "version", "registry")
 
 
 @dataclass(frozen=True)
@@ -238,17 +238,6 @@ def _mig_global_minors(proc_root: str) -> dict[str, int]:
         if minor is not None:
             minors[name] = minor
     return minors
-
-
-def read_proc_files(proc_root: str) -> dict[str, bytes]:
-    contents = {}
-    for name in PROC_FILES:
-        try:
-            with open(os.path.join(proc_root, "driver/nvidia", name), "rb") as f:
-                contents[name] = f.read(1 << 20)
-        except OSError:
-            pass
-    return contents
 
 
 def _node(dev_root: str, name: str, major: int, minor: int) -> DeviceNode:
