@@ -40,20 +40,22 @@ def container(tmp_path: Path, devices: list[tuple[int, int]], pid: int = 0) -> t
     return rootfs, state
 
 
-def in_own_namespace(args: list[str], state: Path, then: str) -> str:
+def in_own_namespace(args: list[str], state: Path, then: str, command: list[str] = PONYTAIL) -> str:
     """Run the ponytail command with ``args`` in a private mount namespace, then ``then`` there."""
     import subprocess
 
     script = f'"$@" < {state}; echo "rc=$?"; {then}'
-    result = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script, "--", *PONYTAIL, *args],
+    result = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script, "--", *command, *args],
                             capture_output=True, text=True, timeout=120)
     return result.stdout + result.stderr
 
 
-def test_links_linker_cache_and_a_proc_view_of_only_the_devices_the_engine_created(host: FakeHost, hook_args: list[str], tmp_path: Path) -> None:
+def test_links_linker_cache_and_a_proc_view_of_only_the_devices_the_engine_created(
+    host: FakeHost, hook_args: list[str], tmp_path: Path, ponytail_command: list[str]
+) -> None:
     # the engine created GPU 2's node (minor 1) and the access nodes of MIG device 2:1:0
     rootfs, state = container(tmp_path, [(195, 1), (239, 145), (239, 146)])
-    out = in_own_namespace(hook_args, state, f"cd {rootfs}/proc/driver/nvidia && find . -type f | sort && cat params")
+    out = in_own_namespace(hook_args, state, f"cd {rootfs}/proc/driver/nvidia && find . -type f | sort && cat params", ponytail_command)
     assert "rc=0" in out, out
     assert out.split("rc=0\n")[1].splitlines()[:6] == [
         "./capabilities/gpu1/mig/gi1/access", "./capabilities/gpu1/mig/gi1/ci0/access",
