@@ -211,3 +211,12 @@ def test_check_says_when_the_spec_went_stale(tmp_path: Path) -> None:
     spec.write_text("cdiVersion: [\n")
     invalid = run_ponytail(["cdi", "check", "-config", config, str(spec)])
     assert invalid.returncode == 2 and len(invalid.stderr.decode().splitlines()) == 1
+
+
+def test_a_host_without_gpus_gets_no_spec(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path / "host", gpu_list=[])
+    out = tmp_path / "nvidia.yaml"
+    result = run_ponytail(["cdi", "generate", "-config", str(host.write_config()), "--output", str(out)])
+    err = result.stderr.decode()
+    assert result.returncode == 1 and "no GPU" in err and len(err.splitlines()) == 1, err
+    assert not out.exists()

@@ -30,6 +30,8 @@ def generate(config: Config, hook_command: str, strategy: str = "index", capabil
     request = build_request("all", capabilities, None)
     host = probe_host(config, request.capabilities)
     ldconfig = find_ldconfig(config.ldconfig)
+    if not host.gpus:
+        raise ProbeError(f"driver {host.driver_version} offers no GPU on this host: a CDI spec needs at least one device")
     shared = build_plan(host, request, Selection(), {}, ldconfig)
     if shared.problems:
         raise ProbeError(shared.problems[0])
@@ -40,8 +42,7 @@ def generate(config: Config, hook_command: str, strategy: str = "index", capabil
         devices += [(name, Selection((gpu,))) for name in _names(strategy, str(gpu.index), gpu.uuid)]
     for mig in migs:
         devices += [(name, Selection((), (mig,))) for name in _names(strategy, mig.name, mig_uuid.get(mig.name))]
-    if host.gpus:
-        devices.append(("all", Selection(host.gpus, tuple(migs))))
+    devices.append(("all", Selection(host.gpus, tuple(migs))))
     planned = []
     for name, selection in devices:
         plan = build_plan(host, request, selection, {}, ldconfig)
