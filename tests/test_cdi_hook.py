@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cdi_support import generate
-from conftest import PONYTAIL, run_ponytail
+from commands import PONYTAIL
+from conftest import run_ponytail
 from fakehost import FakeHost, gpus, make_rootfs
 
 LIB = "/usr/lib/x86_64-linux-gnu"

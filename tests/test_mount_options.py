@@ -4,12 +4,12 @@ registry the probe reads (capabilities.CONTROL_NODES)."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import pytest
 
-from conftest import PONYTAIL, in_private_mount_ns, run_ponytail
+from commands import PONYTAIL, shell
+from conftest import in_private_mount_ns, run_ponytail
 from fakehost import FakeHost, gpus
 from ponytail.capabilities import CAPABILITIES, CONTROL_NODES
 from ponytail.plan import MOUNT_OPTIONS
@@ -36,7 +36,7 @@ def test_the_executor_sets_exactly_the_plans_mount_options(host: FakeHost, rootf
     printed = debug.stdout.decode()
     assert f"-> {LIB}/libcuda.so.{V}  (library, " in printed and "; ro,nosuid,nodev)" in printed
     assert "-> /dev/nvidia0  (c 195:0, GPU 0" in printed and "; nosuid,noexec)" in printed
-    command = shlex.join([*PONYTAIL, "-config", str(config), "-root", str(rootfs), "-capabilities", "utility,compute,display"])
+    command = shell([*PONYTAIL, "-config", str(config), "-root", str(rootfs), "-capabilities", "utility,compute,display"])
     result = in_private_mount_ns(f"{command}\ncat /proc/self/mountinfo")
     assert result.returncode == 0, result.stderr
     options = {}
