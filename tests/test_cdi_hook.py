@@ -89,7 +89,11 @@ def test_a_driver_upgrade_since_the_spec_stops_the_start_with_what_to_do(hook_ar
     assert not (rootfs / "etc/ld.so.conf.d").exists()
 
 
-@pytest.mark.parametrize("args", [["--bogus"], ["--link", "/a"], ["--ldconfig"]])
+@pytest.mark.parametrize("args", [
+    ["--bogus"], ["--link", "/a"], ["--ldconfig"],
+    # relative paths would be the image's: the hook's working directory is the rootfs
+    ["--ldconfig", "sbin/ldconfig"], ["-config", "etc/config.toml"], ["--link", "/usr/lib/libcuda.so.1", "libcuda.so.5", "lib/x"],
+])
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str]) -> None:
     result = run_ponytail(["cdi-hook", *args], stdin=b"{}")
     err = result.stderr.decode()

@@ -30,6 +30,7 @@ def generate(config: Config, hook_command: str, strategy: str = "index", capabil
     request = build_request("all", capabilities, None)
     host = probe_host(config, request.capabilities)
     ldconfig = find_ldconfig(config.ldconfig)
+    ldconfig = os.path.abspath(ldconfig) if ldconfig else None
     if not host.gpus:
         raise ProbeError(f"driver {host.driver_version} offers no GPU on this host: a CDI spec needs at least one device")
     shared = build_plan(host, request, Selection(), {}, ldconfig)
@@ -49,7 +50,8 @@ def generate(config: Config, hook_command: str, strategy: str = "index", capabil
         if plan.problems:
             raise ProbeError(f"device {name}: {plan.problems[0]}")
         planned.append((name, plan))
-    options = (["-config", config.path] if config.path else []) + ["--driver-version", host.driver_version]
+    # absolute: the hook runs with the rootfs as its working directory (runc), where a relative path is the image's
+    options = (["-config", os.path.abspath(config.path)] if config.path else []) + ["--driver-version", host.driver_version]
     spec = build_spec(shared, planned, hook_command, options)
     if version is not None:
         if version not in VERSIONS:

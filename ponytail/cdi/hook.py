@@ -33,6 +33,7 @@ USAGE = (
     "The createContainer hook of a CDI spec written by 'ponytail cdi generate' (OCI state on stdin);\n"
     "not meant to be run by hand.\n"
 )
+_ABSOLUTE = {"-config": (0,), "--config": (0,), "--link": (0, 2), "--ldconfig": (0,), "--directory": (0,), "--check": (1,)}
 _ARITY = {"-config": 1, "--config": 1, "--driver-version": 1, "--link": 3, "--mask-proc": 0, "--ldconfig": 1, "--directory": 1, "--check": 2}
 
 
@@ -74,7 +75,11 @@ def parse_args(args: list[str]) -> dict[str, list[list[str]]] | None:
         arity = _ARITY.get(name)
         if arity is None or i + arity >= len(args):
             raise UsageError(f"cdi-hook: unknown or incomplete option {name!r} (see 'ponytail cdi-hook --help')")
-        options.setdefault(name.replace("--config", "-config"), []).append(args[i + 1:i + 1 + arity])
+        values = args[i + 1:i + 1 + arity]
+        for k in _ABSOLUTE.get(name, ()):  # the working directory is the rootfs: a relative path would be the image's
+            if not values[k].startswith("/"):
+                raise UsageError(f"cdi-hook: {name} {values[k]!r} must be an absolute path")
+        options.setdefault(name.replace("--config", "-config"), []).append(values)
         i += 1 + arity
     return options
 
