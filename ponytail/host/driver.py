@@ -145,6 +145,7 @@ def parse_char_majors(text: str) -> dict[str, int]:
 
 
 def read_proc_files(proc_root: str) -> dict[str, bytes]:
+    """/proc/driver/nvidia/{params,version,registry} as read (for the container's masked view), those present."""
     contents = {}
     for name in PROC_FILES:
         try:

@@ -16,10 +16,10 @@ from ponytail.config import Config
 from ponytail.errors import ProbeError
 from ponytail.host.driver import (
     NVIDIA_MAJOR,
-    read_proc_files,
     read_char_majors,
     read_driver_version,
     read_gpu_informations,
+    read_proc_files,
 )
 from ponytail.host.files import (
     DriverFile,
