@@ -220,3 +220,11 @@ def test_a_host_without_gpus_gets_no_spec(tmp_path: Path) -> None:
     err = result.stderr.decode()
     assert result.returncode == 1 and "no GPU" in err and len(err.splitlines()) == 1, err
     assert not out.exists()
+
+
+def test_the_binary_writes_the_same_spec(host: FakeHost, tmp_path: Path, binary: Path) -> None:
+    """The binary carries its YAML library: the same host gives the same bytes from both forms."""
+    args = ["cdi", "generate", "-config", str(host.write_config()), "--hook-path", console_script("ponytail")]
+    frozen = run_ponytail(args, command=[str(binary)])
+    assert frozen.returncode == 0, frozen.stderr
+    assert frozen.stdout == run_ponytail(args).stdout and frozen.stdout.startswith(b"cdiVersion: 0.5.0\n")
