@@ -14,6 +14,10 @@ from ponytail.cdi.spec import VERSIONS, build_spec, problems
 from ponytail.config import Config
 from ponytail.errors import InputError, ProbeError, UsageError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ponytail.host.probe import Host
+
 STRATEGIES = ("index", "uuid", "both")
 SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 DEFAULT_NAME = "nvidia"
@@ -72,12 +76,14 @@ def _names(strategy: str, index_name: str, uuid: str | None) -> list[str]:
     return names
 
 
-def _mig_uuids(config: Config, host: object) -> dict[str, str]:
-    """MIG device name (GPU:GI:CI) -> MIG UUID, asked of NVML."""
-    from ponytail.hook import _mig_uuids as nvml_mig_uuids
+def _mig_uuids(config: Config, host: Host) -> dict[str, str]:
+    """MIG device name (GPU:GI:CI) -> MIG UUID, asked of NVML (the driver's own libnvidia-ml)."""
+    from ponytail.host.mig import mig_uuids
+    from ponytail.host.probe import find_driver_library
 
-    by_minor = {g.minor: g.index for g in host.gpus}  # type: ignore[attr-defined]
-    return {f"{by_minor[minor]}:{gi}:{ci}": uuid for uuid, (minor, gi, ci) in nvml_mig_uuids(config, host).items() if minor in by_minor}  # type: ignore[arg-type]
+    by_minor = {g.minor: g.index for g in host.gpus}
+    nvml = find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host)
+    return {f"{by_minor[minor]}:{gi}:{ci}": uuid for uuid, (minor, gi, ci) in mig_uuids(nvml).items() if minor in by_minor}
 
 
 def render(spec: dict, form: str) -> bytes:
