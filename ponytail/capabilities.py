@@ -10,13 +10,22 @@ from ponytail.records import dataclass
 DRIVER_CAPABILITIES_VAR = "NVIDIA_DRIVER_CAPABILITIES"
 ALL = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")
 DEFAULT = ("utility", "compute")
+# Every control device node (beyond the GPUs' /dev/nvidiaN and the MIG access nodes), by its name
+# under /dev: the /proc/devices name of its major and its minor. The host probe looks at each, and
+# a capability's ``nodes`` name them from here.
+CONTROL_NODES: dict[str, tuple[str, int]] = {
+    "nvidiactl": ("nvidia", 255),
+    "nvidia-modeset": ("nvidia", 254),
+    "nvidia-uvm": ("nvidia-uvm", 0),
+    "nvidia-uvm-tools": ("nvidia-uvm", 1),
+}
 
 
 @dataclass(frozen=True)
 class Capability:
     libraries: tuple[str, ...] = ()  # library names without ".so.<version>"
     binaries: tuple[str, ...] = ()
-    nodes: tuple[str, ...] = ()  # control nodes beyond nvidiactl and the GPUs' own
+    nodes: tuple[str, ...] = ()  # control nodes beyond nvidiactl and the GPUs' own (keys of CONTROL_NODES)
     files: tuple[str, ...] = ()  # other driver files (ICD/JSON), globs under the driver root
     ipc: tuple[str, ...] = ()  # daemons' sockets and pipe directories on the host
     implies: tuple[str, ...] = ()

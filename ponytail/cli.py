@@ -224,3 +224,8 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
         report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json)
     click.echo(report, nl=False)
     sys.exit(status)
+
+
+from ponytail.cdi.commands import cdi  # noqa: E402 - the cdi group beside the commands above
+
+cli.add_command(cdi)

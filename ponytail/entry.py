@@ -52,6 +52,10 @@ def _open_standard_descriptors() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["cdi-hook"]:  # a CDI spec's createContainer hook: its own fast path, no click
+        from ponytail.cdi.hook import main as cdi_hook
+
+        return cdi_hook(args[1:])
     from ponytail.options import parse_hook_args
 
     options = parse_hook_args(args)

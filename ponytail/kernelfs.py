@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 
 # statfs f_type (linux/magic.h) -> the type name /proc/self/mountinfo shows
 KERNEL_FS_MAGIC: dict[int, str] = {
@@ -75,6 +74,8 @@ def kernel_mounts_under(path: str, mountinfo: str = "/proc/self/mountinfo") -> l
 
 def unescape_mountinfo(field: str) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes (\\040...)."""
-    if "\\" not in field:  # the usual path: no regex to compile in ldconfig's child
+    if "\\" not in field:  # the usual path: no regex (nor the re module) needed
         return field
+    import re
+
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)

@@ -26,6 +26,8 @@ class Container:
     privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
     plugin_devices: tuple[str, str] | None = None  # (selector, source): the device plugin's list, ponytail.deviceplugin
 
+    char_devices: tuple[tuple[int, int], ...] = ()  # major:minor of linux.devices' character devices
+
 
 @dataclass(frozen=True)
 class State:
@@ -113,12 +115,13 @@ def container_from_state(raw_state: bytes) -> Container:
     return load_container(parse_state(raw_state))
 
 
-def parse_state(raw_state: bytes) -> State:
-    """The OCI state alone, validated; the bundle is not read yet."""
+def parse_state(raw_state: bytes, lowest_pid: int = 1) -> State:
+    """The OCI state alone, validated; the bundle is not read yet. (crun sends pid 0 to
+    createContainer hooks: ``lowest_pid=0`` accepts it.)"""
     state = parse_json_object(raw_state, "OCI state on stdin")
     container_id = _field(state, "id", str, "OCI state")
     pid = state.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid < lowest_pid:
         raise InputError(f"OCI state for container {container_id}: 'pid' must be a positive integer, got {pid!r}")
     bundle = _field(state, "bundle", str, "OCI state")
     status = state.get("status", "")
@@ -163,6 +166,8 @@ def load_container(state: State) -> Container:
         cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
         privileged=privileged,
         plugin_devices=plugin_devices(spec.get("mounts"), annotations),
+
+        char_devices=_char_devices(linux.get("devices"), f"{bundle}/config.json: 'linux.devices'"),
     )
 
 
@@ -195,6 +200,20 @@ def parse_env(value: object, what: str) -> dict[str, str]:
         if sep:
             env[key] = val
     return env
+
+
+def _char_devices(value: object, what: str) -> tuple[tuple[int, int], ...]:
+    """(major, minor) of each character device the engine creates in the container."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(d, dict) for d in value):
+        raise InputError(f"{what} must be a list of objects")
+    found = []
+    for d in value:
+        major, minor = d.get("major"), d.get("minor")
+        if d.get("type") == "c" and type(major) is int and type(minor) is int:
+            found.append((major, minor))
+    return tuple(found)
 
 
 def _section(spec: dict, key: str, bundle: str, required: bool = False) -> dict:

@@ -7,27 +7,38 @@ Pure: no I/O. The executor applies a Plan; ``-debug`` prints the same Plan and
 from __future__ import annotations
 
 import os
-import re
 from ponytail.records import dataclass
 
 from ponytail.capabilities import CAPABILITIES
-from ponytail.host.files import SkippedFile
 from ponytail.host.mig import mig_access_path
-from ponytail.host.probe import DeviceNode, Gpu, Host
-from ponytail.request import Request, Selection
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the operations need none of these at run time (a CDI hook loads no probe)
+    from ponytail.host.files import SkippedFile
+    from ponytail.host.probe import DeviceNode, Gpu, Host
+    from ponytail.request import Request, Selection
 
 LD_CONF_FILE = "/etc/ld.so.conf.d/00-ponytail.conf"
 PROC_DRIVER_DIR = "/proc/driver/nvidia"
+# Each kind of mount with its mount options (the kernel's MOUNT_ATTR_RDONLY, _NOSUID, _NODEV,
+# _NOEXEC): the executor sets exactly these, -debug prints them, a CDI spec lists them.
+MOUNT_OPTIONS: dict[str, tuple[str, ...]] = {
+    "device": ("nosuid", "noexec"),
+    "library": ("ro", "nosuid", "nodev"),
+    "binary": ("ro", "nosuid", "nodev"),
+    "file": ("ro", "nosuid", "nodev", "noexec"),
+    "ipc": ("nosuid", "nodev", "noexec"),
+}
 
 
 @dataclass(frozen=True)
 class Mount:
     """Bind-mount a host file (or a daemon's pipe directory) onto ``target`` inside the rootfs."""
 
-    kind: str  # "device", "library", "binary", "file", "ipc"
+    kind: str  # "device", "library", "binary", "file", "ipc" (a key of MOUNT_OPTIONS)
     source: str
     target: str
-    read_only: bool
+    options: tuple[str, ...]  # the mount's attributes: "ro", "nosuid", "nodev", "noexec"
     reason: str
     rdev: tuple[int, int] | None = None  # for device nodes: the major:minor the source must have
     is_dir: bool = False
@@ -133,10 +144,10 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
     nodes["nvidiactl"] = (host.control_nodes["nvidiactl"], "control device", True)
     for cap in caps:
         for name in CAPABILITIES[cap].nodes:
-            nodes.setdefault(name, (host.control_nodes[name], cap, name in CAPABILITIES[cap].required_nodes))
+            nodes.setdefault(name, (host.control_nodes[name], cap, name in CAPABILITIES[cap].required_nodes))  # every one is in CONTROL_NODES
     for node, why, fatal in nodes.values():
         if node.problem is None:
-            ops.append(Mount("device", node.host_path, f"/dev/{node.name}", False, why, (node.major, node.minor)))
+            ops.append(_mount("device", node.host_path, f"/dev/{node.name}", why, (node.major, node.minor)))
         elif fatal:
             problems.append(f"{why}: {node.problem}")
         else:
@@ -152,7 +163,7 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
     links: dict[str, Symlink] = {}
     sonames: dict[str, str] = {}
     for lib in host.libraries:
-        ops.append(Mount("library", lib.host_path, lib.target, True, f"{lib.found_by}{', 32-bit' if lib.bits == 32 else ''}"))
+        ops.append(_mount("library", lib.host_path, lib.target, f"{lib.found_by}{', 32-bit' if lib.bits == 32 else ''}"))
         directory, name = os.path.split(lib.target)
         if lib.soname:
             sonames.setdefault(f"{lib.soname}:{lib.bits}", f"{directory}/{lib.soname}")
@@ -161,11 +172,11 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
             links.setdefault(link, Symlink(link, name, f"SONAME of {name}", lib.host_path))
     ops.extend(links.values())
     for binary in host.binaries:
-        ops.append(Mount("binary", binary.host_path, binary.target, True, binary.found_by))
+        ops.append(_mount("binary", binary.host_path, binary.target, binary.found_by))
     for f in host.files:
-        ops.append(Mount("file", f.host_path, f.target, True, f.found_by))
+        ops.append(_mount("file", f.host_path, f.target, f.found_by))
     for ipc in host.ipc:
-        ops.append(Mount("ipc", ipc.host_path, ipc.target, False, f"{ipc.why}: driver daemon IPC", is_dir=ipc.is_dir))
+        ops.append(_mount("ipc", ipc.host_path, ipc.target, f"{ipc.why}: driver daemon IPC", is_dir=ipc.is_dir))
     if caps and "params" in host.proc_files:
         ops.append(_proc_mask(host, selection, mig_gpus))
     if host.libraries:
@@ -198,24 +209,46 @@ def _missing_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
                 )
     return missing
 
+def _mount(kind: str, source: str, target: str, reason: str, rdev: tuple[int, int] | None = None, is_dir: bool = False) -> Mount:
+    return Mount(kind, source, target, MOUNT_OPTIONS[kind], reason, rdev, is_dir)
+
 
 def _gpu_why(gpu: Gpu) -> str:
     return f"GPU {gpu.index} {gpu.pci_bus_id} {gpu.model}"
 
 
 def _proc_mask(host: Host, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]]) -> ProcMask:
-    params = re.sub(rb"(ModifyDeviceFiles:\s*)\d+", rb"\g<1>0", host.proc_files["params"])
-    files = [("params", params)] + [(n, host.proc_files[n]) for n in ("version", "registry") if n in host.proc_files]
     by_index = {g.index: g for g in host.gpus}
     visible = {g.pci_bus_id for g in selection.gpus} | {by_index[m.gpu_index].pci_bus_id for m in selection.migs}
     visible |= {g.pci_bus_id for gpus in mig_gpus.values() for g in gpus}
-    from ponytail.host.driver import canonical_bus_id
-
-    for name, info in sorted(host.gpu_information.items()):
-        if canonical_bus_id(name) in visible:
-            files.append((f"gpus/{name}/information", info))
     # what CUDA in the container reads to learn which MIG instances it may use
     access = [p for m in selection.migs for p in mig_access_path(by_index[m.gpu_index].minor, m)]
     access += [f"capabilities/mig/{what}" for what in mig_gpus]
-    files += [(p, host.capability_files[p]) for p in dict.fromkeys(access) if p in host.capability_files]
+    return proc_mask(host.proc_files, host.gpu_information, host.capability_files, visible, access)
+
+
+def proc_mask(
+    proc_files: dict[str, bytes], gpu_information: dict[str, bytes], capability_files: dict[str, bytes],
+    visible: set[str], access: list[str],
+) -> ProcMask:
+    """The masked /proc/driver/nvidia that shows the GPUs of the bus ids ``visible`` and the MIG
+    access files ``access`` (paths relative to /proc/driver/nvidia), from the host's files."""
+    params = _no_device_file_changes(proc_files["params"])
+    files = [("params", params)] + [(n, proc_files[n]) for n in ("version", "registry") if n in proc_files]
+    from ponytail.host.driver import canonical_bus_id
+
+    for name, info in sorted(gpu_information.items()):
+        if canonical_bus_id(name) in visible:
+            files.append((f"gpus/{name}/information", info))
+    files += [(p, capability_files[p]) for p in dict.fromkeys(access) if p in capability_files]
     return ProcMask(PROC_DRIVER_DIR, tuple(files), "hide other GPUs; ModifyDeviceFiles: 0")
+
+
+def _no_device_file_changes(params: bytes) -> bytes:
+    """The driver's params with ``ModifyDeviceFiles: 0`` (no regex: ``re`` costs a hook ~5 ms to import)."""
+    lines = params.split(b"\n")
+    for i, line in enumerate(lines):
+        key, colon, value = line.partition(b":")
+        if colon and key.strip() == b"ModifyDeviceFiles":
+            lines[i] = key + colon + value[: len(value) - len(value.lstrip())] + b"0"
+    return b"\n".join(lines)

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from ponytail.request import Request
 
 _SECTIONS = (
-    ("libraries, binaries and driver files (read-only, nosuid, nodev):", ("library", "binary", "file")),
+    ("libraries, binaries and driver files:", ("library", "binary", "file")),
     ("driver daemons' IPC:", ("ipc",)),
 )
 
@@ -31,7 +31,7 @@ def render_plan(plan: Plan, host: Host, request: "Request", header: list[str]) -
     out.append("device nodes:")
     for op in plan.operations:
         if isinstance(op, Mount) and op.kind == "device" and op.rdev is not None:
-            out.append(f"  mount {op.source} -> {op.target}  (c {op.rdev[0]}:{op.rdev[1]}, {op.reason})")
+            out.append(f"  mount {op.source} -> {op.target}  (c {op.rdev[0]}:{op.rdev[1]}, {op.reason}; {','.join(op.options)})")
     out.append("library search:")
     empty = [r.search for r in host.reports if not r.matches and not r.from_cache]
     for report in host.reports:
@@ -47,7 +47,7 @@ def render_plan(plan: Plan, host: Host, request: "Request", header: list[str]) -
         out.append(title)
         for op in plan.operations:
             if isinstance(op, Mount) and op.kind in kinds:
-                out.append(f"  mount {op.source} -> {op.target}  ({op.kind}, {op.reason})")
+                out.append(f"  mount {op.source} -> {op.target}  ({op.kind}, {op.reason}; {','.join(op.options)})")
             elif isinstance(op, Symlink) and "library" in kinds:
                 out.append(f"  link  {op.target} -> {op.link_to}  ({op.reason})")
     for op in plan.operations:

@@ -36,18 +36,16 @@ from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
 from ponytail.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
-from ponytail.plan import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
+from ponytail.plan import MOUNT_OPTIONS, AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 LD_SO_CONF = "/etc/ld.so.conf"
 LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
 LD_SO_CACHE = "/etc/ld.so.cache"
-_RO = syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV
-_ATTRS = {
-    "device": syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NOEXEC,
-    "library": _RO,
-    "binary": _RO,
-    "file": _RO | syscalls.MOUNT_ATTR_NOEXEC,
-    "ipc": syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOEXEC,
+_ATTRIBUTES = {  # a Mount's options, as mount_setattr flags
+    "ro": syscalls.MOUNT_ATTR_RDONLY,
+    "nosuid": syscalls.MOUNT_ATTR_NOSUID,
+    "nodev": syscalls.MOUNT_ATTR_NODEV,
+    "noexec": syscalls.MOUNT_ATTR_NOEXEC,
 }
 
 
@@ -76,7 +74,7 @@ def apply_plan(
             if isinstance(op, Mount):
                 trees[i] = _clone_source(op)
             elif isinstance(op, Symlink) and op.library:
-                trees[i] = _clone_source(Mount("library", op.library, op.target, True, op.reason))
+                trees[i] = _clone_source(Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason))
             elif isinstance(op, LinkerCache):
                 ldconfig_fd = _open_program(op.ldconfig)
             elif isinstance(op, AllowDevices) and container_pid is not None:
@@ -165,7 +163,10 @@ def _clone_source(op: Mount) -> int:
         elif not stat.S_ISREG(st.st_mode):
             raise InjectionError(f"{op.source} is not a regular file; refusing to mount it")
         try:
-            syscalls.set_mount_attributes(tree, _ATTRS[op.kind])
+            flags = 0
+            for option in op.options:
+                flags |= _ATTRIBUTES[option]
+            syscalls.set_mount_attributes(tree, flags)
         except OSError as e:
             raise InjectionError(f"cannot set mount flags on {op.source}: {e.strerror}")
     except BaseException:

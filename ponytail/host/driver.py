@@ -8,6 +8,7 @@ from ponytail.records import dataclass
 from ponytail.errors import ProbeError
 
 NVIDIA_MAJOR = 195
+PROC_FILES = ("params", "version", "registry")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
@@ -146,3 +147,15 @@ def parse_char_majors(text: str) -> dict[str, int]:
             if number.isdigit() and name:
                 majors.setdefault(name.strip(), int(number))
     return majors
+
+
+def read_proc_files(proc_root: str) -> dict[str, bytes]:
+    """/proc/driver/nvidia/{params,version,registry} as read (for the container's masked view), those present."""
+    contents = {}
+    for name in PROC_FILES:
+        try:
+            with open(os.path.join(proc_root, "driver/nvidia", name), "rb") as f:
+                contents[name] = f.read(1 << 20)
+        except OSError:
+            pass
+    return contents

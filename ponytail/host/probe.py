@@ -11,7 +11,7 @@ import os
 import stat
 from ponytail.records import dataclass
 
-from ponytail.capabilities import CAPABILITIES
+from ponytail.capabilities import CAPABILITIES, CONTROL_NODES
 from ponytail.config import Config
 from ponytail.errors import ProbeError
 from ponytail.host.driver import (
@@ -20,6 +20,7 @@ from ponytail.host.driver import (
     read_char_majors,
     read_driver_version,
     read_gpu_informations,
+    read_proc_files,
 )
 from ponytail.host.files import (
     DriverFile,
@@ -35,9 +36,6 @@ from ponytail.host.mig import MigDevice, caps_dir, read_access_files, read_acces
 from ponytail.host.pci import PciFunction, nvidia_gpus
 
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/bin/ldconfig")
-CONTROL_MINORS = {"nvidiactl": 255, "nvidia-modeset": 254}
-UVM_MINORS = {"nvidia-uvm": 0, "nvidia-uvm-tools": 1}
-PROC_FILES = ("params", "version", "registry")
 
 
 @dataclass(frozen=True)
@@ -88,7 +86,7 @@ class Host:
     driver_version: str
     gpus: tuple[Gpu, ...]
     gpu_nodes: dict[int, DeviceNode]  # by minor
-    control_nodes: dict[str, DeviceNode]  # nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset
+    control_nodes: dict[str, DeviceNode]  # every node of capabilities.CONTROL_NODES
     caps_major: int | None
     mig_global_minors: dict[str, int]  # "config", "monitor" -> nvidia-caps minor
     libraries: tuple[DriverFile, ...]
@@ -184,15 +182,17 @@ def probe_host(
     files_version = library_version or found.driver_version
     majors = read_char_majors(config.proc_root)
     nvidia_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
-    uvm_major = majors.get("nvidia-uvm")
     gpu_nodes = {g.minor: _node(config.dev_root, f"nvidia{g.minor}", nvidia_major, g.minor) for g in found.gpus}
-    control = {name: _node(config.dev_root, name, nvidia_major, minor) for name, minor in CONTROL_MINORS.items()}
-    for name, minor in UVM_MINORS.items():
-        if uvm_major is None:
-            missing = "the nvidia-uvm module is not loaded (no nvidia-uvm in /proc/devices): CUDA needs it; run 'nvidia-modprobe -u -c0' or 'modprobe nvidia-uvm'"
+    control = {}
+    for name, (module, minor) in CONTROL_NODES.items():
+        major = nvidia_major if module == "nvidia" else majors.get(module)
+        if major is None:
+            missing = f"the {module} module is not loaded (no {module} in /proc/devices)"
+            if module == "nvidia-uvm":
+                missing += ": CUDA needs it; run 'nvidia-modprobe -u -c0' or 'modprobe nvidia-uvm'"
             control[name] = DeviceNode(name, os.path.join(config.dev_root, name), 0, minor, missing)
         else:
-            control[name] = _node(config.dev_root, name, uvm_major, minor)
+            control[name] = _node(config.dev_root, name, major, minor)
 
     searches = _library_searches(config, capabilities, library_globs)
     libraries, reports, skipped = find_libraries(config.driver_root, searches, files_version)
@@ -229,7 +229,7 @@ def probe_host(
         reports=tuple(reports),
         skipped=tuple(skipped),
         notes=found.notes,
-        proc_files=_read_proc_files(config.proc_root),
+        proc_files=read_proc_files(config.proc_root),
         gpu_information=found.information,
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
@@ -279,17 +279,6 @@ def _mig_global_minors(proc_root: str) -> dict[str, int]:
         if minor is not None:
             minors[name] = minor
     return minors
-
-
-def _read_proc_files(proc_root: str) -> dict[str, bytes]:
-    contents = {}
-    for name in PROC_FILES:
-        try:
-            with open(os.path.join(proc_root, "driver/nvidia", name), "rb") as f:
-                contents[name] = f.read(1 << 20)
-        except OSError:
-            pass
-    return contents
 
 
 def _node(dev_root: str, name: str, major: int, minor: int) -> DeviceNode:

@@ -1,0 +1,108 @@
+"""``ponytail cdi generate | list | check``: the click commands."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+CONTEXT = {"help_option_names": ["-h", "-help", "--help"], "max_content_width": 100}
+_CONFIG = click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook); the spec's hook is run with it.")
+
+
+@click.group(context_settings=CONTEXT)
+def cdi() -> None:
+    """Container Device Interface specs for podman, containerd, CRI-O and Docker.
+
+    \b
+    sudo ponytail cdi generate --output /etc/cdi/nvidia.yaml
+    podman run --device nvidia.com/gpu=0 IMAGE nvidia-smi
+    ponytail cdi check      # exit 1 when the driver changed since: generate again
+    """
+
+
+@cdi.command(context_settings=CONTEXT)
+@click.option("--output", "-output", "output", metavar="FILE", help="Write the spec here, atomically (default: stdout). Engines read /etc/cdi and /var/run/cdi, .yaml or .json.")
+@click.option("--format", "-format", "form", type=click.Choice(["yaml", "json"]), help="Default: from the --output extension, else yaml.")
+@click.option("--device-name-strategy", "strategy", type=click.Choice(["index", "uuid", "both"]), default="index", show_default=True,
+              help="Name GPUs by index (0, MIG 0:1:0), by UUID (GPU-..., MIG-...), or both.")
+@click.option("--spec-version", "version", metavar="X.Y.Z", help="Declare this cdiVersion (default: the lowest that has every feature the spec uses).")
+@click.option("--capabilities", "-capabilities", "capabilities", metavar="LIST", default="all", show_default=True, help="Driver capabilities whose files the spec mounts.")
+@click.option("--hook-path", "hook_path", metavar="CMD", help="The ponytail command the spec's hook runs (default: this install's, by absolute path).")
+@_CONFIG
+def generate(output: str | None, form: str | None, strategy: str, version: str | None, capabilities: str, hook_path: str | None, config: str | None) -> None:
+    """Write a CDI spec of this host's GPUs (kind nvidia.com/gpu): one device per GPU, per
+    MIG device, and 'all'; the same plan as the hook, rendered as data. The same host always
+    gives the same bytes."""
+    import os
+
+    from ponytail.cdi.files import form_of, generate as make_spec, render, write_atomically
+    from ponytail.errors import UsageError
+    from ponytail.hooksd import installed_command
+
+    with _errors():
+        loaded = _config(config)
+        command = hook_path or installed_command()
+        if command is None or not os.path.isabs(command):
+            raise UsageError("cannot find this install's ponytail command by an absolute path; pass --hook-path CMD")
+        spec, warnings = make_spec(loaded, command, strategy, capabilities, version)
+        data = render(spec, form_of(output, form))
+        for warning in warnings:
+            click.echo(f"ponytail: warning: {warning}", err=True)
+        if output is None or output == "-":
+            sys.stdout.buffer.write(data)
+            return
+        if not output.endswith((".yaml", ".json")):
+            click.echo(f"ponytail: warning: engines read only .yaml and .json files; {output} will be ignored by them", err=True)
+        write_atomically(output, data)
+    click.echo(f"wrote {output}: cdiVersion {spec['cdiVersion']}, {len(spec['devices'])} device(s): "
+               + ", ".join(f"{spec['kind']}={d['name']}" for d in spec["devices"]), err=True)
+
+
+@cdi.command("list", context_settings=CONTEXT)
+@click.argument("spec_file", metavar="[FILE]", required=False)
+@click.option("--device-name-strategy", "strategy", type=click.Choice(["index", "uuid", "both"]), default="both", show_default=True,
+              help="Without FILE: the names of which strategy.")
+@_CONFIG
+def list_devices(spec_file: str | None, strategy: str, config: str | None) -> None:
+    """The device names a spec FILE offers, or (without FILE) this host would offer."""
+    from ponytail.cdi.files import generate as make_spec, qualified_names, read_spec
+
+    with _errors():
+        if spec_file is not None:
+            spec = read_spec(spec_file)
+        else:
+            spec, _ = make_spec(_config(config), "/ponytail", strategy)
+    for name in qualified_names(spec):
+        click.echo(name)
+
+
+@cdi.command(context_settings=CONTEXT)
+@click.argument("spec_file", metavar="[FILE]", required=False)
+@_CONFIG
+def check(spec_file: str | None, config: str | None) -> None:
+    """Is the spec FILE (default: nvidia.yaml or .json in /etc/cdi, /var/run/cdi) still true for
+    the running driver? Exit 0 yes, 1 stale (generate it again), 2 no valid spec."""
+    from ponytail.cdi.files import default_spec_path, read_spec, stale
+
+    with _errors():
+        path = spec_file or default_spec_path()
+        reasons = stale(read_spec(path), _config(config))
+    if reasons:
+        for reason in reasons:
+            click.echo(f"stale: {reason}")
+        click.echo(f"{path} is stale: run 'ponytail cdi generate --output {path}'", err=True)
+        sys.exit(1)
+    click.echo(f"{path}: up to date")
+
+
+def _config(path: str | None):  # type: ignore[no-untyped-def]
+    from ponytail.config import config_path, load_config
+
+    return load_config(*config_path(path))
+
+
+def _errors():  # type: ignore[no-untyped-def]
+    from ponytail.cli import _errors as errors
+
+    return errors()

@@ -1,0 +1,212 @@
+"""CDI specs from this host's plans, written, read, listed and checked.
+
+The spec is what ``ponytail.plan.build_plan`` plans for this host, once for no GPU (the
+shared edits) and once per device (its own nodes): the same probe, capabilities, library
+search and driver root as a hook run, never a second discovery path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ponytail.cdi.spec import VERSIONS, build_spec, problems
+from ponytail.config import Config
+from ponytail.errors import InputError, ProbeError, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ponytail.host.probe import Host
+
+STRATEGIES = ("index", "uuid", "both")
+SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+DEFAULT_NAME = "nvidia"
+
+
+def generate(config: Config, hook_command: str, strategy: str = "index", capabilities: str = "all", version: str | None = None) -> tuple[dict, list[str]]:
+    """This host's spec, and the plan's warnings."""
+    from ponytail.host.probe import find_ldconfig, probe_host
+    from ponytail.plan import build_plan
+    from ponytail.request import Selection, build_request
+
+    if strategy not in STRATEGIES:
+        raise UsageError(f"--device-name-strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
+    request = build_request("all", capabilities, None)
+    host = probe_host(config, request.capabilities)
+    ldconfig = find_ldconfig(config.ldconfig)
+    ldconfig = os.path.abspath(ldconfig) if ldconfig else None
+    if not host.gpus:
+        raise ProbeError(f"driver {host.driver_version} offers no GPU on this host: a CDI spec needs at least one device")
+    shared = build_plan(host, request, Selection(), {}, ldconfig)
+    if shared.problems:
+        raise ProbeError(shared.problems[0])
+    migs = [m for g in host.gpus for m in g.mig_devices]
+    mig_uuid = _mig_uuids(config, host) if migs and strategy != "index" else {}
+    devices = []
+    for gpu in host.gpus:
+        devices += [(name, Selection((gpu,))) for name in _names(strategy, str(gpu.index), gpu.uuid)]
+    for mig in migs:
+        devices += [(name, Selection((), (mig,))) for name in _names(strategy, mig.name, mig_uuid.get(mig.name))]
+    devices.append(("all", Selection(host.gpus, tuple(migs))))
+    planned = []
+    for name, selection in devices:
+        plan = build_plan(host, request, selection, {}, ldconfig)
+        if plan.problems:
+            raise ProbeError(f"device {name}: {plan.problems[0]}")
+        planned.append((name, plan))
+    # absolute: the hook runs with the rootfs as its working directory (runc), where a relative path is the image's
+    options = (["-config", os.path.abspath(config.path)] if config.path else []) + ["--driver-version", host.driver_version]
+    spec = build_spec(shared, planned, hook_command, options)
+    if version is not None:
+        if version not in VERSIONS:
+            raise UsageError(f"--spec-version {version}: not a released CDI version ({', '.join(VERSIONS)})")
+        if VERSIONS.index(version) < VERSIONS.index(spec["cdiVersion"]):
+            raise UsageError(f"--spec-version {version}: this spec needs at least {spec['cdiVersion']}")
+        spec["cdiVersion"] = version
+    found = problems(spec)
+    if found:  # a bug: never write a spec the engines would refuse
+        raise ProbeError(f"the generated spec is not valid CDI: {found[0]}")
+    return spec, list(shared.warnings)
+
+
+def _names(strategy: str, index_name: str, uuid: str | None) -> list[str]:
+    names = [index_name] if strategy in ("index", "both") or uuid is None else []
+    if strategy in ("uuid", "both") and uuid is not None:
+        names.append(uuid)
+    return names
+
+
+def _mig_uuids(config: Config, host: Host) -> dict[str, str]:
+    """MIG device name (GPU:GI:CI) -> MIG UUID, asked of NVML (the driver's own libnvidia-ml)."""
+    from ponytail.host.mig import mig_uuids
+    from ponytail.host.probe import find_driver_library
+
+    by_minor = {g.minor: g.index for g in host.gpus}
+    nvml = find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host)
+    return {f"{by_minor[minor]}:{gi}:{ci}": uuid for uuid, (minor, gi, ci) in mig_uuids(nvml).items() if minor in by_minor}
+
+
+def render(spec: dict, form: str) -> bytes:
+    """The spec as JSON or YAML text; the same spec always gives the same bytes."""
+    if form == "json":
+        return (json.dumps(spec, indent=2) + "\n").encode()
+    import yaml  # only here: the container start never reads YAML
+
+    return yaml.safe_dump(spec, sort_keys=False, default_flow_style=False, width=4096).encode()
+
+
+def form_of(path: str | None, form: str | None) -> str:
+    if form is not None:
+        return form
+    return "json" if path is not None and path.endswith(".json") else "yaml"
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Replace ``path`` by a new file (0644) with ``data``: a reader sees the old spec or the new one."""
+    directory = os.path.dirname(os.path.abspath(path))
+    temp = os.path.join(directory, f".{os.path.basename(path)}.ponytail-{os.getpid()}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fchmod(fd, 0o644)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, path)
+    except OSError as e:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise UsageError(f"cannot write {path}: {e.strerror}")
+
+
+def read_spec(path: str) -> dict:
+    """A spec file (.json, or else YAML), checked against the CDI specification."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(16 << 20)
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}")
+    try:
+        if path.endswith(".json"):
+            spec = json.loads(raw)
+        else:
+            import yaml
+
+            spec = yaml.safe_load(raw)
+    except Exception as e:  # json's and yaml's errors alike: the file is not a spec
+        from ponytail.errors import one_line
+
+        raise InputError(f"{path} is not a CDI spec: {type(e).__name__}: {one_line(str(e))}")
+    found = problems(spec)
+    if found:
+        raise InputError(f"{path} is not a valid CDI spec: {found[0]}")
+    return spec
+
+
+def default_spec_path() -> str:
+    """The first nvidia.yaml / nvidia.json in the engines' spec directories."""
+    for directory in SPEC_DIRS:
+        for ext in (".yaml", ".json"):
+            path = os.path.join(directory, DEFAULT_NAME + ext)
+            if os.path.exists(path):
+                return path
+    raise UsageError(f"no spec found ({', '.join(f'{d}/{DEFAULT_NAME}.yaml' for d in SPEC_DIRS)}); name one, or run 'ponytail cdi generate'")
+
+
+def qualified_names(spec: dict) -> list[str]:
+    return [f"{spec['kind']}={d['name']}" for d in spec["devices"]]
+
+
+def stale(spec: dict, config: Config) -> list[str]:
+    """Why ``spec`` is no longer true for this host (empty: it still is): host paths gone, a
+    device node changed, the driver version changed, GPUs gone or added."""
+    from ponytail.host.driver import read_driver_version
+    from ponytail.host.probe import probe_gpus
+
+    found = []
+    edits = [spec.get("containerEdits") or {}] + [d.get("containerEdits") or {} for d in spec["devices"]]
+    for e in edits:
+        for mount in e.get("mounts") or []:
+            if not os.path.lexists(mount["hostPath"]):
+                found.append(f"{mount['hostPath']} (mounted at {mount['containerPath']}) no longer exists")
+        for node in e.get("deviceNodes") or []:
+            found += _node_problems(node)
+        for hook in e.get("hooks") or []:
+            if not os.access(hook["path"], os.X_OK):
+                found.append(f"the hook {hook['path']} is not an executable file")
+    running = read_driver_version(config.proc_root)
+    for e in edits:
+        for hook in e.get("hooks") or []:
+            args = hook.get("args") or []
+            if "--driver-version" in args[:-1]:
+                made_for = args[args.index("--driver-version") + 1]
+                if made_for != running:
+                    found.append(f"the spec was made for driver {made_for}; the running driver is {running}")
+    gpus = probe_gpus(config, udev=False).gpus
+    names = {d["name"] for d in spec["devices"]}
+    known = {str(g.index) for g in gpus} | {g.uuid for g in gpus} | {m.name for g in gpus for m in g.mig_devices}
+    for name in sorted(names - known - {"all"}):
+        if not name.startswith("MIG-"):
+            found.append(f"device {name} is not on this host any more")
+    for gpu in gpus:
+        if not names & {str(gpu.index), gpu.uuid}:
+            found.append(f"GPU {gpu.index} ({gpu.uuid}) is not in the spec")
+    return list(dict.fromkeys(found))
+
+
+def _node_problems(node: dict) -> list[str]:
+    import stat
+
+    path = node.get("hostPath") or node["path"]
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [f"device node {path} no longer exists"]
+    if "major" in node and (not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (node["major"], node.get("minor", 0))):
+        return [f"device node {path} is no longer c {node['major']}:{node.get('minor', 0)}"]
+    return []
+

@@ -1,0 +1,170 @@
+"""``ponytail cdi-hook``: the one createContainer hook a ponytail CDI spec names.
+
+The engine has already created the device nodes and bind-mounted the driver's files (the
+spec's edits); what is left is the plan's in-container work, which the spec passes as
+arguments: the SONAME links (with the image-shadowing protection: a library the image ships
+at a SONAME path is mounted over), the masked /proc/driver/nvidia (only the GPUs whose nodes
+the engine created, ModifyDeviceFiles: 0) and the linker-cache refresh with the host's
+ldconfig. The executor applies them with the same rules as the prestart hook: every path
+resolved inside the rootfs, nothing from the image run, nothing from the container's
+environment read.
+
+At createContainer (runc, crun) the hook runs in the container's mount namespace before
+pivot_root: the rootfs is at its absolute path, the host's files at theirs. The pid in the
+OCI state is the container's own view (runc sends 1) and is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ponytail.errors import EXIT_INJECTION_FAILED, InjectionError, PonytailError, UsageError, one_line
+from ponytail.logfile import RunLog
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+    from ponytail.config import Config
+    from ponytail.plan import Operation, ProcMask
+
+USAGE = (
+    "usage: ponytail cdi-hook [-config FILE] [--driver-version V] [--link PATH TARGET LIBRARY]... [--mask-proc]\n"
+    "                         [--ldconfig PATH [--directory DIR]... [--check SONAME PATH]...]\n"
+    "The createContainer hook of a CDI spec written by 'ponytail cdi generate' (OCI state on stdin);\n"
+    "not meant to be run by hand.\n"
+)
+_ABSOLUTE = {"-config": (0,), "--config": (0,), "--link": (0, 2), "--ldconfig": (0,), "--directory": (0,), "--check": (1,)}
+_ARITY = {"-config": 1, "--config": 1, "--driver-version": 1, "--link": 3, "--mask-proc": 0, "--ldconfig": 1, "--directory": 1, "--check": 2}
+
+
+def main(args: list[str]) -> int:
+    log = RunLog("")
+    try:
+        options = parse_args(args)
+        if options is None:
+            sys.stdout.write(USAGE)
+            return 0
+        from ponytail.config import config_path, load_config
+
+        config = load_config(*config_path(options.get("-config", [[None]])[0][0]))
+        log.path = config.log_file
+        log.open()
+        return _run(options, config, log)
+    except PonytailError as e:
+        log.write("error", e.message)
+        print(f"ponytail: error: {one_line(e.message)}", file=sys.stderr)
+        return e.exit_code
+    except Exception as e:  # a bug: still one line for the user, the details in the log
+        import traceback
+
+        log.write("error", "internal error (cdi-hook): " + traceback.format_exc().replace("\n", " | "))
+        print(f"ponytail: internal error: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
+        return EXIT_INJECTION_FAILED
+    finally:
+        log.close()
+
+
+def parse_args(args: list[str]) -> dict[str, list[list[str]]] | None:
+    """Option -> the values of each of its occurrences; None for --help."""
+    if any(a in ("-h", "-help", "--help") for a in args):
+        return None
+    options: dict[str, list[list[str]]] = {}
+    i = 0
+    while i < len(args):
+        name = args[i]
+        arity = _ARITY.get(name)
+        if arity is None or i + arity >= len(args):
+            raise UsageError(f"cdi-hook: unknown or incomplete option {name!r} (see 'ponytail cdi-hook --help')")
+        values = args[i + 1:i + 1 + arity]
+        for k in _ABSOLUTE.get(name, ()):  # the working directory is the rootfs: a relative path would be the image's
+            if not values[k].startswith("/"):
+                raise UsageError(f"cdi-hook: {name} {values[k]!r} must be an absolute path")
+        options.setdefault(name.replace("--config", "-config"), []).append(values)
+        i += 1 + arity
+    return options
+
+
+def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> int:
+    from ponytail.oci import MAX_STATE_BYTES, load_container, parse_state, read_bounded
+
+    state = parse_state(read_bounded(sys.stdin.buffer, MAX_STATE_BYTES, "OCI state on stdin"), lowest_pid=0)
+    log.context = state.id
+    container = load_container(state)
+    _check_stage(container.rootfs, state.pid)
+    proc_root = config.proc_root
+    for (made_for,) in options.get("--driver-version", []):
+        from ponytail.host.driver import read_driver_version
+
+        running = read_driver_version(proc_root)
+        if running != made_for:
+            raise InjectionError(
+                f"the CDI spec was generated for NVIDIA driver {made_for} but {running} is running: "
+                "run 'ponytail cdi generate' again (see 'ponytail cdi check')"
+            )
+    from ponytail.plan import LD_CONF_FILE, LinkerCache, Plan, Symlink
+
+    ops: list[Operation] = [Symlink(target, link_to, f"SONAME of {link_to}", library) for target, link_to, library in options.get("--link", [])]
+    mask = _proc_mask(proc_root, container.char_devices) if "--mask-proc" in options else None
+    if mask is not None:
+        ops.append(mask)
+    for (ldconfig,) in options.get("--ldconfig", [])[-1:]:
+        directories = tuple(d for (d,) in options.get("--directory", []))
+        checks = tuple((soname, path) for soname, path in options.get("--check", []))
+        ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, checks, "make the driver's libraries loadable by SONAME"))
+    from ponytail.apply.executor import apply_plan
+
+    plan = Plan(tuple(ops), (), None, (), (), ())  # type: ignore[arg-type]  # the executor reads the operations only
+    outcome = apply_plan(plan, container.rootfs, None)
+    log.write_all("debug", outcome.done)
+    log.write_all("warning", outcome.warnings)
+    log.write("info", f"cdi-hook in {container.rootfs}: {len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
+    return 0
+
+
+def _check_stage(rootfs: str, pid: int) -> None:
+    """Only at createContainer: in the container's mount namespace, before it pivots into the
+    image. There runc names the process that runs the hook (its pid in the container's own pid
+    namespace) and crun names none (0); at prestart or createRuntime the state names the
+    container's process, which is not the hook's parent, and the hook is in the runtime's
+    mount namespace, where mounts must not be made."""
+    if pid not in (0, os.getppid()):
+        raise InjectionError(
+            f"cdi-hook is a createContainer hook (the engine runs it from a CDI spec written by 'ponytail cdi "
+            f"generate'), but the OCI state names process {pid}, not the one that ran it: for prestart or "
+            "createRuntime use 'ponytail' itself"
+        )
+    try:
+        ours = os.stat("/proc/self/ns/mnt")
+        pivoted = os.path.samestat(os.stat("/"), os.stat(rootfs))
+    except OSError as e:
+        raise InjectionError(f"cdi-hook: cannot look at this process's mount namespace and root: {e.strerror}")
+    try:
+        hosts = os.stat("/proc/1/ns/mnt")  # the host's init, in the host's /proc
+    except OSError:  # may be denied, to the runtime's init as to a sandboxed host: nothing to compare
+        hosts = None
+    if hosts is not None and os.path.samestat(ours, hosts):
+        raise InjectionError("cdi-hook runs in the host's mount namespace: it is a createContainer hook; for prestart use 'ponytail' itself")
+    if pivoted:
+        raise InjectionError("cdi-hook: the container has already switched its root to the rootfs; run it at createContainer")
+
+
+def _proc_mask(proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> ProcMask | None:
+    """The masked /proc/driver/nvidia for the GPUs and MIG devices whose nodes the engine created."""
+    from ponytail.host.driver import NVIDIA_MAJOR, read_char_majors, read_gpu_informations, read_proc_files
+    from ponytail.host.mig import mig_access_path, read_access_files, read_mig_devices
+    from ponytail.plan import proc_mask
+
+    proc_files = read_proc_files(proc_root)
+    if "params" not in proc_files:  # no driver parameters to mask (as build_plan)
+        return None
+    majors = read_char_majors(proc_root)
+    nvidia_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
+    caps = {minor for major, minor in char_devices if major == majors.get("nvidia-caps")}
+    infos = read_gpu_informations(proc_root).values()
+    visible = {i.pci_bus_id for i in infos if (nvidia_major, i.minor) in char_devices}
+    migs = []
+    for info in infos if caps else ():
+        migs += [(info.minor, m) for m in read_mig_devices(proc_root, info.minor, 0)[1] if {m.gi_minor, m.ci_minor} <= caps]
+    access = [p for minor, m in migs for p in mig_access_path(minor, m)]
+    information = {i.proc_name: i.text for i in infos}
+    return proc_mask(proc_files, information, read_access_files(proc_root, migs), visible, access)
