@@ -5,7 +5,10 @@
  * Writes "<wall nanoseconds> <peak RSS KiB> <exit status>" to RESULT-FILE. The peak
  * RSS is ru_maxrss from wait4: the largest of the command and the children it waited
  * for. A small launcher measures it because the kernel counts, at exec, the size of
- * the process that forked: a Python harness would add its own ~17 MiB. */
+ * the process that forked: a Python harness would add its own ~17 MiB.
+ *
+ * The command gets MEASURE_START_NS, the CLOCK_MONOTONIC time just before the fork, so
+ * that bench/phases.py can tell how long the interpreter took to reach its first line. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -26,6 +29,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (pid == 0) {
+        char start_ns[32];
+        snprintf(start_ns, sizeof start_ns, "%lld", (long long)start.tv_sec * 1000000000LL + start.tv_nsec);
+        setenv("MEASURE_START_NS", start_ns, 1);
         execv(argv[2], argv + 2);
         perror(argv[2]);
         _exit(127);
