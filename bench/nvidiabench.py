@@ -322,6 +322,34 @@ done
 """
 
 
+ISOLATED_LAUNCHER = """#!{python} -IS
+# ponytail's console script started isolated (-I: no PYTHON* variables, no script
+# directory on sys.path; -S: no site, so no .pth files run): the installed package's
+# directory is put on sys.path by hand. Measured beside pip's own launcher.
+import sys
+sys.path.append({site_packages!r})
+from ponytail.entry import run
+run()
+"""
+
+
+def isolated_launcher(pip: Path, work: Path) -> Path | None:
+    """A launcher like pip's for the same venv, but ``-IS``; None if ponytail is not a
+    plain install there (an editable install needs site's .pth files)."""
+    python = pip.parent / "python"
+    found = subprocess.run(
+        [str(python), "-I", "-c", "import ponytail, os, sys; print(os.path.dirname(os.path.dirname(ponytail.__file__)))"],
+        capture_output=True, text=True,
+    )
+    site_packages = found.stdout.strip()
+    if found.returncode != 0 or not site_packages.endswith("-packages"):
+        return None
+    path = work / "ponytail-isolated"
+    path.write_text(ISOLATED_LAUNCHER.format(python=python, site_packages=site_packages))
+    path.chmod(0o755)
+    return path
+
+
 def ponytail_has_cdi(command: list[str]) -> bool:
     return subprocess.run([*command, "cdi", "--help"], capture_output=True).returncode == 0
 
@@ -427,7 +455,9 @@ def report(
 ) -> list[str]:
     counts = sorted(results)
     labels = list(ponytails)
-    out = [f"Measured {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} on {hb.machine()}; {runs} runs of each, interleaved.",
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    out = [f"Measured {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} on {hb.machine()}; {runs} runs of each, interleaved; "
+           f"load average at the end {load}.",
            f"{tools_note}. ponytail: {revision()}.", ""]
     head = "| work | GPUs | NVIDIA ms | " + " | ".join(f"{label} ms | {label}/NVIDIA" for label in labels) + " | target |"
     out += [head, "|" + " --- |" * (4 + 2 * len(labels))]
@@ -513,6 +543,8 @@ def main() -> int:
     parser.add_argument("--no-binary", action="store_true", help="measure no binary")
     parser.add_argument("--command", action="append", default=[], metavar="LABEL=PATH",
                         help="another ponytail command beside them, e.g. an older version's (repeatable)")
+    parser.add_argument("--isolated-launcher", action="store_true",
+                        help="also measure the pip venv's ponytail through a '#!python -IS' launcher (label 'pip -IS')")
     parser.add_argument("--no-phases", action="store_true", help="skip the per-phase runs of the hook")
     parser.add_argument("--results", type=Path, default=BENCH / "RESULTS.md", help="where to write the report (default bench/RESULTS.md)")
     parser.add_argument("--no-results", action="store_true", help="print the report only")
@@ -533,6 +565,12 @@ def main() -> int:
             ponytails["binary"] = [str(binary.resolve())]
         elif binary is not None:
             print(f"bench: no binary at {binary} (make binary): measuring without it", file=sys.stderr)
+        if args.isolated_launcher:
+            launcher = isolated_launcher(pip, work)
+            if launcher is None:
+                print("bench: ponytail is not a plain install in that venv: no -IS launcher", file=sys.stderr)
+            else:
+                ponytails["pip -IS"] = [str(launcher)]
         for item in args.command:
             label, _, path = item.partition("=")
             ponytails[label] = [str(Path(path).absolute())]
