@@ -138,6 +138,7 @@ def _add_filler_libraries(work: Path, libdir: Path) -> None:
 class Sample:
     seconds: float
     max_rss_kib: int
+    cpu_seconds: float = 0.0  # user + system, of the command and the children it waited for
 
 
 @dataclass
@@ -190,8 +191,8 @@ def spawn_timed(
         message = err.read().decode(errors="replace")
         if run.returncode != 0:
             raise SystemExit(f"bench: measure failed: {message.strip()}")
-        ns, rss, code = (int(x) for x in Path(result.name).read_text().split())
-        return Sample(ns / 1e9, rss), code, message
+        ns, rss, code, cpu_ns = (int(x) for x in Path(result.name).read_text().split())
+        return Sample(ns / 1e9, rss, cpu_ns / 1e9), code, message
 
 
 class StandIn:
