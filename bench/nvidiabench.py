@@ -401,7 +401,8 @@ class PhaseRecorder:
 
     h: Host
     python: str
-    per_phase: dict[str, list[float]] = field(default_factory=dict)
+    per_phase: dict[str, list[float]] = field(default_factory=dict)  # wall ms
+    per_phase_cpu: dict[str, list[float]] = field(default_factory=dict)  # CPU ms
     missing: set[str] = field(default_factory=set)
 
     def __call__(self) -> Sample:
@@ -410,19 +411,22 @@ class PhaseRecorder:
             sample = self.h.in_container(
                 "hook", "pip, phases", lambda b, s: self.h.run("phases", argv, state_for(b, s.proc.pid), cwd=b.path)
             )
-            values: dict[str, int] = {}
+            wall: dict[str, int] = {}
+            cpu: dict[str, int] = {}
             for line in Path(out.name).read_text().splitlines():
                 name, _, value = line.partition(" ")
                 if name == "missing":
                     self.missing.add(value)
                 else:
-                    values[name] = values.get(name, 0) + int(value)
-        end = values.pop("end")
-        measured = sum(values.values())
-        values["exit"] = int(sample.seconds * 1e9) - end
-        values["bench overhead"] = end - measured  # phases.py's own import, between the interpreter and the run
-        for name, ns in values.items():
-            self.per_phase.setdefault(name, []).append(ns / 1e6)
+                    wall_ns, cpu_ns = value.split()
+                    wall[name], cpu[name] = int(wall_ns), int(cpu_ns)
+        for values, total, into in ((wall, sample.seconds, self.per_phase), (cpu, sample.cpu_seconds, self.per_phase_cpu)):
+            end = values.pop("end")
+            measured = sum(values.values())
+            values["exit"] = int(total * 1e9) - end
+            values["bench overhead"] = end - measured  # phases.py's own import, between the interpreter and the run
+            for name, ns in values.items():
+                into.setdefault(name, []).append(ns / 1e6)
         return sample
 
 
@@ -472,12 +476,15 @@ def report(
     for h in hosts:
         out += [f"- {h.bench.gpu_count} GPUs, {key}: {value}" for key, value in h.did.items()]
     if phases:
-        out += ["", "Where the ponytail hook's time goes (pip console script through bench/phases.py; exclusive ms, medians):", ""]
+        out += ["", "Where the ponytail hook's time goes (pip console script through bench/phases.py; exclusive ms, medians; "
+                "CPU: this process's and its waited-for children's):", ""]
         names = [p for p in PHASE_ORDER if any(p in rec.per_phase for rec in phases.values())]
-        out += ["| phase | " + " | ".join(f"{n} GPUs" for n in phases) + " |", "|" + " --- |" * (1 + len(phases))]
+        out += ["| phase | " + " | ".join(f"{n} GPUs wall | {n} GPUs CPU" for n in phases) + " |", "|" + " --- |" * (1 + 2 * len(phases))]
         for name in names:
-            out.append(f"| {name} | " + " | ".join(f"{median(rec.per_phase.get(name, [0.0])):.2f}" for rec in phases.values()) + " |")
-        out.append("| total (its own run, median) | " + " | ".join(f"{results[n]['hook']['pip, phases'].median():.2f}" for n in phases) + " |")
+            cells = [f"{median(rec.per_phase.get(name, [0.0])):.2f} | {median(rec.per_phase_cpu.get(name, [0.0])):.2f}" for rec in phases.values()]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        totals = [f"{results[n]['hook']['pip, phases'].median():.2f} | {cpu_median(results[n]['hook']['pip, phases']):.2f}" for n in phases]
+        out.append("| total (its own run, median) | " + " | ".join(totals) + " |")
         missing = set().union(*(rec.missing for rec in phases.values()))
         if missing:
             out.append(f"\nNot wrapped in this build (their time falls to the phase around them): {', '.join(sorted(missing))}")

@@ -15,7 +15,8 @@ and costs nothing more when it is not measured. Each phase's time is exclusive
   the run to the process's end, as bench/measure.c sees it.
 
 A function that does not exist in this build (the code moved) is left unwrapped:
-its time falls to the phase around it.
+its time falls to the phase around it. Each phase is timed twice: wall time and CPU
+time (this process's, plus that of the children it waited for, e.g. ldconfig).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import builtins
 import gc
 import os
+import resource
 import sys
 import time
 
@@ -42,23 +44,37 @@ WRAP = (
 )
 LOG_METHODS = ("open", "write", "write_all", "close")
 
-_clock = time.monotonic_ns
-_totals: dict[str, int] = {}
-_stack: list[list] = []  # [phase, since]
+_wall = time.monotonic_ns
+_process_cpu = time.process_time_ns
+
+
+def _cpu() -> int:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return _process_cpu() + int((children.ru_utime + children.ru_stime) * 1e9)
+
+
+_totals: dict[str, int] = {}  # wall ns per phase
+_cpu_totals: dict[str, int] = {}  # CPU ns per phase
+_stack: list[list] = []  # [phase, wall since, cpu since]
+
+
+def _charge(phase: str, wall: int, cpu: int) -> None:
+    _totals[phase] = _totals.get(phase, 0) + wall
+    _cpu_totals[phase] = _cpu_totals.get(phase, 0) + cpu
 
 
 def _enter(phase: str) -> None:
-    now = _clock()
+    wall, cpu = _wall(), _cpu()
     top = _stack[-1]
-    _totals[top[0]] = _totals.get(top[0], 0) + now - top[1]
-    _stack.append([phase, now])
+    _charge(top[0], wall - top[1], cpu - top[2])
+    _stack.append([phase, wall, cpu])
 
 
 def _leave() -> None:
-    now = _clock()
-    phase, since = _stack.pop()
-    _totals[phase] = _totals.get(phase, 0) + now - since
-    _stack[-1][1] = now
+    wall, cpu = _wall(), _cpu()
+    phase, wall_since, cpu_since = _stack.pop()
+    _charge(phase, wall - wall_since, cpu - cpu_since)
+    _stack[-1][1:] = [wall, cpu]
 
 
 def _timed(function, phase: str):  # type: ignore[no-untyped-def]
@@ -108,21 +124,21 @@ def _wrap_all() -> list[str]:
     return missing
 
 
-def main(first_line_ns: int) -> None:
+def main(first_line_ns: int, first_line_cpu_ns: int) -> None:
     gc.disable()  # as ponytail.entry.run does
     result_file, args = sys.argv[1], sys.argv[2:]
-    _stack.append(["other", _clock()])
+    _stack.append(["other", _wall(), _cpu()])
     builtins.__import__ = _import
     missing = _wrap_all()
     from ponytail.entry import main as ponytail_main
 
     code = ponytail_main(args)
-    end = _clock()
-    _leave_all(end)
+    end, end_cpu = _wall(), _cpu()
+    _leave_all(end, end_cpu)
     builtins.__import__ = _real_import
     start = int(os.environ.get("MEASURE_START_NS", first_line_ns))
-    lines = [f"interpreter {first_line_ns - start}", f"end {end - start}"]
-    lines += [f"{phase} {ns}" for phase, ns in _totals.items()]
+    lines = [f"interpreter {first_line_ns - start} {first_line_cpu_ns}", f"end {end - start} {end_cpu}"]
+    lines += [f"{phase} {ns} {_cpu_totals[phase]}" for phase, ns in _totals.items()]
     lines += [f"missing {name}" for name in missing]
     with open(result_file, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -134,7 +150,7 @@ def main(first_line_ns: int) -> None:
     os._exit(code)
 
 
-def _leave_all(now: int) -> None:
+def _leave_all(wall: int, cpu: int) -> None:
     while _stack:
-        phase, since = _stack.pop()
-        _totals[phase] = _totals.get(phase, 0) + now - since
+        phase, wall_since, cpu_since = _stack.pop()
+        _charge(phase, wall - wall_since, cpu - cpu_since)

@@ -9,7 +9,8 @@ script is compiled on every start, never cached.
 import time
 
 FIRST_LINE_NS = time.monotonic_ns()
+FIRST_LINE_CPU_NS = time.process_time_ns()
 
 import phaselib  # noqa: E402
 
-phaselib.main(FIRST_LINE_NS)
+phaselib.main(FIRST_LINE_NS, FIRST_LINE_CPU_NS)
