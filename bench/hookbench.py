@@ -184,7 +184,7 @@ def spawn_timed(
         inp.write(stdin)
         inp.seek(0)
         run = subprocess.run(
-            [*launcher, str(MEASURE), result.name, *argv], stdin=inp, stdout=subprocess.DEVNULL, stderr=err,
+            [*launcher, str(MEASURE), "--cpu", result.name, *argv], stdin=inp, stdout=subprocess.DEVNULL, stderr=err,
             env=HOOK_ENV if env is None else env, cwd=cwd,
         )
         err.seek(0)

@@ -294,8 +294,10 @@ class Host:
         hooks = [h for h in self.specs[label].get("containerEdits", {}).get("hooks", []) if h.get("hookName") == "createContainer"]
 
         def runner(bundle: hb.Bundle, standin: StandIn) -> Sample:
-            state = state_for(bundle, standin.proc.pid)
-            enter = ("nsenter", "-t", str(standin.proc.pid), "-m")  # createContainer: the container's namespace
+            # pid 0: at createContainer the hook's parent is the container's init, which a
+            # stand-in cannot be (ponytail's cdi-hook checks); the hooks run in its namespace
+            state = state_for(bundle, 0)
+            enter = ("nsenter", "-t", str(standin.proc.pid), "-m")
             self.as_engine_at_create_container(label, bundle.rootfs, enter)
             total, rss, cpu = 0.0, 0, 0.0
             for hook in hooks:
