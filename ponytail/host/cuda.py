@@ -31,9 +31,16 @@ def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR) -> int:
     result = run_in_child(_ask_libcuda, libcuda)
     if not isinstance(result, int):
         raise ProbeError(f"cannot get the CUDA version from {libcuda}: {result}")
-    others = [(k, v) for k, v in cached.items() if k != key][-(CACHE_ENTRIES - 1):]
-    _write_cache(cache_file, {**dict(others), key: result})  # a few driver roots (tests, benchmarks) do not evict each other
+    _write_cache(cache_file, _remember(_read_cache(cache_file), key, result))
     return result
+
+
+def _remember(entries: dict, key: str, value: int) -> dict:
+    """The cache with ``key`` as its newest entry and at most CACHE_ENTRIES in all, so that a
+    few driver roots on one machine (tests, benchmarks, an operator's beside the host's) do
+    not evict each other."""
+    others = [(k, v) for k, v in entries.items() if k != key][-(CACHE_ENTRIES - 1):]
+    return {**dict(others), key: value}
 
 
 def format_cuda_version(version: int) -> str:
