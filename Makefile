@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BINARY := dist/ponytail/ponytail
 
-.PHONY: setup system-packages test demo binary bench clean fresh-check gpu-check
+.PHONY: setup system-packages test demo binary bench bench-nvidia clean fresh-check gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ gpu-check:
 
 bench: setup binary
 	$(PY) bench/hookbench.py
+
+# ponytail side by side with NVIDIA's own tools (built outside the repo by
+# ../shared/anchor/build-nvidia-tools.sh into $(NVIDIA_TOOLS)); writes bench/RESULTS.md
+NVIDIA_TOOLS ?= /tmp/nvidia-tools
+bench-nvidia: setup binary
+	$(PY) bench/nvidiabench.py --tools $(NVIDIA_TOOLS)
 
 clean:
 	rm -rf $(VENV) build dist demo *.egg-info

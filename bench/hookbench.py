@@ -138,6 +138,7 @@ def _add_filler_libraries(work: Path, libdir: Path) -> None:
 class Sample:
     seconds: float
     max_rss_kib: int
+    cpu_seconds: float = 0.0  # user + system, of the command and the children it waited for
 
 
 @dataclass
@@ -171,31 +172,38 @@ def build_measure(work: Path) -> None:
     subprocess.run(["gcc", "-O2", "-o", str(MEASURE), str(REPO / "bench/measure.c")], check=True)
 
 
-def spawn_timed(argv: list[str], stdin: bytes = b"", cwd: str | None = None) -> tuple[Sample, int, str]:
+def spawn_timed(
+    argv: list[str], stdin: bytes = b"", cwd: str | None = None, env: dict[str, str] | None = None, launcher: tuple[str, ...] = ()
+) -> tuple[Sample, int, str]:
     """Run ``argv`` under bench/measure.c: wall time, peak RSS of it and its
-    waited-for children, exit status, stderr."""
+    waited-for children, exit status, stderr. ``launcher`` runs the measuring
+    launcher itself (e.g. ``nsenter -t PID -m``: the command then runs in that mount
+    namespace, and entering it is not timed)."""
     assert MEASURE is not None
     with tempfile.TemporaryFile() as inp, tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile() as result:
         inp.write(stdin)
         inp.seek(0)
         run = subprocess.run(
-            [str(MEASURE), result.name, *argv], stdin=inp, stdout=subprocess.DEVNULL, stderr=err, env=HOOK_ENV, cwd=cwd
+            [*launcher, str(MEASURE), "--cpu", result.name, *argv], stdin=inp, stdout=subprocess.DEVNULL, stderr=err,
+            env=HOOK_ENV if env is None else env, cwd=cwd,
         )
         err.seek(0)
         message = err.read().decode(errors="replace")
         if run.returncode != 0:
             raise SystemExit(f"bench: measure failed: {message.strip()}")
-        ns, rss, code = (int(x) for x in Path(result.name).read_text().split())
-        return Sample(ns / 1e9, rss), code, message
+        ns, rss, code, cpu_ns = (int(x) for x in Path(result.name).read_text().split())
+        return Sample(ns / 1e9, rss, cpu_ns / 1e9), code, message
 
 
 class StandIn:
     """A process in a fresh private mount namespace: the container at prestart, with its
     own tmpfs on the rootfs's /dev as runc mounts one before the prestart hooks run."""
 
-    def __init__(self, rootfs: Path) -> None:
+    def __init__(self, rootfs: Path, launcher: tuple[str, ...] = ()) -> None:
+        """``launcher``: where the namespace is copied from (e.g. ``nsenter -t PID -m``)."""
         script = 'mount -t tmpfs -o mode=755 tmpfs "$1/dev" && exec sleep 600'
-        self.proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "/bin/sh", "-c", script, "sh", str(rootfs)])
+        argv = [*launcher, "unshare", "-m", "--propagation", "private", "/bin/sh", "-c", script, "sh", str(rootfs)]
+        self.proc = subprocess.Popen(argv)
         for _ in range(1000):
             try:
                 with open(f"/proc/{self.proc.pid}/comm") as f:

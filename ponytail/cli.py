@@ -6,7 +6,6 @@ click (see ponytail.entry); both routes end in ponytail.hook.run_hook.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from contextlib import contextmanager
@@ -68,37 +67,11 @@ def info(as_json: bool, config: str | None) -> None:
     The index is the GPU's position in PCI bus order (what nvidia-smi shows);
     the minor is the N of /dev/nvidiaN, which need not equal the index.
     """
-    from ponytail.config import config_path, load_config
-    from ponytail.errors import ProbeError
-    from ponytail.host.cuda import cuda_driver_version, format_cuda_version
-    from ponytail.host.probe import find_driver_library, probe_gpus
+    from ponytail.infocmd import run_info
 
-    with _errors():
-        loaded = load_config(*config_path(config))
-        found = probe_gpus(loaded)
-        try:
-            libcuda = find_driver_library(loaded, found.driver_version, "libcuda", "libcuda.so.1")
-        except ProbeError:
-            libcuda = None  # no compute libraries: info still shows the GPUs
-        cuda = format_cuda_version(cuda_driver_version(libcuda, timeout_s=loaded.timeout_probe)) if libcuda else None
-    if as_json:
-        gpus = [
-            {
-                "index": g.index, "minor": g.minor, "pci_bus_id": g.pci_bus_id, "uuid": g.uuid, "model": g.model,
-                "mig_enabled": g.mig_enabled,
-                "mig_devices": [{"name": m.name, "gpu_instance": m.gi, "compute_instance": m.ci} for m in g.mig_devices],
-            }
-            for g in found.gpus
-        ]
-        from ponytail.umd import trees_json
-
-        document = {"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus}
-        click.echo(json.dumps({**document, "driver_trees": trees_json(loaded, found.driver_version)}, indent=2))
-    else:
-        from ponytail.render import render_gpus
-        from ponytail.umd import render_trees
-
-        click.echo(render_gpus(found.driver_version, cuda, found.gpus, found.notes) + render_trees(loaded, found.driver_version), nl=False)
+    code = run_info(as_json, config)
+    if code:
+        sys.exit(code)
 
 
 @cli.command("list", context_settings=CONTEXT)

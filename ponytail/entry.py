@@ -1,8 +1,8 @@
 """The ``ponytail`` console script.
 
-The hook's own command line (the hot path on every container start) is parsed
-without importing click; everything else (help, ``info``, errors in the
-command line) goes to the click command in ponytail.cli.
+The hook's own command line (the hot path on every container start) and a plain
+``info`` are parsed without importing click; everything else (help, the other
+subcommands, errors in the command line) goes to the click command in ponytail.cli.
 """
 
 from __future__ import annotations
@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         from ponytail.hook import run_hook
 
         return run_hook(options)
+    from ponytail.infocmd import parse_info_args
+
+    info = parse_info_args(args)
+    if info is not None:  # read-only and frequent: no click either
+        from ponytail.infocmd import run_info
+
+        return run_info(*info)
     from ponytail.cli import cli
 
     return cli.main(args=args, prog_name="ponytail", standalone_mode=True)

@@ -14,6 +14,7 @@ import os
 from ponytail.errors import ProbeError
 
 CACHE_DIR = "/run/ponytail"
+CACHE_ENTRIES = 8  # the most recent libcuda files remembered
 
 
 def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR, timeout_s: float = 5.0) -> int:
@@ -39,8 +40,16 @@ def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR, timeout_s: flo
         )
     if not _plausible(result):
         raise ProbeError(f"cannot get the CUDA version from {libcuda}: {result}")
-    _write_cache(cache_file, {key: result})
+    _write_cache(cache_file, _remember(_read_cache(cache_file), key, result))
     return result
+
+
+def _remember(entries: dict, key: str, value: int) -> dict:
+    """The cache with ``key`` as its newest entry and at most CACHE_ENTRIES in all, so that a
+    few driver roots on one machine (tests, benchmarks, an operator's beside the host's) do
+    not evict each other."""
+    others = [(k, v) for k, v in entries.items() if k != key][-(CACHE_ENTRIES - 1):]
+    return {**dict(others), key: value}
 
 
 def format_cuda_version(version: int) -> str:

@@ -1,0 +1,87 @@
+"""``ponytail info``: the driver and CUDA version and the GPUs, without click.
+
+A read-only command people and scripts run often (``ponytail info --json`` in a
+monitoring loop, say): its plain command line (``info``, ``--json``, ``-config FILE``,
+in either spelling and any order) is parsed here as the hook's is, so it does not
+pay for importing click. Help and anything out of the ordinary go to the click
+command (ponytail.cli), whose ``info`` ends here too: one implementation, two ways in.
+"""
+
+from __future__ import annotations
+
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
+
+_JSON_FLAGS = ("--json", "-json")
+_CONFIG_NAMES = ("--config", "-config")
+
+
+def parse_info_args(args: list[str]) -> tuple[bool, str | None] | None:
+    """(as_json, config) for a plain ``info`` command line, else None (help, an unknown
+    or repeated option, a missing value: the click command handles and explains it)."""
+    if not args or args[0] != "info":
+        return None
+    as_json, config = False, None
+    rest = args[1:]
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        name, eq, value = arg.partition("=")
+        if arg in _JSON_FLAGS and not as_json:
+            as_json = True
+        elif name in _CONFIG_NAMES and config is None:
+            if not eq:
+                if i + 1 >= len(rest):
+                    return None
+                i += 1
+                value = rest[i]
+            config = value
+        else:
+            return None
+        i += 1
+    return as_json, config
+
+
+def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Print the host's driver, CUDA version and GPUs; errors as one line. The exit status."""
+    from ponytail.config import config_path, load_config
+    from ponytail.errors import PonytailError, ProbeError
+    from ponytail.host.cuda import cuda_driver_version, format_cuda_version
+    from ponytail.host.probe import find_driver_library, probe_gpus
+
+    stdout = stdout or sys.stdout
+    try:
+        loaded = load_config(*config_path(config))
+        found = probe_gpus(loaded)
+        try:
+            libcuda = find_driver_library(loaded, found.driver_version, "libcuda", "libcuda.so.1")
+        except ProbeError:
+            libcuda = None  # no compute libraries: info still shows the GPUs
+        cuda = format_cuda_version(cuda_driver_version(libcuda, timeout_s=loaded.timeout_probe)) if libcuda else None
+    except PonytailError as e:
+        print(f"ponytail: error: {e.message}", file=stderr or sys.stderr)
+        return e.exit_code
+    if as_json:
+        import json
+
+        gpus = [
+            {
+                "index": g.index, "minor": g.minor, "pci_bus_id": g.pci_bus_id, "uuid": g.uuid, "model": g.model,
+                "mig_enabled": g.mig_enabled,
+                "mig_devices": [{"name": m.name, "gpu_instance": m.gi, "compute_instance": m.ci} for m in g.mig_devices],
+            }
+            for g in found.gpus
+        ]
+        from ponytail.umd import trees_json
+
+        document = {"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus}
+        stdout.write(json.dumps({**document, "driver_trees": trees_json(loaded, found.driver_version)}, indent=2) + "\n")
+    else:
+        from ponytail.render import render_gpus
+        from ponytail.umd import render_trees
+
+        stdout.write(render_gpus(found.driver_version, cuda, found.gpus, found.notes) + render_trees(loaded, found.driver_version))
+    return 0
