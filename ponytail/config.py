@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass, field
+from ponytail.lite.records import field, record
 
 from ponytail.errors import ConfigError
-from ponytail.plaintoml import loads_plain
+from ponytail.lite.plaintoml import loads_plain
 
 DEFAULT_CONFIG_PATH = "/etc/ponytail/config.toml"
 CONFIG_ENV_VAR = "PONYTAIL_CONFIG"
@@ -14,7 +14,7 @@ CONFIG_ENV_VAR = "PONYTAIL_CONFIG"
 MAX_CONFIG_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Config:
     """Everything ponytail reads from config.toml, with the built-in defaults."""
 

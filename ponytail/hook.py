@@ -118,7 +118,7 @@ def make_plan(
     if unmet is not None:
         if not dry_run:
             raise unmet
-        from ponytail.records import replace
+        from ponytail.lite.records import replace
 
         plan = replace(plan, problems=plan.problems + (unmet.message,))
     if plan.problems and not dry_run:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
-from ponytail.records import dataclass, field
+from ponytail.lite.records import field, record
 
 from ponytail.errors import InputError
 
@@ -13,7 +13,7 @@ MAX_BUNDLE_CONFIG_BYTES = 4 << 20
 _JSON_WHITESPACE = " \t\n\r"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Container:
     id: str
     pid: int
@@ -26,7 +26,7 @@ class Container:
     privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class State:
     """The OCI state the engine writes on the hook's stdin."""
 

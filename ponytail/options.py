@@ -7,10 +7,10 @@ Each option takes both spellings: ``-root DIR`` and ``--root DIR`` (or ``--root=
 
 from __future__ import annotations
 
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OptionSpec:
     name: str
     metavar: str | None  # None: a flag
@@ -57,7 +57,7 @@ HOOK_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HookOptions:
     config: str | None = None
     root: str | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.capabilities import CAPABILITIES
 from ponytail.host.files import SkippedFile
@@ -20,7 +20,7 @@ LD_CONF_FILE = "/etc/ld.so.conf.d/00-ponytail.conf"
 PROC_DRIVER_DIR = "/proc/driver/nvidia"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Mount:
     """Bind-mount a host file (or a daemon's pipe directory) onto ``target`` inside the rootfs."""
 
@@ -33,7 +33,7 @@ class Mount:
     is_dir: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Symlink:
     """Create ``target`` -> ``link_to`` inside the rootfs (a SONAME link). Should the image
     have a regular file there (its own copy of the library), ``library`` is mounted over it."""
@@ -44,7 +44,7 @@ class Symlink:
     library: str = ""  # host path of the library the link names
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProcMask:
     """A read-only tmpfs over the container's /proc/driver/nvidia holding only what it may
     see: params with ModifyDeviceFiles: 0 (so no library in the container tries to create
@@ -55,7 +55,7 @@ class ProcMask:
     reason: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LinkerCache:
     """Add ``directories`` to the rootfs's linker config, then run the host's ldconfig on it,
     with those directories first so the injected driver wins over copies in the image."""
@@ -67,7 +67,7 @@ class LinkerCache:
     reason: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AllowDevices:
     """Allow the container's devices cgroup (v1) to read and write these character devices.
 
@@ -86,7 +86,7 @@ class AllowDevices:
 Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     operations: tuple[Operation, ...]
     gpus: tuple[Gpu, ...]

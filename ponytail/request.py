@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.errors import InputError
 from ponytail.host.driver import canonical_bus_id
@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
     from typing import Callable
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceRequest:
     """``selector`` as written (``all``, ``none``, ``void``, ``0,GPU-...``) and who wrote it."""
 
@@ -37,7 +37,7 @@ def device_request(cli_device: str | None, env: dict[str, str] | None) -> Device
     return DeviceRequest("all", "default")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Selection:
     """Whole GPUs and MIG devices a request names, in the order it names them."""
 
@@ -139,7 +139,7 @@ def _describe(gpus: tuple[Gpu, ...]) -> str:
     return f"{len(gpus)} GPUs (indices 0-{len(gpus) - 1}; see 'ponytail info')"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     """Everything a container asks for, read from its env (or the command line)."""
 

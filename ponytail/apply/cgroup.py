@@ -14,7 +14,7 @@ there the step is skipped with a note.
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.errors import InjectionError, InputError
 from ponytail.kernelfs import unescape_mountinfo
@@ -22,7 +22,7 @@ from ponytail.plan import AllowDevices
 
 
 
-@dataclass
+@record
 class DevicesCgroup:
     """An open ``devices.allow`` of one container, or the note saying why there is none."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.errors import ProbeError
 
@@ -11,7 +11,7 @@ NVIDIA_MAJOR = 195
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuInformation:
     """One GPU as /proc/driver/nvidia/gpus/<bus id>/information describes it."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import os
 import stat
-from ponytail.records import dataclass, field
+from ponytail.lite.records import field, record
 
 from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info
 from ponytail.host.ldcache import read_ld_cache
@@ -33,7 +33,7 @@ def library_dirs(bits: int = 64) -> tuple[str, ...]:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LibrarySearch:
     """Look for file names matching ``pattern`` in ``dirs`` (globs allowed) and in the
     driver root's ld.so.cache; ``why`` says who asked (a capability, a config glob)."""
@@ -58,7 +58,7 @@ class LibrarySearch:
         return f"{where}{self.pattern} ({self.why}{arch})"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DriverFile:
     """A host file to inject. ``path`` is inside the driver root; ``target`` inside the container."""
 
@@ -70,13 +70,13 @@ class DriverFile:
     bits: int = 64
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SkippedFile:
     path: str
     reason: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SearchReport:
     """What one search matched (in-root paths), before filtering."""
 
@@ -85,7 +85,7 @@ class SearchReport:
     from_cache: tuple[str, ...] = ()
 
 
-@dataclass
+@record
 class _Scan:
     """One pass over the driver root: directory listings and ELF checks are done once."""
 

@@ -7,12 +7,12 @@ and only when a MIG UUID is requested.
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.errors import ProbeError
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MigDevice:
     """GPU instance ``gi`` / compute instance ``ci`` of GPU ``gpu_index``, and the minors
     of the /dev/nvidia-caps/nvidia-cap<N> nodes that grant access to them."""

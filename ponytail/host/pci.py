@@ -7,13 +7,13 @@ On the live ``/sys`` the bus is enumerated with pyudev; under a relocated sys ro
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 NVIDIA_VENDOR = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PciFunction:
     bus_id: str  # as sysfs names it, e.g. 0000:3b:00.0
     vendor: int

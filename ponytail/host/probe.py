@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.capabilities import CAPABILITIES
 from ponytail.config import Config
@@ -39,7 +39,7 @@ UVM_MINORS = {"nvidia-uvm": 0, "nvidia-uvm-tools": 1}
 PROC_FILES = ("params", "version", "registry")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gpu:
     """A GPU as users name it: ``index`` is its position in PCI bus order (nvidia-smi's),
     ``minor`` the N of /dev/nvidiaN, which the driver assigns and need not follow that order."""
@@ -53,7 +53,7 @@ class Gpu:
     mig_devices: tuple[MigDevice, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceNode:
     """A character device under the host's dev root, and what it should be."""
 
@@ -64,7 +64,7 @@ class DeviceNode:
     problem: str | None  # None when the node exists and is the expected character device
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IpcPath:
     """A driver daemon's socket or pipe directory on the host, mounted at the same path."""
 
@@ -74,7 +74,7 @@ class IpcPath:
     why: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gpus:
     driver_version: str
     gpus: tuple[Gpu, ...]
@@ -82,7 +82,7 @@ class Gpus:
     information: dict[str, bytes]  # directory name under gpus/ -> information file, offered GPUs only
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Host:
     driver_version: str
     gpus: tuple[Gpu, ...]
