@@ -21,6 +21,7 @@ the mounts this run attached are detached again before the error is reported.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from ponytail.lite.records import field, record
@@ -424,10 +425,8 @@ def _write_file(paths: InRoot, path: str, content: bytes, outcome: Outcome, repl
         raise InjectionError(f"cannot write {resolved.path} in the rootfs: {e.strerror}")
     finally:
         if replace:
-            try:
+            with contextlib.suppress(OSError):
                 _unlink(resolved.parent_fd, temp)
-            except OSError:
-                pass
         resolved.close()
 
 

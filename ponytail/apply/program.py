@@ -1,13 +1,13 @@
 """Run a host program from the hook (the host's ldconfig): spawned, output kept, a deadline.
 
-``subprocess`` costs ~4 ms of every container start to import (signal, threading,
-selectors), and its wait with a timeout polls with sleeps; forking the hook's whole
-interpreter costs ~1 ms more than ``posix_spawn``, which starts the program without
-copying it. The hook needs only this: the program executed through a descriptor,
-stdin from /dev/null, stdout and stderr into one pipe, no other descriptor, SIGPIPE
-and SIGXFSZ back to their defaults, / as working directory; an exec failure comes back
-as OSError, as with subprocess; a pidfd says when the program has ended, or it is
-killed at the deadline.
+``subprocess`` is not imported on the hook's path (its import of threading and
+selectors would be paid on every container start; bench/importcost.py), and its wait
+with a timeout polls with sleeps; forking the hook's whole interpreter is slower than
+``posix_spawn``, which starts the program without copying it. The hook needs only
+this: the program executed through a descriptor, stdin from /dev/null, stdout and
+stderr into one pipe, no other descriptor, SIGPIPE and SIGXFSZ back to their defaults,
+/ as working directory; an exec failure comes back as OSError, as with subprocess; a
+pidfd says when the program has ended, or it is killed at the deadline.
 
 The program is executed through a descriptor opened before the hook entered the
 container's mount namespace (``/proc/self/fd/N``), so nothing in the container can
@@ -20,10 +20,7 @@ import os
 import select
 import time
 
-try:  # the C module under signal: already loaded at start-up, where signal costs ~0.5 ms
-    from _signal import SIGKILL, SIGPIPE, SIGXFSZ
-except ImportError:  # pragma: no cover - another Python implementation
-    from signal import SIGKILL, SIGPIPE, SIGXFSZ
+from signal import SIGKILL, SIGPIPE, SIGXFSZ
 
 MAX_OUTPUT_BYTES = 64 << 10
 

@@ -8,6 +8,8 @@ firmware) by glob.
 from __future__ import annotations
 
 import bisect
+import fnmatch
+import glob
 import os
 import stat
 from ponytail.lite.records import field, record
@@ -140,7 +142,7 @@ def find_files(driver_root: str, patterns: tuple[str, ...], why: str) -> list[Dr
     try:
         prefix = driver_root.rstrip("/")
         for pattern in patterns:
-            for match in _glob(prefix + pattern):
+            for match in sorted(glob.glob(prefix + pattern)):
                 real = real_path_in_root(root_fd, match[len(prefix):])
                 if real is not None and real not in found and os.path.isfile(host_path(driver_root, real)):
                     found[real] = DriverFile(real, host_path(driver_root, real), match[len(prefix):], None, why)
@@ -235,26 +237,7 @@ def _expand_dirs(root: str, directory: str) -> list[str]:
     if not _has_magic(directory):
         return [directory]
     prefix = root.rstrip("/")
-    return sorted(d[len(prefix):] or "/" for d in _glob(prefix + directory) if os.path.isdir(d))
-
-
-def _glob(pattern: str) -> list[str]:
-    """``sorted(glob.glob(pattern))``. A wildcard only in the last component (the firmware's
-    gsp*.bin, a vendor file) takes one listing; the glob module (~1 ms to import, with
-    contextlib) only for a wildcard in a directory."""
-    directory, name = os.path.split(pattern)
-    if _has_magic(directory):
-        import glob
-
-        return sorted(glob.glob(pattern))
-    if not _has_magic(name):
-        return [pattern] if os.path.lexists(pattern) else []
-    try:
-        names = os.listdir(directory or os.curdir)
-    except OSError:
-        return []
-    hidden = name.startswith(".")  # as glob: a wildcard does not match a leading dot
-    return sorted(os.path.join(directory, n) for n in names if (hidden or not n.startswith(".")) and _matches(n, name))
+    return sorted(d[len(prefix):] or "/" for d in glob.glob(prefix + directory) if os.path.isdir(d))
 
 
 def _has_magic(path: str) -> bool:
@@ -285,21 +268,9 @@ def _sorted_matches(entries: list, name_pattern: str) -> list:
         name = _name(entry)
         if not name.startswith(prefix):
             break
-        if _matches(name, name_pattern):
+        if fnmatch.fnmatchcase(name, name_pattern):
             found.append(entry)
     return found
-
-
-def _matches(name: str, pattern: str) -> bool:
-    """``fnmatch.fnmatchcase``. A pattern whose one wildcard is a '*' ("libcuda.so.*",
-    "gsp*.bin": all the built-in ones) is its literal start and end; fnmatch (which
-    compiles each pattern to a regex) only for the others."""
-    head, star, tail = pattern.partition("*")
-    if star and not _has_magic(head + tail):
-        return len(name) >= len(head) + len(tail) and name.startswith(head) and name.endswith(tail)
-    import fnmatch
-
-    return fnmatch.fnmatchcase(name, pattern)
 
 
 def _literal_prefix(pattern: str) -> str:
