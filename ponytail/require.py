@@ -15,7 +15,7 @@ from ponytail.errors import InputError, PonytailError
 from ponytail.lite.records import record
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from typing import Callable
 
 _CONSTRAINT = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|!=|==|=|<|>)(\S+)$")

@@ -24,7 +24,8 @@ def imported(importtime_stderr: str) -> set[str]:
 
 def test_a_hook_mode_run_imports_no_heavy_module(host: FakeHost, tmp_path: Path, sleeper) -> None:
     rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
-    bundle = bundle_for(tmp_path, rootfs, env=["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0"])
+    # a CUDA requirement: the CUDA version is asked of libcuda in a child process (ponytail.host.child)
+    bundle = bundle_for(tmp_path, rootfs, env=["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"])
     result = run_ponytail(
         ["-config", str(host.write_config())], stdin=state_for(bundle, sleeper.pid),
         env={"PYTHONPROFILEIMPORTTIME": "1"}, command=[console_script("ponytail")],

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from conftest import FakeHost, bundle_for, in_private_mount_ns, run_ponytail, state_for
+from engines import console_script
 from fakehost import LIB_DIR, compile_library, gpus, make_rootfs
 
-PY = "python3 -m ponytail"
+PY = console_script("ponytail")  # with nvidia-ml-py, which MIG UUIDs need
 V = "550.54.15"
 
 

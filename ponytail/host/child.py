@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not imported on the hook's path (tests/test_hook_imports.py)
+    from typing import Any, Callable
 
 
 def run_in_child(function: Callable[..., Any], *args: Any) -> Any:
