@@ -84,7 +84,7 @@ def parse_config(raw: bytes, path: str) -> Config:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text")
-    data = loads_plain(text)  # the usual plain config, without tomllib's ~7 ms import
+    data = loads_plain(text)  # the usual plain config, without importing tomllib (ponytail/lite/)
     if data is None:
         data = _load_toml(text, path)
     values: dict[str, object] = {"path": path}

@@ -29,8 +29,9 @@ def nvidia_gpu_bus_ids(sys_root: str, udev: bool = True) -> list[str]:
 
     ``udev``: on the live /sys, ask pyudev. libudev reads the same sysfs files, so
     both give the same functions (a test checks it on a real bus); the hook's real
-    runs read them directly, since pyudev's import and scan cost ~20 ms of every
-    container start, and keep pyudev for info, list and -debug."""
+    runs read them directly, since pyudev's import and scan would weigh on every
+    container start (bench/hookbench.py measures both), and keep pyudev for info,
+    list and -debug."""
     live = udev and os.path.realpath(sys_root) == "/sys"
     functions = pci_functions_pyudev() if live else pci_functions_sysfs(sys_root)
     return sorted(f.bus_id.lower() for f in functions if is_nvidia_gpu(f))

@@ -1,9 +1,9 @@
 """Read the plain TOML a config file is made of, without importing tomllib.
 
-tomllib costs ~7 ms of every container start to import (typing, datetime, its
-regexes). A ponytail config is a few ``[table]`` headers with ``key = "string"``,
-``key = ['string', ...]``, ``key = true`` or ``key = 42`` lines and comments. This
-reads exactly that subset and gives up (None) on anything else: another kind of
+Importing tomllib (typing, datetime, its regexes) would weigh on every container
+start (bench/importcost.py). A ponytail config is a few ``[table]`` headers with
+``key = "string"``, ``key = ['string', ...]``, ``key = true`` or ``key = 42`` lines and
+comments. This reads exactly that subset and gives up (None) on anything else: another kind of
 value, an escape in a string, a dotted or quoted key, an inline table, a repeated
 key or table, a control character. The caller then parses the text with tomllib,
 which also words the errors. So whatever this returns is what tomllib returns.
