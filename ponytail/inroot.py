@@ -27,6 +27,7 @@ from ponytail.lite.records import record
 MAX_SYMLINKS = 40
 SYS_OPENAT2 = 437  # the same number on every architecture
 RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_IN_ROOT = 0x10
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _EAGAIN_RETRIES = 64
@@ -69,17 +70,14 @@ def resolve_in_root(
     for _ in range(MAX_SYMLINKS + 2):
         directory, _, name = path.rpartition("/")
         if name in ("", ".", ".."):  # ends in a directory: name it in its parent
-            fd = _open_dir(root_fd, path, asked, create_dirs, dir_mode)
-            try:
-                path = _path_in_root(root_fd, fd, asked)
-            finally:
-                os.close(fd)
+            fd, path = _open_dir(root_fd, path, asked, create_dirs, dir_mode)
+            os.close(fd)
             if not path:
                 raise UnsafePath(f"{asked} resolves to the root directory itself")
             continue
-        parent = _open_dir(root_fd, directory or "/", asked, create_dirs, dir_mode)
+        parent, parent_path = _open_dir(root_fd, directory or "/", asked, create_dirs, dir_mode)
+        where = f"{parent_path}/{name}"
         try:
-            where = f"{_path_in_root(root_fd, parent, asked)}/{name}"
             try:
                 st = os.stat(name, dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
@@ -87,14 +85,13 @@ def resolve_in_root(
             if not (follow_last and stat.S_ISLNK(st.st_mode)):
                 return Resolved(parent, name, True, where, st.st_mode)
             target = os.readlink(name, dir_fd=parent)
-        except OSError as e:
+        except BaseException as e:
             os.close(parent)
-            raise UnsafePath(f"cannot look up {path} in the root (resolving {asked}): {e.strerror}") from e
-        except BaseException:
-            os.close(parent)
+            if isinstance(e, OSError):
+                raise UnsafePath(f"cannot look up {path} in the root (resolving {asked}): {e.strerror}") from e
             raise
         os.close(parent)
-        path = target if target.startswith("/") else f"{where.rpartition('/')[0]}/{target}"
+        path = target if target.startswith("/") else f"{parent_path}/{target}"
     raise UnsafePath(f"too many levels of symbolic links resolving {asked} in the root (a loop?)")
 
 
@@ -129,18 +126,42 @@ class InRoot:
         return real_path_in_root(self.root_fd, path)
 
 
-def _open_dir(root_fd: int, directory: str, asked: str, create_dirs: bool, dir_mode: int) -> int:
-    """An O_PATH descriptor of ``directory`` in the root, its missing parts created when asked."""
+def _open_dir(root_fd: int, directory: str, asked: str, create_dirs: bool, dir_mode: int) -> tuple[int, str]:
+    """An O_PATH descriptor of ``directory`` in the root and its canonical path ('' for the
+    root itself), its missing parts created when asked."""
     for _ in range(_MAX_CREATED + MAX_SYMLINKS):
         try:
-            return openat2_in_root(root_fd, directory, _DIR_FLAGS)
+            try:  # the usual path, through no symlink: its canonical path is its own
+                return openat2_in_root(root_fd, directory, _DIR_FLAGS, RESOLVE_NO_SYMLINKS), _normalized(directory)
+            except OSError as e:
+                if e.errno != 40:  # ELOOP: there was a symlink on the way
+                    raise
+            fd = openat2_in_root(root_fd, directory, _DIR_FLAGS)
         except FileNotFoundError:
             if not create_dirs:
                 raise UnsafePath(f"{directory} does not exist in the root (resolving {asked})") from None
+            directory = _create_one(root_fd, directory, asked, dir_mode)
+            continue
         except OSError as e:
             raise _refused(e, directory, asked) from e
-        directory = _create_one(root_fd, directory, asked, dir_mode)
+        try:
+            return fd, _path_in_root(root_fd, fd, asked)
+        except BaseException:
+            os.close(fd)
+            raise
     raise UnsafePath(f"cannot create {directory} in the root: too deep, or too many levels of symbolic links (resolving {asked})")
+
+
+def _normalized(path: str) -> str:
+    """``path`` without '.', empty components and '..' (clamped at the root, as in the kernel)."""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part == "..":
+            if parts:
+                parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    return "".join(f"/{p}" for p in parts)
 
 
 def _create_one(root_fd: int, directory: str, asked: str, mode: int) -> str:
@@ -157,10 +178,10 @@ def _create_one(root_fd: int, directory: str, asked: str, mode: int) -> str:
             pass
         except OSError as e:
             raise _refused(e, directory, asked) from e
-        parent = _open_dir(root_fd, "/".join(parts[: i - 1]) or "/", asked, False, mode)
+        parent, parent_path = _open_dir(root_fd, "/".join(parts[: i - 1]) or "/", asked, False, mode)
         name, rest = parts[i - 1], "/".join(parts[i:])
+        where = f"{parent_path}/{name}"
         try:
-            where = f"{_path_in_root(root_fd, parent, asked)}/{name}"
             try:
                 st = os.stat(name, dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
@@ -173,7 +194,7 @@ def _create_one(root_fd: int, directory: str, asked: str, mode: int) -> str:
             raise UnsafePath(f"cannot create {directory} in the root (resolving {asked}): {e.strerror}") from e
         finally:
             os.close(parent)
-        target = target if target.startswith("/") else f"{where.rpartition('/')[0]}/{target}"
+        target = target if target.startswith("/") else f"{parent_path}/{target}"
         return f"{target}/{rest}" if rest else target
     return directory  # all there now
 
@@ -216,16 +237,16 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def openat2_in_root(root_fd: int, path: str, flags: int) -> int:
-    """``openat2(root_fd, path, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)``: a descriptor,
-    or OSError. A rename racing with '..' (EAGAIN) is tried again."""
+def openat2_in_root(root_fd: int, path: str, flags: int, resolve: int = 0) -> int:
+    """``openat2(root_fd, path, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve)``: a
+    descriptor, or OSError. A rename racing with '..' (EAGAIN) is tried again."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.syscall.restype = ctypes.c_long
     if "\0" in path:
         raise OSError(22, "a NUL byte in a path")  # EINVAL; ctypes would cut the path there
-    how = _OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+    how = _OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve)
     raw = os.fsencode(path)
     for _ in range(_EAGAIN_RETRIES):
         fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), root_fd, raw, ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))

@@ -260,15 +260,17 @@ def _sorted_matches(entries: list, name_pattern: str) -> list:
     """The entries of a sorted list (names, or (name, path) pairs) whose name matches
     ``name_pattern``. Only the run that starts with the pattern's literal prefix is
     tried: a glob costs a binary search and its matches, not a pass over a driver
-    root's ~1000 libraries."""
+    root's ~1000 libraries. A pattern that is its prefix and one final '*' (a library's
+    "libcuda.so.*") matches that whole run, without compiling a regex for fnmatch."""
     prefix = _literal_prefix(name_pattern)
+    every_one = name_pattern == prefix + "*"
     start = bisect.bisect_left(entries, prefix, key=_name)
     found = []
     for entry in entries[start:]:
         name = _name(entry)
         if not name.startswith(prefix):
             break
-        if fnmatch.fnmatchcase(name, name_pattern):
+        if every_one or fnmatch.fnmatchcase(name, name_pattern):
             found.append(entry)
     return found
 
