@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from ponytail.lite.records import field, record
@@ -46,6 +45,8 @@ def read_bounded(stream, limit: int, what: str) -> bytes:  # type: ignore[no-unt
 
 def parse_json_object(raw: bytes, what: str) -> dict:
     """``json.loads(raw)``, which must be an object, and no lone surrogate in it."""
+    import json  # hook mode only: a manual run reads no JSON
+
     if not raw.strip():
         raise InputError(f"{what} is empty")
     try:
