@@ -7,11 +7,14 @@ above it, a magic link under a /proc mounted in the root is refused (ELOOP), and
 rename racing with a '..' is detected (EAGAIN: tried again; EXDEV: refused). We act on
 the descriptors the kernel gives, never on a path string it could walk out of the root.
 
-Two things are ours: creating the directories a mount point needs (never on a kernel
-filesystem, ponytail.kernelfs: a mkdir in a cgroup makes a cgroup), and following a
-symlink in the last component, so that a result is always a directory we hold and a
-name in it. ponytail needs Linux 5.12 for the mount API anyway, so there is no userland
-walk to fall back on: an older kernel gets one line saying so.
+Three things are ours: creating the directories a mount point needs (never on a kernel
+filesystem, ponytail.kernelfs: a mkdir in a cgroup makes a cgroup); following a symlink
+in the last component, so that a result is always a directory we hold and a name in it;
+and naming what was found by its canonical path (the path itself when the kernel met no
+symlink on the way, asked with RESOLVE_NO_SYMLINKS first; else as /proc/self/fd names
+the descriptor). A hook needs Linux 5.12 for the mount API anyway, so there is no
+userland walk to fall back on: an older kernel gets one line saying so (from info, list
+and -debug too, which read the driver root through here).
 """
 
 from __future__ import annotations
