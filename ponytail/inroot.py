@@ -157,6 +157,8 @@ def _open_dir(root_fd: int, directory: str, asked: str, create_dirs: bool, dir_m
 
 def _normalized(path: str) -> str:
     """``path`` without '.', empty components and '..' (clamped at the root, as in the kernel)."""
+    if path.startswith("/") and "//" not in path and "/." not in path:  # the usual, already so
+        return "" if path == "/" else path
     parts: list[str] = []
     for part in path.split("/"):
         if part == "..":
@@ -240,6 +242,9 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
+_hows: dict[tuple[int, int], object] = {}  # (flags, resolve) -> a pointer to its struct open_how
+
+
 def openat2_in_root(root_fd: int, path: str, flags: int, resolve: int = 0) -> int:
     """``openat2(root_fd, path, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve)``: a
     descriptor, or OSError. A rename racing with '..' (EAGAIN) is tried again."""
@@ -249,10 +254,12 @@ def openat2_in_root(root_fd: int, path: str, flags: int, resolve: int = 0) -> in
         _libc.syscall.restype = ctypes.c_long
     if "\0" in path:
         raise OSError(22, "a NUL byte in a path")  # EINVAL; ctypes would cut the path there
-    how = _OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve)
+    how = _hows.get((flags, resolve))
+    if how is None:
+        how = _hows[(flags, resolve)] = ctypes.pointer(_OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve))
     raw = os.fsencode(path)
     for _ in range(_EAGAIN_RETRIES):
-        fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), root_fd, raw, ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+        fd = _libc.syscall(_SYS_OPENAT2, root_fd, raw, how, _HOW_SIZE)
         if fd >= 0:
             return int(fd)
         err = ctypes.get_errno()
@@ -261,3 +268,7 @@ def openat2_in_root(root_fd: int, path: str, flags: int, resolve: int = 0) -> in
     if err == 38:  # ENOSYS
         raise InjectionError(f"kernel {os.uname().release} has no openat2: ponytail needs Linux 5.12+")
     raise OSError(err, os.strerror(err))
+
+
+_SYS_OPENAT2 = ctypes.c_long(SYS_OPENAT2)
+_HOW_SIZE = ctypes.c_size_t(ctypes.sizeof(_OpenHow))
