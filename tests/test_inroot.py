@@ -1,6 +1,6 @@
 """In-root resolution (ponytail.inroot): the kernel's openat2(RESOLVE_IN_ROOT) plus the few
 steps of ours: creating missing directories (never on a kernel filesystem), following a last
-symlink, naming what was found by its canonical path. Runs without root."""
+symlink, naming what was found by its canonical path. Runs without root, but for the last test."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import mounts_under, run_ponytail
+from engines import console_script
+from fakehost import FakeHost, compile_program, gpus, make_rootfs
 from ponytail.inroot import InRoot, UnsafePath, real_path_in_root, resolve_in_root
 
 
@@ -123,3 +126,18 @@ def test_a_nul_byte_is_refused_not_cut(root: tuple[Path, int]) -> None:
     (base / "a").mkdir()
     with pytest.raises(UnsafePath):
         resolve_in_root(fd, "/a\0/b/c")
+
+
+def test_a_kernel_without_openat2_gets_one_line(tmp_path: Path) -> None:
+    """No userland walk to fall back on (a hook needs Linux 5.12 for the mount API anyway): a
+    kernel that answers openat2 with ENOSYS gets one line and exit 1, from a dry run too."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    rootfs = make_rootfs(tmp_path / "rootfs", programs=())
+    for args in (["-debug"], ["-root", str(rootfs)]):
+        result = run_ponytail(
+            ["-config", str(host.write_config()), *args], command=[str(compile_program("no_openat2.c")), console_script("ponytail")]
+        )
+        err = result.stderr.decode()
+        assert result.returncode == 1 and err.count("\n") == 1, err
+        assert "has no openat2: ponytail needs Linux 5.12+" in err, err
+    assert mounts_under(rootfs) == []
