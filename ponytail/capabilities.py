@@ -5,7 +5,7 @@ defines them, so images built for it work unchanged.
 
 from __future__ import annotations
 
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 DRIVER_CAPABILITIES_VAR = "NVIDIA_DRIVER_CAPABILITIES"
 ALL = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")
@@ -21,7 +21,7 @@ CONTROL_NODES: dict[str, tuple[str, int]] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Capability:
     libraries: tuple[str, ...] = ()  # library names without ".so.<version>"
     binaries: tuple[str, ...] = ()

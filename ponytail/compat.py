@@ -18,7 +18,7 @@ import os
 import stat
 import struct
 
-from ponytail.records import dataclass, replace
+from ponytail.lite.records import record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
@@ -38,7 +38,7 @@ _CUDA_BY_DRIVER = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Compat:
     """What the image's compat directory holds and whether it is used."""
 

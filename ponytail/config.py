@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass, field
+from ponytail.lite.records import field, record
 
 from ponytail.errors import ConfigError
-from ponytail.plaintoml import loads_plain
+from ponytail.lite.plaintoml import loads_plain
 
 DEFAULT_CONFIG_PATH = "/etc/ponytail/config.toml"
 CONFIG_ENV_VAR = "PONYTAIL_CONFIG"
@@ -14,7 +14,7 @@ CONFIG_ENV_VAR = "PONYTAIL_CONFIG"
 MAX_CONFIG_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Config:
     """Everything ponytail reads from config.toml, with the built-in defaults."""
 
@@ -42,7 +42,7 @@ class Config:
     cuda_compat: bool = True  # [cuda] compat: honour an image's /usr/local/cuda/compat (ponytail.compat)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DriverTree:
     """A registered user-mode driver build: ``root`` is searched like the host's driver root."""
 
@@ -110,7 +110,7 @@ def parse_config(raw: bytes, path: str) -> Config:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path} is not UTF-8 text")
-    data = loads_plain(text)  # the usual plain config, without tomllib's ~7 ms import
+    data = loads_plain(text)  # the usual plain config, without importing tomllib (ponytail/lite/)
     if data is None:
         data = _load_toml(text, path)
     values: dict[str, object] = {"path": path}

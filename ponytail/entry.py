@@ -16,7 +16,7 @@ def run() -> None:
 
     A hook's process lives for one run: the cyclic garbage collector never has
     anything worth collecting, and tearing the interpreter down (freeing every
-    module and object) only delays the container start, ~4 ms together. So the
+    module and object) only delays the container start (bench/hookbench.py). So the
     collector is off and, once the output is flushed, the process exits at once.
     """
     import gc

@@ -16,7 +16,7 @@ from ponytail.oci import MAX_STATE_BYTES, Container, load_container, parse_state
 from ponytail.options import HookOptions
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from typing import BinaryIO, TextIO
 
     from ponytail.compat import Compat
@@ -136,7 +136,7 @@ def make_plan(
     if unmet is not None:
         if not dry_run:
             raise unmet
-        from ponytail.records import replace
+        from ponytail.lite.records import replace
 
         plan = replace(plan, problems=plan.problems + (unmet.message,))
     if plan.problems and not dry_run:
@@ -162,7 +162,7 @@ def _cuda_compat(
 ) -> tuple["Plan", "Compat | None"]:
     """The plan with the image's CUDA compat directory first when it is used (ponytail.compat),
     and the driver tree and compat choices recorded in it."""
-    from ponytail.records import replace
+    from ponytail.lite.records import replace
 
     compat = None
     if rootfs is not None and host.library("libcuda.so.1") is not None and _may_have_cuda(rootfs):

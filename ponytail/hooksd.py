@@ -19,7 +19,6 @@ from ponytail.trigger import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
 
 FILE_NAME = "ponytail.json"
 DEFAULT_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"  # what Debian 12's podman 4.3.1 reads
-SHIPPED_COMMAND = "/usr/local/bin/ponytail"  # where `pip install` as root puts it on Debian
 
 
 def hook_file_text(command: str, config: str | None = None, always: bool = False) -> str:

@@ -1,38 +1,48 @@
-"""Resolve a path inside a root directory as if that directory were '/'.
+"""Resolve a path inside a root directory as if that directory were '/', by asking the kernel.
 
-The root belongs to an untrusted image. Every component is looked up relative
-to a directory file descriptor we hold, with O_NOFOLLOW; symlinks are read and
-re-walked from the root (absolute) or the current directory (relative); '..'
-never climbs above the root. Nothing is ever resolved by a path string the
-kernel could walk out of the root, so a symlink planted in the image, or one
-swapped in while we work, cannot send a mount or a write onto the host. Magic
-links under a /proc mounted in the root are read as text, like any symlink.
-Directories are never created on a kernel filesystem (ponytail.kernelfs).
+The root belongs to an untrusted image. Every path is resolved by
+``openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`` (Linux 5.6, what crun and runc ask
+first): symlinks, absolute or relative, are followed inside the root, '..' never climbs
+above it, a magic link under a /proc mounted in the root is refused (ELOOP), and a
+rename racing with a '..' is detected (EAGAIN: tried again; EXDEV: refused). We act on
+the descriptors the kernel gives, never on a path string it could walk out of the root.
 
-``InRoot`` resolves many paths under one root the same way, keeping each directory it
-has resolved open: the files of one directory (a GPU's nodes, a driver's libraries)
-then cost one lookup each instead of a walk from the root.
+Three things are ours: creating the directories a mount point needs (never on a kernel
+filesystem, ponytail.kernelfs: a mkdir in a cgroup makes a cgroup); following a symlink
+in the last component, so that a result is always a directory we hold and a name in it;
+and naming what was found by its canonical path (the path itself when the kernel met no
+symlink on the way, asked with RESOLVE_NO_SYMLINKS first; else as /proc/self/fd names
+the descriptor). A hook needs Linux 5.12 for the mount API anyway, so there is no
+userland walk to fall back on: an older kernel gets one line saying so (from info, list
+and -debug too, which read the driver root through here).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import stat
-from ponytail.records import dataclass
 
 from ponytail.errors import InjectionError
 from ponytail.kernelfs import kernel_filesystem
+from ponytail.lite.records import record
 
 MAX_SYMLINKS = 40
-MAX_DEPTH = 255
-_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+SYS_OPENAT2 = 437  # the same number on every architecture
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_IN_ROOT = 0x10
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+_EAGAIN_RETRIES = 64
+_MAX_CREATED = 64  # directories one path may need created
+_libc: ctypes.CDLL | None = None
 
 
 class UnsafePath(InjectionError):
-    """A path in the root that cannot be resolved safely (loop, not a directory, raced)."""
+    """A path in the root that cannot be resolved safely (loop, magic link, not a directory, raced)."""
 
 
-@dataclass
+@record
 class Resolved:
     """A resolved path: an open directory, the name in it, and whether that name exists.
 
@@ -56,118 +66,40 @@ class Resolved:
 def resolve_in_root(
     root_fd: int, path: str, *, create_dirs: bool = False, follow_last: bool = True, dir_mode: int = 0o755
 ) -> Resolved:
-    """Walk ``path`` under ``root_fd``; create missing directories when ``create_dirs``."""
-    return _walk(root_fd, path, create_dirs, follow_last, dir_mode)[0]
-
-
-def _walk(root_fd: int, path: str, create_dirs: bool, follow_last: bool, dir_mode: int) -> tuple[Resolved, int]:
-    """``resolve_in_root``, and how many symlinks it followed."""
-    parts = _split(path)
+    """Resolve ``path`` under ``root_fd``; create missing directories when ``create_dirs``."""
     if not path.strip("/."):
         raise UnsafePath(f"{path!r} names the root itself, not a file in it")
-    stack: list[tuple[int, str]] = [(os.dup(root_fd), "")]
-    hops = 0
-    try:
-        while parts:
-            name = parts.pop(0)
-            if name == ".":
-                continue
-            if name == "..":
-                if len(stack) > 1:
-                    os.close(stack.pop()[0])
-                continue
-            parent = stack[-1][0]
-            last = not parts
+    asked = path
+    for _ in range(MAX_SYMLINKS + 2):
+        directory, _, name = path.rpartition("/")
+        if name in ("", ".", ".."):  # ends in a directory: name it in its parent
+            fd, path = _open_dir(root_fd, path, asked, create_dirs, dir_mode)
+            os.close(fd)
+            if not path:
+                raise UnsafePath(f"{asked} resolves to the root directory itself")
+            continue
+        parent, parent_path = _open_dir(root_fd, directory or "/", asked, create_dirs, dir_mode)
+        where = f"{parent_path}/{name}"
+        try:
             try:
                 st = os.stat(name, dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
-                if last:
-                    return _result(stack, name, None), hops
-                if not create_dirs:
-                    raise UnsafePath(f"{_join(stack, name)} does not exist in the root (resolving {path})")
-                _mkdir(parent, name, dir_mode, _join(stack, name))
-                parts.insert(0, name)
-                continue
-            except OSError as e:
-                raise UnsafePath(f"cannot look up {_join(stack, name)} in the root (resolving {path}): {e.strerror}")
-            if stat.S_ISLNK(st.st_mode) and (follow_last or not last):
-                hops += 1
-                if hops > MAX_SYMLINKS:
-                    raise UnsafePath(f"too many levels of symbolic links resolving {path} in the root (a loop?)")
-                try:
-                    target = os.readlink(name, dir_fd=parent)
-                except OSError as e:
-                    raise UnsafePath(f"cannot read link {_join(stack, name)} in the root (resolving {path}): {e.strerror}")
-                if target.startswith("/"):
-                    while len(stack) > 1:
-                        os.close(stack.pop()[0])
-                parts = _split(target) + parts
-                continue
-            if last:
-                return _result(stack, name, st.st_mode), hops
-            if not stat.S_ISDIR(st.st_mode):
-                raise UnsafePath(f"{_join(stack, name)} is not a directory (resolving {path})")
-            if len(stack) > MAX_DEPTH:
-                raise UnsafePath(f"{path} goes more than {MAX_DEPTH} directories deep in the root; refused")
-            try:
-                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
-            except OSError as e:
-                raise UnsafePath(f"{_join(stack, name)} changed while resolving {path}: {e.strerror}")
-            stack.append((fd, name))
-        # the walk ended on a directory it holds ('..', a link to '.' or '/'): name it in its parent
-        if len(stack) == 1:
-            raise UnsafePath(f"{path} resolves to the root directory itself")
-        fd, name = stack.pop()
-        mode = os.fstat(fd).st_mode
-        os.close(fd)
-        return _result(stack, name, mode), hops
-    finally:
-        for fd, _ in stack:
-            if fd >= 0:
-                os.close(fd)
-
-
-def _mkdir(parent: int, name: str, mode: int, where: str) -> None:
-    """Create a missing directory, never on a kernel filesystem (a cgroup mkdir makes a cgroup)."""
-    try:
-        kind = kernel_filesystem(parent)
-        if kind is not None:
-            raise UnsafePath(f"refusing to create {where}: it would be on the kernel's {kind} filesystem")
-        os.mkdir(name, mode, dir_fd=parent)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise UnsafePath(f"cannot create directory {where} in the root: {e.strerror}")
-
-
-def _result(stack: list[tuple[int, str]], name: str, mode: int | None) -> Resolved:
-    parent_fd = stack[-1][0]
-    stack[-1] = (-1, stack[-1][1])  # ownership moves to the result
-    return Resolved(parent_fd, name, mode is not None, _join(stack, name), mode or 0)
-
-
-def _join(stack: list[tuple[int, str]], name: str) -> str:
-    names = [n for _, n in stack[1:]]
-    if name:
-        names.append(name)
-    return "/" + "/".join(names)
-
-
-def _split(path: str) -> list[str]:
-    """Components, keeping '.' (and a trailing '/'): in 'c/.' or 'c/', c must be a directory."""
-    return [p or "." for p in path.split("/")]
-
-
-def open_root(path: str) -> int:
-    """An O_PATH descriptor of a root directory (trusted path, e.g. the bundle's rootfs)."""
-    try:
-        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as e:
-        raise InjectionError(f"cannot open root directory {path}: {e.strerror}")
+                return Resolved(parent, name, False, where)
+            if not (follow_last and stat.S_ISLNK(st.st_mode)):
+                return Resolved(parent, name, True, where, st.st_mode)
+            target = os.readlink(name, dir_fd=parent)
+        except BaseException as e:
+            os.close(parent)
+            if isinstance(e, OSError):
+                raise UnsafePath(f"cannot look up {path} in the root (resolving {asked}): {e.strerror}") from e
+            raise
+        os.close(parent)
+        path = target if target.startswith("/") else f"{parent_path}/{target}"
+    raise UnsafePath(f"too many levels of symbolic links resolving {asked} in the root (a loop?)")
 
 
 def real_path_in_root(root_fd: int, path: str) -> str | None:
-    """The canonical in-root path of an existing non-directory file, or None (missing, unsafe)."""
+    """The canonical in-root path of an existing file, or None (missing, unsafe)."""
     try:
         resolved = resolve_in_root(root_fd, path)
     except (UnsafePath, OSError):
@@ -176,86 +108,167 @@ def real_path_in_root(root_fd: int, path: str) -> str | None:
     return resolved.path if resolved.exists else None
 
 
-class InRoot:
-    """``resolve_in_root`` for many paths under one root, each directory resolved once.
+def open_root(path: str) -> int:
+    """An O_PATH descriptor of a root directory (trusted path, e.g. the bundle's rootfs)."""
+    try:
+        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise InjectionError(f"cannot open root directory {path}: {e.strerror}") from e
 
-    A path's directory is walked from the root the first time (creating it when asked),
-    and its descriptor is kept; the last component is then looked up in it, a symlink
-    to a plain name in the same directory followed there. Anything else (a symlink
-    that leads elsewhere, a directory that is missing or not one, '.' or '..' as the
-    last component) takes the whole walk, with its errors. The results are those of
-    ``resolve_in_root``; the caller says when something it did may have changed what a
-    directory path leads to (a directory mounted over, a link replaced): ``forget()``.
-    """
+
+class InRoot:
+    """The paths of one root, for the executor: ``resolve_in_root`` and ``real_path_in_root``."""
 
     def __init__(self, root_fd: int) -> None:
         self.root_fd = root_fd
-        self._dirs: dict[str, tuple[int, str, int] | None] = {}  # directory -> (fd, canonical path, links followed)
 
     def resolve(self, path: str, *, create_dirs: bool = False, follow_last: bool = True) -> Resolved:
-        directory, _, name = path.rpartition("/")
-        held = None if name in ("", ".", "..") else self._directory(directory, create_dirs)
-        if held is None:
-            return resolve_in_root(self.root_fd, path, create_dirs=create_dirs, follow_last=follow_last)
-        dir_fd, dir_path, hops = held
-        while True:
-            try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                return Resolved(os.dup(dir_fd), name, False, f"{dir_path}/{name}", 0)
-            except OSError:
-                break
-            if not (follow_last and stat.S_ISLNK(st.st_mode)):
-                return Resolved(os.dup(dir_fd), name, True, f"{dir_path}/{name}", st.st_mode)
-            hops += 1
-            try:
-                target = os.readlink(name, dir_fd=dir_fd)
-            except OSError:
-                break
-            if hops > MAX_SYMLINKS or "/" in target or target in ("", ".", ".."):
-                break
-            name = target  # a link to a name beside it, as a walk would follow it
         return resolve_in_root(self.root_fd, path, create_dirs=create_dirs, follow_last=follow_last)
 
     def real_path(self, path: str) -> str | None:
-        """``real_path_in_root`` through the directories held."""
+        return real_path_in_root(self.root_fd, path)
+
+
+def _open_dir(root_fd: int, directory: str, asked: str, create_dirs: bool, dir_mode: int) -> tuple[int, str]:
+    """An O_PATH descriptor of ``directory`` in the root and its canonical path ('' for the
+    root itself), its missing parts created when asked."""
+    for _ in range(_MAX_CREATED + MAX_SYMLINKS):
         try:
-            resolved = self.resolve(path)
-        except (UnsafePath, OSError):
-            return None
-        resolved.close()
-        return resolved.path if resolved.exists else None
+            try:  # the usual path, through no symlink: its canonical path is its own
+                return openat2_in_root(root_fd, directory, _DIR_FLAGS, RESOLVE_NO_SYMLINKS), _normalized(directory)
+            except OSError as e:
+                if e.errno != 40:  # ELOOP: there was a symlink on the way
+                    raise
+            fd = openat2_in_root(root_fd, directory, _DIR_FLAGS)
+        except FileNotFoundError:
+            if not create_dirs:
+                raise UnsafePath(f"{directory} does not exist in the root (resolving {asked})") from None
+            directory = _create_one(root_fd, directory, asked, dir_mode)
+            continue
+        except OSError as e:
+            raise _refused(e, directory, asked) from e
+        try:
+            return fd, _path_in_root(root_fd, fd, asked)
+        except BaseException:
+            os.close(fd)
+            raise
+    raise UnsafePath(f"cannot create {directory} in the root: too deep, or too many levels of symbolic links (resolving {asked})")
 
-    def _directory(self, directory: str, create_dirs: bool) -> tuple[int, str, int] | None:
-        """The descriptor and canonical path of an existing directory (and the symlinks its
-        walk followed, which count towards MAX_SYMLINKS as in a whole walk), resolved once."""
-        if directory in self._dirs:
-            return self._dirs[directory]
-        held = None
-        if not directory.strip("/."):
-            held = (os.dup(self.root_fd), "", 0) if directory == "" else None
-        else:
+
+def _normalized(path: str) -> str:
+    """``path`` without '.', empty components and '..' (clamped at the root, as in the kernel)."""
+    if path.startswith("/") and "//" not in path and "/." not in path:  # the usual, already so
+        return "" if path == "/" else path
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part == "..":
+            if parts:
+                parts.pop()
+        elif part not in ("", "."):
+            parts.append(part)
+    return "".join(f"/{p}" for p in parts)
+
+
+def _create_one(root_fd: int, directory: str, asked: str, mode: int) -> str:
+    """Create the first missing directory on the way to ``directory``; the path to try next
+    (another one when a dangling symlink was in the way: what it names is created instead)."""
+    parts = directory.split("/")
+    for i in range(1, len(parts) + 1):
+        if parts[i - 1] in ("", ".", ".."):
+            continue
+        try:
+            os.close(openat2_in_root(root_fd, "/".join(parts[:i]), _DIR_FLAGS))
+            continue
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise _refused(e, directory, asked) from e
+        parent, parent_path = _open_dir(root_fd, "/".join(parts[: i - 1]) or "/", asked, False, mode)
+        name, rest = parts[i - 1], "/".join(parts[i:])
+        where = f"{parent_path}/{name}"
+        try:
             try:
-                resolved, hops = _walk(self.root_fd, directory, create_dirs, True, 0o755)
-            except (UnsafePath, OSError):
-                return None  # the whole walk says why
-            try:
-                if resolved.exists and stat.S_ISDIR(resolved.mode):
-                    held = (os.open(resolved.name, _DIR_FLAGS, dir_fd=resolved.parent_fd), resolved.path, hops)
-            except OSError:
-                pass
-            finally:
-                resolved.close()
-            if held is None:
-                return None  # missing (a walk creates it) or not a directory: not remembered
-        self._dirs[directory] = held
-        return held
+                st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                _mkdir(parent, name, mode, where)
+                return directory
+            if not stat.S_ISLNK(st.st_mode):
+                return directory  # created meanwhile, or not a directory: the next open says
+            target = os.readlink(name, dir_fd=parent)
+        except OSError as e:
+            raise UnsafePath(f"cannot create {directory} in the root (resolving {asked}): {e.strerror}") from e
+        finally:
+            os.close(parent)
+        target = target if target.startswith("/") else f"{parent_path}/{target}"
+        return f"{target}/{rest}" if rest else target
+    return directory  # all there now
 
-    def forget(self) -> None:
-        """Drop every directory held: the next lookups walk from the root again."""
-        for held in self._dirs.values():
-            if held is not None:
-                os.close(held[0])
-        self._dirs.clear()
 
-    close = forget
+def _mkdir(parent: int, name: str, mode: int, where: str) -> None:
+    """Create a missing directory, never on a kernel filesystem (a cgroup mkdir makes a cgroup)."""
+    kind = kernel_filesystem(parent)
+    if kind is not None:
+        raise UnsafePath(f"refusing to create {where}: it would be on the kernel's {kind} filesystem")
+    try:
+        os.mkdir(name, mode, dir_fd=parent)
+    except FileExistsError:
+        pass
+
+
+def _path_in_root(root_fd: int, fd: int, asked: str) -> str:
+    """The canonical path of ``fd`` in the root ('' for the root itself), as the kernel names it."""
+    root = os.readlink(f"/proc/self/fd/{root_fd}")
+    path = os.readlink(f"/proc/self/fd/{fd}")
+    if root == "/":
+        return "" if path == "/" else path
+    if path == root or path.startswith(root + "/"):
+        return path[len(root):]
+    raise UnsafePath(f"{path} is no longer inside the root {root} (moved while resolving {asked}); refused")
+
+
+def _refused(e: OSError, directory: str, asked: str) -> UnsafePath:
+    if e.errno == 40:  # ELOOP
+        why = "too many levels of symbolic links (a loop?), or a magic link under /proc, on the way to"
+    elif e.errno == 20:  # ENOTDIR
+        return UnsafePath(f"{directory} in the root is not a directory, or leads through one that is not (resolving {asked})")
+    elif e.errno in (11, 18):  # EAGAIN, EXDEV: a rename raced with '..'
+        why = "something changed while the kernel resolved"
+    else:
+        why = f"{e.strerror}:"
+    return UnsafePath(f"{why} {directory} in the root (resolving {asked})")
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_hows: dict[tuple[int, int], object] = {}  # (flags, resolve) -> a pointer to its struct open_how
+
+
+def openat2_in_root(root_fd: int, path: str, flags: int, resolve: int = 0) -> int:
+    """``openat2(root_fd, path, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve)``: a
+    descriptor, or OSError. A rename racing with '..' (EAGAIN) is tried again."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.syscall.restype = ctypes.c_long
+    if "\0" in path:
+        raise OSError(22, "a NUL byte in a path")  # EINVAL; ctypes would cut the path there
+    how = _hows.get((flags, resolve))
+    if how is None:
+        how = _hows[(flags, resolve)] = ctypes.pointer(_OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve))
+    raw = os.fsencode(path)
+    for _ in range(_EAGAIN_RETRIES):
+        fd = _libc.syscall(_SYS_OPENAT2, root_fd, raw, how, _HOW_SIZE)
+        if fd >= 0:
+            return int(fd)
+        err = ctypes.get_errno()
+        if err != 11:  # EAGAIN
+            break
+    if err == 38:  # ENOSYS
+        raise InjectionError(f"kernel {os.uname().release} has no openat2: ponytail needs Linux 5.12+")
+    raise OSError(err, os.strerror(err))
+
+
+_SYS_OPENAT2 = ctypes.c_long(SYS_OPENAT2)
+_HOW_SIZE = ctypes.c_size_t(ctypes.sizeof(_OpenHow))

@@ -37,8 +37,27 @@ KERNEL_FS_MAGIC: dict[int, str] = {
 KERNEL_FS_TYPES = frozenset(KERNEL_FS_MAGIC.values())
 TMPFS_MAGIC = 0x01021994
 
-_STATFS_SIZE = 256  # larger than struct statfs on every Linux ABI; f_type is its first word
 _libc: ctypes.CDLL | None = None
+
+
+class Statfs64(ctypes.Structure):
+    """glibc's struct statfs64 (<bits/statfs.h>): the counts are 64-bit on every ABI; the
+    other words are __fsword_t, a long on the architectures ponytail runs on."""
+
+    _fields_ = [
+        ("f_type", ctypes.c_long),
+        ("f_bsize", ctypes.c_long),
+        ("f_blocks", ctypes.c_uint64),
+        ("f_bfree", ctypes.c_uint64),
+        ("f_bavail", ctypes.c_uint64),
+        ("f_files", ctypes.c_uint64),
+        ("f_ffree", ctypes.c_uint64),
+        ("f_fsid", ctypes.c_int * 2),
+        ("f_namelen", ctypes.c_long),
+        ("f_frsize", ctypes.c_long),
+        ("f_flags", ctypes.c_long),
+        ("f_spare", ctypes.c_long * 4),
+    ]
 
 
 def kernel_filesystem(fd: int) -> str | None:
@@ -48,14 +67,19 @@ def kernel_filesystem(fd: int) -> str | None:
 
 def filesystem_magic(fd: int) -> int:
     """statfs f_type of the filesystem ``fd`` lies on."""
+    return fstatfs(fd).f_type & 0xFFFFFFFF  # a magic number above 2**31 is negative in a 32-bit long
+
+
+def fstatfs(fd: int) -> Statfs64:
+    """fstatfs64(2) of any descriptor, O_PATH included (os.fstatvfs has no f_type)."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
-    buf = ctypes.create_string_buffer(_STATFS_SIZE)
-    if _libc.fstatfs(fd, buf) != 0:
+    buf = Statfs64()
+    if _libc.fstatfs64(fd, ctypes.byref(buf)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
-    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+    return buf
 
 
 def kernel_mounts_under(path: str, mountinfo: str = "/proc/self/mountinfo") -> list[str]:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import os
 import stat
-from ponytail.records import dataclass, field
+from ponytail.lite.records import field, record
 
 from ponytail.errors import InputError
 
 MAX_STATE_BYTES = 4 << 20
 MAX_BUNDLE_CONFIG_BYTES = 4 << 20
-_JSON_WHITESPACE = " \t\n\r"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Container:
     id: str
     pid: int
@@ -29,7 +28,7 @@ class Container:
     char_devices: tuple[tuple[int, int], ...] = ()  # major:minor of linux.devices' character devices
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class State:
     """The OCI state the engine writes on the hook's stdin."""
 
@@ -48,71 +47,24 @@ def read_bounded(stream, limit: int, what: str) -> bytes:  # type: ignore[no-unt
 
 
 def parse_json_object(raw: bytes, what: str) -> dict:
+    """``json.loads(raw)``, which must be an object, and no lone surrogate in it."""
+    import json  # hook mode only: a manual run reads no JSON
+
     if not raw.strip():
         raise InputError(f"{what} is empty")
-    value = _plain_json(raw)
-    if value is _DECLINED:
-        value = _json_module(raw, what)
-    if not isinstance(value, dict):
-        raise InputError(f"{what} must be a JSON object, not {type(value).__name__}")
-    return value
-
-
-def _json_module(raw: bytes, what: str) -> object:
-    """``json.loads``, and no lone surrogate in what it gives."""
-    import json
-
     try:
         value = json.loads(raw)
     except RecursionError:
-        raise InputError(f"{what} is nested too deeply")
+        raise InputError(f"{what} is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise InputError(f"{what} is not valid JSON: {e}")
+        raise InputError(f"{what} is not valid JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise InputError(f"{what} must be a JSON object, not {type(value).__name__}")
     try:  # a lone surrogate (\ud800) is valid JSON but no text: it cannot be a path or be printed
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        raise InputError(f"{what} contains a string that is not valid Unicode (a lone \\uD8xx escape)")
+        raise InputError(f"{what} contains a string that is not valid Unicode (a lone \\uD8xx escape)") from None
     return value
-
-
-_DECLINED = object()
-
-
-class _JsonSettings:
-    """json.loads's defaults, as its C scanner reads them."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__
-
-
-def _plain_json(raw: bytes) -> object:
-    """``json.loads(raw)`` for the usual input, with the C scanner json itself uses but not the
-    json package, whose import (its decoder's and encoder's regexes) costs ~2 ms of every start.
-    Anything unusual is _DECLINED, and goes to json with its own result or error: text that is
-    not strict UTF-8 (json reads UTF-16 and -32 too, and lets encoded surrogates through), a
-    \\uDxxx escape (a surrogate may be in the result), an error of any kind."""
-    try:
-        from _json import make_scanner
-        text = raw.decode("utf-8")
-    except (ImportError, UnicodeDecodeError):
-        return _DECLINED
-    if "\\ud" in text or "\\uD" in text:
-        return _DECLINED
-    start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
-    try:
-        value, end = make_scanner(_JsonSettings)(text, start)
-    except Exception:  # StopIteration, JSONDecodeError, RecursionError; or, on Python 3.11, a
-        return _DECLINED  # SystemError: the scanner raises json's error only once json is loaded
-    return _DECLINED if text[end:].strip(_JSON_WHITESPACE) else value
-
-
-def container_from_state(raw_state: bytes) -> Container:
-    """Parse the OCI state from stdin and read the bundle's config.json it points at."""
-    return load_container(parse_state(raw_state))
 
 
 def parse_state(raw_state: bytes, lowest_pid: int = 1) -> State:

@@ -7,10 +7,10 @@ Each option takes both spellings: ``-root DIR`` and ``--root DIR`` (or ``--root=
 
 from __future__ import annotations
 
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OptionSpec:
     name: str
     metavar: str | None  # None: a flag
@@ -57,7 +57,7 @@ HOOK_OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HookOptions:
     config: str | None = None
     root: str | None = None
@@ -70,27 +70,7 @@ class HookOptions:
 def parse_hook_args(args: list[str]) -> HookOptions | None:
     """Parse a plain hook command line; None if it is anything else (help, a subcommand,
     an unknown or malformed option), which the click command then handles and explains."""
-    specs = {spec.name: spec for spec in HOOK_OPTIONS}
-    values: dict[str, object] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("-") or arg in ("-", "--"):
-            return None
-        name, eq, inline = arg.lstrip("-").partition("=")
-        spec = specs.get(name)
-        if spec is None or arg.startswith("---") or name in values:
-            return None
-        if spec.metavar is None:
-            if eq:
-                return None
-            values[name] = True
-        elif eq:
-            values[name] = inline
-        elif i + 1 < len(args):
-            i += 1
-            values[name] = args[i]
-        else:
-            return None
-        i += 1
-    return HookOptions(**values)  # type: ignore[arg-type]
+    from ponytail.lite.argv import parse_options
+
+    values = parse_options(args, {spec.name: spec.metavar is not None for spec in HOOK_OPTIONS})
+    return None if values is None else HookOptions(**values)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ Pure: no I/O. The executor applies a Plan; ``-debug`` prints the same Plan and
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.capabilities import CAPABILITIES
 from ponytail.host.mig import mig_access_path
@@ -31,7 +31,7 @@ MOUNT_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Mount:
     """Bind-mount a host file (or a daemon's pipe directory) onto ``target`` inside the rootfs."""
 
@@ -44,7 +44,7 @@ class Mount:
     is_dir: bool = False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Symlink:
     """Create ``target`` -> ``link_to`` inside the rootfs (a SONAME link). Should the image
     have a regular file there (its own copy of the library), ``library`` is mounted over it."""
@@ -55,7 +55,7 @@ class Symlink:
     library: str = ""  # host path of the library the link names
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProcMask:
     """A read-only tmpfs over the container's /proc/driver/nvidia holding only what it may
     see: params with ModifyDeviceFiles: 0 (so no library in the container tries to create
@@ -66,7 +66,7 @@ class ProcMask:
     reason: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LinkerCache:
     """Add ``directories`` to the rootfs's linker config, then run the host's ldconfig on it,
     with those directories first so the injected driver wins over copies in the image."""
@@ -78,7 +78,7 @@ class LinkerCache:
     reason: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AllowDevices:
     """Allow the container to read and write these character devices, in hook mode: on
     cgroup v1 in its devices.allow, on cgroup v2 in each eBPF device program attached to its
@@ -95,7 +95,7 @@ class AllowDevices:
 Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     operations: tuple[Operation, ...]
     gpus: tuple[Gpu, ...]

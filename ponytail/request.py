@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.errors import InputError, quoted
 from ponytail.host.driver import canonical_bus_id
@@ -11,11 +11,11 @@ from ponytail.host.probe import Gpu
 from ponytail.trigger import VISIBLE_DEVICES_VAR, is_void
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from typing import Callable
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceRequest:
     """``selector`` as written (``all``, ``none``, ``void``, ``0,GPU-...``) and who wrote it."""
 
@@ -48,7 +48,7 @@ def device_request(
     return DeviceRequest("all", "default")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Selection:
     """Whole GPUs and MIG devices a request names, in the order it names them."""
 
@@ -150,7 +150,7 @@ def _describe(gpus: tuple[Gpu, ...]) -> str:
     return f"{len(gpus)} GPUs (indices 0-{len(gpus) - 1}; see 'ponytail info')"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     """Everything a container asks for, read from its env (or the command line)."""
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 
 from ponytail.errors import InputError, PonytailError, quoted
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from typing import Callable
 
 _CONSTRAINT = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|!=|==|=|<|>)(\S+)$")
@@ -41,7 +41,7 @@ class RequirementNotMet(PonytailError):
     """The container asks for a driver this host does not have."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Facts:
     driver: str
     cuda: Callable[[], str]  # asked only when a constraint names cuda

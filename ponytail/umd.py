@@ -15,12 +15,12 @@ import os
 
 from ponytail.config import Config, DriverTree
 from ponytail.errors import InputError, ProbeError
-from ponytail.records import dataclass, replace
+from ponytail.lite.records import record, replace
 from ponytail.trigger import DRIVER_ANNOTATION, DRIVER_VAR
 _VERSION_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TreeChoice:
     """The driver tree a container runs with, and why."""
 

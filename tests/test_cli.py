@@ -11,7 +11,7 @@ import pytest
 
 from commands import PONYTAIL, shell
 from conftest import FakeHost, bundle_for, run_ponytail, state_for, tree_digest
-from fakehost import FakeGpu, gpus
+from fakehost import FakeGpu
 
 
 def one_line_error(result) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from ponytail.config import DEFAULT_CONFIG_PATH, Config, config_path, load_config
 from ponytail.errors import ConfigError
-from ponytail.records import replace
+from ponytail.lite.records import replace
 
 
 def test_shipped_example_config_is_valid() -> None:

@@ -307,7 +307,7 @@ def test_duplicate_or_control_minors_are_an_inconsistent_host(tmp_path: Path, mi
 
 
 def test_compute_without_libcuda_fails_naming_it(host: FakeHost, rootfs: Path) -> None:
-    for path in (host.driver / "usr/lib/x86_64-linux-gnu").glob(f"libcuda.so*"):
+    for path in (host.driver / "usr/lib/x86_64-linux-gnu").glob("libcuda.so*"):
         path.unlink()
     config = str(host.write_config())
     result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", "0"])

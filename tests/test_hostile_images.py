@@ -55,11 +55,12 @@ CASES = [
     Case("ld.so.conf", lambda s: s.symlink("/etc/ld.so.conf", f"{s.victim}/etc/ld.so.conf"), WORKS),
     Case("ld.so.cache", lambda s: s.symlink("/etc/ld.so.cache", f"{s.victim}/etc/ld.so.cache"), WORKS),
     Case("ld.so.cache-temp", lambda s: s.symlink("/etc/ld.so.cache~", f"{s.victim}/file"), REFUSED, "ld.so.cache~"),
-    # magic links: the container's /proc/<pid>/root is the host's /
-    Case("etc-magic", lambda s: s.redirect("/etc", "etc") or s.symlink("/etc", s.magic(f"{s.victim}/etc")), REFUSED, "ld.so.cache~"),
+    # magic links: the container's /proc/<pid>/root is the host's /; a path of ponytail's through
+    # one is refused (openat2's RESOLVE_NO_MAGICLINKS), one of ldconfig's stays in the rootfs
+    Case("etc-magic", lambda s: s.redirect("/etc", "etc") or s.symlink("/etc", s.magic(f"{s.victim}/etc")), REFUSED, "magic link under /proc"),
     Case("var-cache-magic", lambda s: s.symlink("/var/cache", s.magic(f"{s.victim}")), WORKS),
-    Case("ld.so.conf.d-magic", lambda s: s.symlink("/etc/ld.so.conf.d", s.magic(f"{s.victim}/etc/ld.so.conf.d")), WORKS),
-    Case("ponytail-conf-magic", lambda s: s.symlink("/etc/ld.so.conf.d/00-ponytail.conf", s.magic(f"{s.victim}/file")), WORKS),
+    Case("ld.so.conf.d-magic", lambda s: s.symlink("/etc/ld.so.conf.d", s.magic(f"{s.victim}/etc/ld.so.conf.d")), REFUSED, "magic link under /proc"),
+    Case("ponytail-conf-magic", lambda s: s.symlink("/etc/ld.so.conf.d/00-ponytail.conf", s.magic(f"{s.victim}/file")), REFUSED, "magic link under /proc"),
     Case("lib-dir-magic", lambda s: s.redirect(LIB, "lib") or s.symlink(LIB, s.magic(f"{s.victim}/lib")), SAFE),
     Case("dev-magic", lambda s: s.symlink("/dev", s.magic(f"{s.victim}/dev")), SAFE),
     Case("ld.so.conf-lists-magic", lambda s: _conf(s, "evil.conf", s.magic(f"{s.victim}/lib")), WORKS),

@@ -7,8 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fakehost import LIB_DIR, FakeHost, gpus
 from ponytail.host.files import LibrarySearch, find_libraries
@@ -59,27 +57,6 @@ def test_a_glob_in_the_directory_part(host: FakeHost) -> None:
     assert dirglob.matches == plain.matches and plain.matches
 
 
-def test_file_globs_find_what_glob_finds(tmp_path: Path) -> None:
-    import glob
-
-    from ponytail.host.files import _glob
-
-    fw = tmp_path / "lib/firmware/nvidia/550.54.15"
-    fw.mkdir(parents=True)
-    for name in ("gsp_ga10x.bin", "gsp_tu10x.bin", ".gsp_hidden.bin", "other.bin"):
-        (fw / name).write_bytes(b"x")
-    (tmp_path / "etc/vendors").mkdir(parents=True)
-    (tmp_path / "etc/vendors/nvidia.icd").write_text("libcuda.so.1\n")
-    (tmp_path / "etc/vendors/dangling.json").symlink_to("nowhere")
-    patterns = [
-        "/lib/firmware/nvidia/550.54.15/gsp*.bin", "/lib/firmware/nvidia/550.54.15/*", "/lib/firmware/nvidia/550.54.15/.g*",
-        "/lib/firmware/nvidia/*/gsp_[gt]*.bin", "/etc/vendors/nvidia.icd", "/etc/vendors/*.json", "/etc/vendors/missing.icd",
-        "/no/such/dir/*.bin", "/etc/vendors/nvidia.icd/*",
-    ]
-    for pattern in patterns:
-        assert _glob(f"{tmp_path}{pattern}") == sorted(glob.glob(f"{tmp_path}{pattern}")), pattern
-
-
 def test_candidates_resolve_as_real_path_in_root_does(tmp_path: Path) -> None:
     from ponytail.host.files import _real_path, _Scan
     from ponytail.inroot import real_path_in_root
@@ -104,14 +81,6 @@ def test_candidates_resolve_as_real_path_in_root_does(tmp_path: Path) -> None:
                 assert _real_path(scan, path) == real_path_in_root(fd, path), path
     finally:
         os.close(fd)
-
-
-@settings(max_examples=2000, deadline=None, database=None)
-@given(name=st.text(alphabet="abc.*?[]!-", max_size=8), pattern=st.text(alphabet="abc.*?[]!-", max_size=6))
-def test_a_name_matches_a_pattern_as_fnmatch_says(name: str, pattern: str) -> None:
-    from ponytail.host.files import _matches
-
-    assert _matches(name, pattern) == fnmatch.fnmatchcase(name, pattern)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""ponytail.plaintoml reads plain configs as tomllib does, and leaves the rest to tomllib."""
+"""ponytail.lite.plaintoml reads plain configs as tomllib does, and leaves the rest to tomllib."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakehost import FakeHost, gpus
-from ponytail.plaintoml import loads_plain
+from ponytail.lite.plaintoml import loads_plain
 
 try:
     import tomllib

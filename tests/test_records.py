@@ -1,4 +1,4 @@
-"""ponytail.records behaves as dataclasses does for what ponytail uses."""
+"""ponytail.lite.records behaves as dataclasses does for what ponytail uses."""
 
 from __future__ import annotations
 
@@ -8,20 +8,20 @@ import pickle
 
 import pytest
 
-from ponytail import records
+from ponytail.lite import records
 
 
 def make_pair(module):  # type: ignore[no-untyped-def]
-    """The same two classes, built by ``module`` (dataclasses or ponytail.records)."""
+    """The same two classes, built by ``module`` (dataclasses or ponytail.lite.records)."""
 
-    @module.dataclass(frozen=True)
+    @decorator(module)(frozen=True)
     class Node:
         name: str
         minor: int
         tags: tuple[str, ...] = ()
         problem: str | None = None
 
-    @module.dataclass
+    @decorator(module)
     class Outcome:
         done: list[str] = module.field(default_factory=list)
         count: int = 0
@@ -29,6 +29,11 @@ def make_pair(module):  # type: ignore[no-untyped-def]
         handles: list[int] = module.field(default_factory=list, repr=False)
 
     return Node, Outcome
+
+
+def decorator(module):  # type: ignore[no-untyped-def]
+    """dataclasses.dataclass, or its stand-in records.record."""
+    return module.dataclass if module is dataclasses else module.record
 
 
 @pytest.mark.parametrize("module", [dataclasses, records], ids=["dataclasses", "records"])
@@ -70,14 +75,14 @@ def test_wrong_arguments_are_type_errors(module, args, kwargs) -> None:  # type:
 def test_non_default_after_default_is_refused() -> None:
     with pytest.raises(TypeError, match="follows default"):
 
-        @records.dataclass
+        @records.record
         class Bad:
             a: int = 0
             b: int  # type: ignore[misc]
 
 
 def test_fields_replace_post_init_and_match() -> None:
-    @records.dataclass(frozen=True)
+    @records.record(frozen=True)
     class Gpu:
         index: int
         minor: int
@@ -100,12 +105,12 @@ def test_fields_replace_post_init_and_match() -> None:
 
 @pytest.mark.parametrize("module", [dataclasses, records], ids=["dataclasses", "records"])
 def test_inheritance_and_fields_left_out_of_comparison(module) -> None:  # type: ignore[no-untyped-def]
-    @module.dataclass(frozen=True)
+    @decorator(module)(frozen=True)
     class Base:
         name: str
         extras: dict = module.field(default_factory=dict, compare=False)
 
-    @module.dataclass(frozen=True)
+    @decorator(module)(frozen=True)
     class Child(Base):
         minor: int = 0
 
@@ -119,7 +124,7 @@ def test_pickle_round_trip() -> None:
     assert pickle.loads(pickle.dumps(PICKLED)) == PICKLED
 
 
-@records.dataclass(frozen=True)
+@records.record(frozen=True)
 class _Picklable:
     name: str
     value: int = 1

@@ -17,7 +17,7 @@ there, and the root is never edited (that would widen every process on the host)
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.errors import InjectionError, InputError
 from ponytail.kernelfs import unescape_mountinfo
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ponytail.apply.cgroup2 import DevicePrograms
 
 
-@dataclass
+@record
 class DevicesCgroup:
     """The container's open ``devices.allow`` (v1) and prepared device programs (v2), or notes why not."""
 

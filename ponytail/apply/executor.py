@@ -8,9 +8,9 @@ Order of work:
    container's devices.allow (cgroup v1) and load the replacements of its
    device programs (cgroup v2) (hook mode; ponytail.apply.cgroup).
 2. Enter the container's mount namespace (hook mode) and open its rootfs.
-3. Resolve each target inside the rootfs (ponytail.inroot; each directory once,
-   until something this run does could change what it leads to), create the
-   mount point, and attach the detached mount onto the target's descriptor.
+3. Resolve each target inside the rootfs (ponytail.inroot: openat2 with
+   RESOLVE_IN_ROOT), create the mount point, and attach the detached mount onto
+   the target's descriptor.
 4. Create SONAME links, mask /proc/driver/nvidia, write the linker config, run the
    host's ldconfig, and check the injected libraries win in the new linker cache.
 5. Allow the injected device nodes in the container's devices cgroup (v1) and
@@ -26,7 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from ponytail.records import dataclass, field
+from ponytail.lite.records import field, record
 
 from ponytail.apply import syscalls
 from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup
@@ -49,7 +49,7 @@ _ATTRIBUTES = {  # a Mount's options, as mount_setattr flags
 }
 
 
-@dataclass
+@record
 class Outcome:
     """What a run did, for the log: one line per change, and what was already there."""
 
@@ -92,13 +92,10 @@ def apply_plan(
             for i, op in enumerate(plan.operations):
                 if isinstance(op, Mount):
                     _mount(paths, op, trees[i], outcome)
-                    if op.is_dir:  # what a path through it leads to has changed
-                        paths.forget()
                 elif isinstance(op, Symlink):
                     _symlink(paths, op, trees.get(i), outcome)
                 elif isinstance(op, ProcMask):
                     _mask_proc(root_fd, op, outcome)
-                    paths.forget()
                 elif isinstance(op, LinkerCache):
                     _linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
                 elif isinstance(op, AllowDevices):
@@ -109,7 +106,6 @@ def apply_plan(
                 e.message += leftover
             raise
         finally:
-            paths.close()
             os.close(root_fd)
             os.close(lock_fd)
     finally:
@@ -296,7 +292,6 @@ def _symlink(paths: InRoot, op: Symlink, tree: int | None, outcome: Outcome) -> 
                 outcome.unchanged.append(f"{resolved.path} -> {op.link_to} (already linked)")
                 return
             outcome.warnings.append(f"the image's link {resolved.path} -> {current} now points to the driver's {op.link_to}")
-            paths.forget()  # a path through the old link led elsewhere
             os.unlink(resolved.name, dir_fd=resolved.parent_fd)
         os.symlink(op.link_to, resolved.name, dir_fd=resolved.parent_fd)
         outcome.done.append(f"link {resolved.path} -> {op.link_to}")
@@ -374,7 +369,6 @@ def _linker_cache(paths: InRoot, op: LinkerCache, ldconfig_fd: int, outcome: Out
     _write_file(paths, LD_SO_CONF, LD_SO_CONF_TEXT, outcome, replace=False)
     rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, paths.root_fd, op.directories, timeout_s)
     outcome.done.append(f"ran {op.ldconfig} -X -r {rootfs} ({', '.join(op.directories)})")
-    paths.forget()  # what ldconfig did is looked at afresh
     _check_cache(paths, op, outcome)
 
 

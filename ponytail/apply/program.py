@@ -20,10 +20,7 @@ import os
 import select
 import time
 
-try:  # the C module under signal: already loaded at start-up, where signal costs ~0.5 ms
-    from _signal import SIGKILL, SIGPIPE, SIGXFSZ
-except ImportError:  # pragma: no cover - another Python implementation
-    from signal import SIGKILL, SIGPIPE, SIGXFSZ
+from signal import SIGKILL, SIGPIPE, SIGXFSZ
 
 MAX_OUTPUT_BYTES = 64 << 10
 

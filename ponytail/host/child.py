@@ -20,7 +20,10 @@ import json
 import os
 import select
 import time
-from typing import Any, Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not imported on the hook's path (tests/test_hook_imports.py)
+    from typing import Any, Callable
 
 PR_SET_PDEATHSIG = 1
 SIGKILL = 9

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.errors import ProbeError
 
@@ -12,7 +12,7 @@ PROC_FILES = ("params", "version", "registry")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuInformation:
     """One GPU as /proc/driver/nvidia/gpus/<bus id>/information describes it."""
 

@@ -7,7 +7,7 @@ maps or loads the library.
 from __future__ import annotations
 
 import struct
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 EM_386 = 3
 EM_X86_64 = 62
@@ -22,7 +22,7 @@ DT_STRTAB = 5
 DT_SONAME = 14
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ElfInfo:
     machine: int
     bits: int

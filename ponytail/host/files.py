@@ -8,9 +8,11 @@ firmware) by glob.
 from __future__ import annotations
 
 import bisect
+import fnmatch
+import glob
 import os
 import stat
-from ponytail.records import dataclass, field
+from ponytail.lite.records import field, record
 
 from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info
 from ponytail.host.ldcache import read_ld_cache
@@ -33,7 +35,7 @@ def library_dirs(bits: int = 64) -> tuple[str, ...]:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LibrarySearch:
     """Look for file names matching ``pattern`` in ``dirs`` (globs allowed) and in the
     driver root's ld.so.cache; ``why`` says who asked (a capability, a config glob)."""
@@ -58,7 +60,7 @@ class LibrarySearch:
         return f"{where}{self.pattern} ({self.why}{arch})"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DriverFile:
     """A host file to inject. ``path`` is inside the driver root; ``target`` inside the container."""
 
@@ -70,13 +72,13 @@ class DriverFile:
     bits: int = 64
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SkippedFile:
     path: str
     reason: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SearchReport:
     """What one search matched (in-root paths), before filtering."""
 
@@ -85,7 +87,7 @@ class SearchReport:
     from_cache: tuple[str, ...] = ()
 
 
-@dataclass
+@record
 class _Scan:
     """One pass over the driver root: directory listings and ELF checks are done once."""
 
@@ -140,7 +142,7 @@ def find_files(driver_root: str, patterns: tuple[str, ...], why: str) -> list[Dr
     try:
         prefix = driver_root.rstrip("/")
         for pattern in patterns:
-            for match in _glob(prefix + pattern):
+            for match in sorted(glob.glob(prefix + pattern)):
                 real = real_path_in_root(root_fd, match[len(prefix):])
                 if real is not None and real not in found and os.path.isfile(host_path(driver_root, real)):
                     found[real] = DriverFile(real, host_path(driver_root, real), match[len(prefix):], None, why)
@@ -241,26 +243,7 @@ def _expand_dirs(root: str, directory: str) -> list[str]:
     if not _has_magic(directory):
         return [directory]
     prefix = root.rstrip("/")
-    return sorted(d[len(prefix):] or "/" for d in _glob(prefix + directory) if os.path.isdir(d))
-
-
-def _glob(pattern: str) -> list[str]:
-    """``sorted(glob.glob(pattern))``. A wildcard only in the last component (the firmware's
-    gsp*.bin, a vendor file) takes one listing; the glob module (~1 ms to import, with
-    contextlib) only for a wildcard in a directory."""
-    directory, name = os.path.split(pattern)
-    if _has_magic(directory):
-        import glob
-
-        return sorted(glob.glob(pattern))
-    if not _has_magic(name):
-        return [pattern] if os.path.lexists(pattern) else []
-    try:
-        names = os.listdir(directory or os.curdir)
-    except OSError:
-        return []
-    hidden = name.startswith(".")  # as glob: a wildcard does not match a leading dot
-    return sorted(os.path.join(directory, n) for n in names if (hidden or not n.startswith(".")) and _matches(n, name))
+    return sorted(d[len(prefix):] or "/" for d in glob.glob(prefix + directory) if os.path.isdir(d))
 
 
 def _has_magic(path: str) -> bool:
@@ -283,29 +266,19 @@ def _sorted_matches(entries: list, name_pattern: str) -> list:
     """The entries of a sorted list (names, or (name, path) pairs) whose name matches
     ``name_pattern``. Only the run that starts with the pattern's literal prefix is
     tried: a glob costs a binary search and its matches, not a pass over a driver
-    root's ~1000 libraries."""
+    root's ~1000 libraries. A pattern that is its prefix and one final '*' (a library's
+    "libcuda.so.*") matches that whole run, without compiling a regex for fnmatch."""
     prefix = _literal_prefix(name_pattern)
+    every_one = name_pattern == prefix + "*"
     start = bisect.bisect_left(entries, prefix, key=_name)
     found = []
     for entry in entries[start:]:
         name = _name(entry)
         if not name.startswith(prefix):
             break
-        if _matches(name, name_pattern):
+        if every_one or fnmatch.fnmatchcase(name, name_pattern):
             found.append(entry)
     return found
-
-
-def _matches(name: str, pattern: str) -> bool:
-    """``fnmatch.fnmatchcase``. A pattern whose one wildcard is a '*' ("libcuda.so.*",
-    "gsp*.bin": all the built-in ones) is its literal start and end; fnmatch (which
-    compiles each pattern to a regex) only for the others."""
-    head, star, tail = pattern.partition("*")
-    if star and not _has_magic(head + tail):
-        return len(name) >= len(head) + len(tail) and name.startswith(head) and name.endswith(tail)
-    import fnmatch
-
-    return fnmatch.fnmatchcase(name, pattern)
 
 
 def _literal_prefix(pattern: str) -> str:

@@ -31,9 +31,39 @@ def parse_ld_cache(data: bytes) -> list[tuple[str, str]]:
     return [(name, path) for name, path, _flags in parse_ld_cache_entries(data)]
 
 
+# An entry's flags (glibc's ldconfig.h): the library's type in the low byte (FLAG_ELF_LIBC6,
+# 0x03, for every glibc library) and the ABI it needs in the high byte, 0x0000 for the
+# architecture's default one (i386, 32-bit ARM soft-float before FLAG_ARM_LIBSF...).
+FLAG_REQUIRED_MASK = 0xFF00
+FLAG_SPARC_LIB64 = 0x0100
+FLAG_IA64_LIB64 = 0x0200
+FLAG_X8664_LIB64 = 0x0300
+FLAG_S390_LIB64 = 0x0400
+FLAG_POWERPC_LIB64 = 0x0500
+FLAG_MIPS64_LIBN32 = 0x0600  # 32-bit pointers on a 64-bit CPU
+FLAG_MIPS64_LIBN64 = 0x0700
+FLAG_X8664_LIBX32 = 0x0800  # x32: 32-bit pointers on x86-64
+FLAG_ARM_LIBHF = 0x0900  # 32-bit ARM, hard-float
+FLAG_AARCH64_LIB64 = 0x0A00
+FLAG_ARM_LIBSF = 0x0B00  # 32-bit ARM, soft-float
+FLAG_MIPS_LIB32_NAN2008 = 0x0C00
+FLAG_MIPS64_LIBN32_NAN2008 = 0x0D00
+FLAG_MIPS64_LIBN64_NAN2008 = 0x0E00
+FLAG_RISCV_FLOAT_ABI_SOFT = 0x0F00  # RISC-V and LoongArch name their float ABI; glibc's
+FLAG_RISCV_FLOAT_ABI_DOUBLE = 0x1000  # ports that use them are 64-bit (riscv64, loongarch64)
+FLAG_LARCH_FLOAT_ABI_SOFT = 0x1100
+FLAG_LARCH_FLOAT_ABI_DOUBLE = 0x1200
+LIB64_FLAGS = frozenset({
+    FLAG_SPARC_LIB64, FLAG_IA64_LIB64, FLAG_X8664_LIB64, FLAG_S390_LIB64, FLAG_POWERPC_LIB64, FLAG_MIPS64_LIBN64,
+    FLAG_AARCH64_LIB64, FLAG_MIPS64_LIBN64_NAN2008, FLAG_RISCV_FLOAT_ABI_SOFT, FLAG_RISCV_FLOAT_ABI_DOUBLE,
+    FLAG_LARCH_FLOAT_ABI_SOFT, FLAG_LARCH_FLOAT_ABI_DOUBLE,
+})
+
+
 def is_64bit_entry(flags: int) -> bool:
-    """Whether a cache entry's flags name a 64-bit ABI (x86-64, AArch64, ppc64...)."""
-    return flags & 0xFF00 != 0
+    """Whether a cache entry is a library of a 64-bit ABI (x86-64, AArch64, ppc64...): not
+    i386, x32, 32-bit ARM or MIPS n32, whatever their flags' high byte says."""
+    return flags & FLAG_REQUIRED_MASK in LIB64_FLAGS
 
 
 def parse_ld_cache_entries(data: bytes) -> list[tuple[str, str, int]]:

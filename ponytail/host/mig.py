@@ -7,12 +7,12 @@ and only when a MIG UUID is requested.
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.errors import ProbeError
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MigDevice:
     """GPU instance ``gi`` / compute instance ``ci`` of GPU ``gpu_index``, and the minors
     of the /dev/nvidia-caps/nvidia-cap<N> nodes that grant access to them."""
@@ -115,6 +115,9 @@ def mig_uuids(libnvidia_ml: str, timeout_s: float = 5.0) -> dict[str, tuple[int,
     return {uuid: (minor, gi, ci) for uuid, (minor, gi, ci) in result.items()}
 
 
+NVML_SONAME = "libnvidia-ml.so.1"  # the name nvidia-ml-py loads NVML by
+
+
 def _query_nvml(libnvidia_ml: str) -> dict[str, list[int]] | str:
     try:
         import ctypes
@@ -122,8 +125,18 @@ def _query_nvml(libnvidia_ml: str) -> dict[str, list[int]] | str:
         import pynvml
     except ImportError:
         return "the nvidia-ml-py package is not installed (pip install nvidia-ml-py)"
+    from ponytail.host.elf import NotElf, read_elf_info
+
     try:
-        pynvml.nvmlLib = ctypes.CDLL(libnvidia_ml)
+        soname = read_elf_info(libnvidia_ml).soname
+    except (OSError, NotElf) as e:
+        return f"cannot read {libnvidia_ml}: {e}"
+    if soname != NVML_SONAME:
+        return f"{libnvidia_ml} has the SONAME {soname}, not {NVML_SONAME}"
+    try:
+        # Loaded first, by its path: the dynamic linker then gives nvidia-ml-py, which asks
+        # for libnvidia-ml.so.1, this library (a loaded library answers to its SONAME).
+        driver_nvml = ctypes.CDLL(libnvidia_ml)
         pynvml.nvmlInit()
         found: dict[str, list[int]] = {}
         for i in range(pynvml.nvmlDeviceGetCount()):
@@ -145,6 +158,7 @@ def _query_nvml(libnvidia_ml: str) -> dict[str, list[int]] | str:
                     minor, pynvml.nvmlDeviceGetGpuInstanceId(mig), pynvml.nvmlDeviceGetComputeInstanceId(mig)
                 ]
         pynvml.nvmlShutdown()
+        del driver_nvml
         return found
     except (OSError, pynvml.NVMLError) as e:
         return str(e)

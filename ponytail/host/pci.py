@@ -7,13 +7,13 @@ On the live ``/sys`` the bus is enumerated with pyudev; under a relocated sys ro
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 NVIDIA_VENDOR = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PciFunction:
     bus_id: str  # as sysfs names it, e.g. 0000:3b:00.0
     vendor: int
@@ -35,8 +35,9 @@ def nvidia_gpus(sys_root: str, udev: bool = True) -> list[PciFunction]:
 
     ``udev``: on the live /sys, ask pyudev. libudev reads the same sysfs files, so
     both give the same functions (a test checks it on a real bus); the hook's real
-    runs read them directly, since pyudev's import and scan cost ~20 ms of every
-    container start, and keep pyudev for info, list and -debug."""
+    runs read them directly, since pyudev's import and scan would weigh on every
+    container start (bench/hookbench.py measures both), and keep pyudev for info,
+    list and -debug."""
     live = udev and os.path.realpath(sys_root) == "/sys"
     functions = pci_functions_pyudev() if live else pci_functions_sysfs(sys_root)
     found = [PciFunction(f.bus_id.lower(), f.vendor, f.pci_class, f.driver) for f in functions if is_nvidia_gpu(f)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 from ponytail.capabilities import CAPABILITIES, CONTROL_NODES
 from ponytail.config import Config
@@ -38,7 +38,7 @@ from ponytail.host.pci import PciFunction, nvidia_gpus
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/bin/ldconfig")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gpu:
     """A GPU as users name it: ``index`` is its position in PCI bus order (nvidia-smi's),
     ``minor`` the N of /dev/nvidiaN, which the driver assigns and need not follow that order."""
@@ -52,7 +52,7 @@ class Gpu:
     mig_devices: tuple[MigDevice, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceNode:
     """A character device under the host's dev root, and what it should be."""
 
@@ -63,7 +63,7 @@ class DeviceNode:
     problem: str | None  # None when the node exists and is the expected character device
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IpcPath:
     """A driver daemon's socket or pipe directory on the host, mounted at the same path."""
 
@@ -73,7 +73,7 @@ class IpcPath:
     why: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gpus:
     driver_version: str
     gpus: tuple[Gpu, ...]
@@ -81,7 +81,7 @@ class Gpus:
     information: dict[str, bytes]  # directory name under gpus/ -> information file, offered GPUs only
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Host:
     driver_version: str
     gpus: tuple[Gpu, ...]
@@ -162,7 +162,7 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
         minor = infos[bus_id].minor
         if minor in seen:
             raise ProbeError(f"inconsistent host: GPUs {seen[minor]} and {bus_id} both have device minor {minor} in {where}")
-        if minor >= min(CONTROL_MINORS.values()):
+        if minor >= min(m for module, m in CONTROL_NODES.values() if module == "nvidia"):
             raise ProbeError(
                 f"inconsistent host: GPU {bus_id} has device minor {minor} in {where}, which belongs to a control device "
                 "(254 nvidia-modeset, 255 nvidiactl)"

@@ -5,7 +5,7 @@ gets the arguments unchanged."""
 from __future__ import annotations
 
 import os
-from ponytail.records import dataclass
+from ponytail.lite.records import record
 
 # Global flags that take a value (runc 1.1, crun 1.8); every other flag is a switch.
 GLOBAL_VALUE_FLAGS = frozenset({"log", "log-format", "root", "criu", "rootless", "cgroup-manager"})
@@ -14,7 +14,7 @@ CREATE_VALUE_FLAGS = frozenset({"bundle", "b", "console-socket", "pid-file", "pr
 BUNDLE_SUBCOMMANDS = frozenset({"create", "run"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RuntimeCall:
     subcommand: str | None
     log: str | None = None  # --log FILE: where the runtime (and the engine) expect errors

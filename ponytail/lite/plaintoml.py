@@ -1,7 +1,7 @@
 """Read the plain TOML a config file is made of, without importing tomllib.
 
-tomllib costs ~7 ms of every container start to import (typing, datetime, its
-regexes). A ponytail config is a few ``[table]`` headers with ``key = "string"``,
+Importing tomllib (typing, datetime, its regexes) would weigh on every container
+start (bench/importcost.py). A ponytail config is a few ``[table]`` headers with ``key = "string"``,
 ``key = ['string', ...]``, ``key = true`` or ``key = 42`` lines and comments. This
 reads exactly that subset and gives up (None) on anything else: another kind of
 value, an escape in a string, a dotted or quoted key (but for a two-part table

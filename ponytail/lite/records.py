@@ -1,15 +1,14 @@
-"""Plain-data classes, as ``dataclasses`` makes them, for a fraction of the start-up cost.
+"""Plain-data classes, as ``dataclasses.dataclass`` makes them, without its start-up cost.
 
-ponytail runs on every container start. ``dataclasses`` imports ``inspect`` (about
-7 ms) and writes each class's methods as source text it compiles with ``exec``
-(about 0.5 ms a class): some 18 ms of each start for ponytail's classes. This
-``dataclass`` builds the same methods from closures instead, for what ponytail uses:
+``dataclasses`` imports ``inspect`` and writes each class's methods as source text it
+compiles with ``exec``, on every start of the hook (bench/importcost.py measures it).
+``record`` builds the same methods from closures instead, for what ponytail uses:
 fields from the class annotations in order, defaults and
 ``field(default=..., default_factory=..., compare=..., repr=...)``, positional or keyword
 construction, ``repr``, ``==`` (same class, equal compared fields),
 ``frozen=True`` (assignment raises FrozenInstanceError; instances hash by their
 compared fields), ``__post_init__`` and inheritance; ``fields()`` and
-``replace()`` as in dataclasses.
+``replace()`` as in dataclasses. tests/test_records.py holds it to dataclasses.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+if TYPE_CHECKING:  # typing is not imported at run time: for type checkers only
     from typing import Any, Callable
 
     from typing_extensions import dataclass_transform
@@ -55,7 +54,7 @@ def field(
 
 
 @dataclass_transform(field_specifiers=(field,))
-def dataclass(cls: type | None = None, /, *, frozen: bool = False) -> Any:
+def record(cls: type | None = None, /, *, frozen: bool = False) -> Any:
     """Give ``cls`` an ``__init__``, ``__repr__`` and ``__eq__`` from its annotated fields."""
 
     def wrap(cls: type) -> type:

@@ -1,0 +1,143 @@
+"""In-root resolution (ponytail.inroot): the kernel's openat2(RESOLVE_IN_ROOT) plus the few
+steps of ours: creating missing directories (never on a kernel filesystem), following a last
+symlink, naming what was found by its canonical path. Runs without root, but for the last test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import mounts_under, run_ponytail
+from engines import console_script
+from fakehost import FakeHost, compile_program, gpus, make_rootfs
+from ponytail.inroot import InRoot, UnsafePath, real_path_in_root, resolve_in_root
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    base = tmp_path / "root"
+    base.mkdir()
+    (tmp_path / "outside").mkdir()
+    fd = os.open(base, os.O_PATH | os.O_DIRECTORY)
+    yield base, fd
+    os.close(fd)
+
+
+def test_dotdot_and_absolute_links_stay_in_the_root(root: tuple[Path, int]) -> None:
+    base, fd = root
+    (base / "usr/lib").mkdir(parents=True)
+    (base / "usr/lib/libcuda.so.1").write_text("")
+    os.symlink("/../../../usr/lib", base / "lib")  # would be the host's /usr/lib, followed outside
+    os.symlink("../../../../outside", base / "usr/escape")
+    assert real_path_in_root(fd, "/../../lib/../../lib/libcuda.so.1") == "/usr/lib/libcuda.so.1"
+    resolved = resolve_in_root(fd, "/usr/escape/new", create_dirs=True)
+    try:  # '..' clamped at the root: /usr/escape is the root's /outside, created for it
+        assert resolved.path == "/outside/new" and not resolved.exists
+        assert os.readlink(f"/proc/self/fd/{resolved.parent_fd}") == str(base / "outside")
+    finally:
+        resolved.close()
+    assert list((base.parent / "outside").iterdir()) == []
+
+
+def test_missing_directories_are_created_where_a_dangling_link_leads_inside_the_root(root: tuple[Path, int]) -> None:
+    base, fd = root
+    os.symlink("/opt/driver/lib", base / "lib64")  # dangling: /opt does not exist yet
+    resolved = InRoot(fd).resolve("/lib64/nvidia/libcuda.so.1", create_dirs=True)
+    try:
+        assert (resolved.path, resolved.name, resolved.exists) == ("/opt/driver/lib/nvidia/libcuda.so.1", "libcuda.so.1", False)
+    finally:
+        resolved.close()
+    assert (base / "opt/driver/lib/nvidia").is_dir() and os.path.islink(base / "lib64")
+
+
+def test_a_last_symlink_is_followed_or_kept(root: tuple[Path, int]) -> None:
+    base, fd = root
+    (base / "etc").mkdir()
+    os.symlink("../var/cache.conf", base / "etc/ld.so.conf")  # dangling, relative
+    followed = resolve_in_root(fd, "/etc/ld.so.conf", create_dirs=True)
+    kept = resolve_in_root(fd, "/etc/ld.so.conf", follow_last=False)
+    try:
+        assert (followed.path, followed.exists) == ("/var/cache.conf", False)  # /var created for it
+        assert (kept.path, kept.exists, kept.name) == ("/etc/ld.so.conf", True, "ld.so.conf")
+    finally:
+        followed.close()
+        kept.close()
+
+
+@pytest.mark.parametrize("path", ["/", ".", "/usr/..", "/a/../.."])
+def test_the_root_itself_is_refused(root: tuple[Path, int], path: str) -> None:
+    base, fd = root
+    (base / "usr").mkdir()
+    (base / "a").mkdir()
+    with pytest.raises(UnsafePath, match="root"):
+        resolve_in_root(fd, path)
+
+
+def test_loops_are_refused(root: tuple[Path, int]) -> None:
+    base, fd = root
+    os.symlink("b", base / "a")
+    os.symlink("a", base / "b")
+    for path, create in (("/a", False), ("/a/x", False), ("/a/x/y", True)):
+        with pytest.raises(UnsafePath, match="too many levels of symbolic links"):
+            resolve_in_root(fd, path, create_dirs=create)
+
+
+def _a_cgroup_mount() -> tuple[str, str]:
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            fstype = fields[fields.index("-") + 1]
+            if fstype in ("cgroup", "cgroup2"):
+                return fields[4], fstype
+    return "/nonexistent", "cgroup"
+
+
+@pytest.mark.parametrize("kernel_fs, kind", [("/proc", "proc"), ("/sys", "sysfs"), _a_cgroup_mount()])
+def test_no_directory_is_created_on_a_kernel_filesystem(kernel_fs: str, kind: str) -> None:
+    if not os.path.isdir(kernel_fs):
+        pytest.skip(f"no {kernel_fs} here")
+    fd = os.open(kernel_fs, os.O_PATH | os.O_DIRECTORY)
+    try:
+        with pytest.raises(UnsafePath, match=f"kernel's {kind}"):
+            resolve_in_root(fd, "/ponytail-must-not-exist/x", create_dirs=True)
+    finally:
+        os.close(fd)
+        if os.path.isdir(f"{kernel_fs}/ponytail-must-not-exist"):  # a cgroup made after all
+            os.rmdir(f"{kernel_fs}/ponytail-must-not-exist")
+    assert not os.path.exists(f"{kernel_fs}/ponytail-must-not-exist")
+
+
+def test_magic_links_under_proc_are_refused() -> None:
+    """/proc/self/root is the host's /: a root with a procfs in it (a container's) must not reach it."""
+    fd = os.open("/proc", os.O_PATH | os.O_DIRECTORY)
+    try:
+        with pytest.raises(UnsafePath, match="magic link under /proc"):
+            resolve_in_root(fd, "/self/root/etc/passwd")
+        assert real_path_in_root(fd, "/self/cwd/x") is None
+    finally:
+        os.close(fd)
+
+
+def test_a_nul_byte_is_refused_not_cut(root: tuple[Path, int]) -> None:
+    base, fd = root
+    (base / "a").mkdir()
+    with pytest.raises(UnsafePath):
+        resolve_in_root(fd, "/a\0/b/c")
+
+
+def test_a_kernel_without_openat2_gets_one_line(tmp_path: Path) -> None:
+    """No userland walk to fall back on (a hook needs Linux 5.12 for the mount API anyway): a
+    kernel that answers openat2 with ENOSYS gets one line and exit 1, from a dry run too."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    rootfs = make_rootfs(tmp_path / "rootfs", programs=())
+    for args in (["-debug"], ["-root", str(rootfs)]):
+        result = run_ponytail(
+            ["-config", str(host.write_config()), *args], command=[str(compile_program("no_openat2.c")), console_script("ponytail")]
+        )
+        err = result.stderr.decode()
+        assert result.returncode == 1 and err.count("\n") == 1, err
+        assert "has no openat2: ponytail needs Linux 5.12+" in err, err
+    assert mounts_under(rootfs) == []
