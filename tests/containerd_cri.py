@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from engines import TIMEOUT, _processes_using, start_daemon, stop_daemon
+from engines import TIMEOUT, processes_naming, start_daemon, stop_daemon
 
 PROTO = Path(__file__).parent / "cri" / "runtime_v1_min.proto"
 NAMESPACE = "k8s.io"  # where the CRI plugin keeps its images and containers
@@ -127,7 +127,7 @@ class Containerd:
 
     def close(self) -> None:
         stop_daemon(self.process)
-        for pid in _processes_using(self.socket):  # shims of containers left behind: ours, by their -address
+        for pid in processes_naming(self.socket):  # shims of containers left behind: ours, by their -address
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

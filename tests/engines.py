@@ -107,19 +107,19 @@ class Podman:
     def close(self) -> None:
         """Wait for podman's own cleanup processes (conmon runs them after a container exits), then remove the state."""
         deadline = time.monotonic() + 30
-        while _processes_using(str(self.state)) and time.monotonic() < deadline:
+        while processes_naming(str(self.state)) and time.monotonic() < deadline:
             time.sleep(0.05)
         shutil.rmtree(self.state, ignore_errors=True)
 
 
-def _processes_using(path: str) -> list[int]:
-    """Processes whose command line names ``path``."""
+def processes_naming(text: str) -> list[int]:
+    """Processes (other than this one) whose command line contains ``text``."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if path.encode() in f.read():
+                    if text.encode() in f.read():
                         found.append(int(entry))
             except OSError:
                 pass

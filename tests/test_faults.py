@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Sleeper, bundle_for, in_private_mount_ns, run_ponytail, state_for
-from engines import RUNTIMES, console_script, hook_entry, oci_bundle, unique
+from engines import RUNTIMES, console_script, hook_entry, oci_bundle, processes_naming, unique
 from fakehost import FakeHost, gpus, make_rootfs
 
 
@@ -25,19 +25,6 @@ def processes_mapping(path: Path) -> list[int]:
             try:
                 with open(f"/proc/{entry}/maps", "rb") as f:
                     if str(path).encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
-def processes_named(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
                         found.append(int(entry))
             except OSError:
                 pass
@@ -122,7 +109,7 @@ def test_ldconfig_past_its_deadline_is_killed_with_its_process_group(host: FakeH
     assert result.returncode == 1, result.stderr
     assert result.stderr.decode().startswith(f"ponytail: error: {slow} -r ") and "did not finish within 1 s (killed)" in result.stderr.decode()
     assert result.stderr.decode().count("\n") == 1
-    assert wait_until_gone(processes_named, f"sleep {marker}") == []
+    assert wait_until_gone(processes_naming, f"sleep {marker}") == []
 
 
 @pytest.mark.parametrize(
