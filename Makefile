@@ -1,4 +1,5 @@
 # ponytail: `make demo` sets up and runs the main job, `make test` sets up and runs every test,
+# `make lint` checks style and types (ruff, mypy; CI runs it before the tests),
 # `make binary` builds the self-contained executable dist/ponytail/ponytail, `make fresh-check` runs
 # the suite as a fresh machine would, `make gpu-check` checks a machine with a real NVIDIA GPU.
 PYTHON ?= python3
@@ -6,11 +7,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BINARY := dist/ponytail/ponytail
 
-.PHONY: setup system-packages test demo binary bench bench-nvidia clean fresh-check gpu-check
+.PHONY: setup system-packages test lint demo binary bench bench-nvidia clean fresh-check gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,binary]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,binary,lint]' --config-settings editable_mode=compat
 	touch $@
 
 system-packages:
@@ -29,6 +30,11 @@ binary: $(BINARY)
 $(BINARY): $(VENV)/.installed packaging/ponytail.spec $(shell find ponytail -name '*.py')
 	$(PY) -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/ponytail.spec
 	touch $@
+
+# ruff (style, bugs, imports) over the repository and mypy over ponytail/, both configured in pyproject.toml
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # the suite as a fresh machine runs it: a clean clone of what is committed, a new venv from
 # the system's python3, a scrubbed PATH and environment, run from outside the checkout
