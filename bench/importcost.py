@@ -74,7 +74,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=31, help="runs of each case (default 31)")
     args = parser.parse_args()
-    cases = [(name, side, code) for name, pair in PAIRS.items() for side, code in zip(("stand-in", "standard"), pair)]
+    cases = [(name, side, code) for name, pair in PAIRS.items() for side, code in zip(("stand-in", "standard"), pair, strict=True)]
     times: dict[tuple[str, str], list[float]] = {(n, s): [] for n, s, _ in cases}
     for name in STANDARD:
         times[(name, "alone")] = []

@@ -381,8 +381,8 @@ def configurations(h: Host, ponytails: dict[str, list[str]], cdi: dict[str, bool
         h.specs["NVIDIA"] = json.loads(spec.read_text())
         runs["cdi hooks"]["NVIDIA"] = lambda: h.cdi_hooks("NVIDIA")
     for label, command in ponytails.items():
-        runs["inject"][label] = lambda c=command, l=label: h.ponytail_inject(c, l)
-        runs["hook"][label] = lambda c=command, l=label: h.ponytail_hook(c, l)
+        runs["inject"][label] = lambda c=command, lab=label: h.ponytail_inject(c, lab)
+        runs["hook"][label] = lambda c=command, lab=label: h.ponytail_hook(c, lab)
         runs["info"][label] = lambda c=command: h.ponytail_info(c)
         if not cdi[label]:
             continue
@@ -391,7 +391,7 @@ def configurations(h: Host, ponytails: dict[str, list[str]], cdi: dict[str, bool
         runs["cdi generate"][label] = lambda a=argv: h.run("ponytail cdi generate", a)
         h.run("ponytail cdi generate", argv)
         h.specs[label] = json.loads(spec.read_text())
-        runs["cdi hooks"][label] = lambda l=label: h.cdi_hooks(l)
+        runs["cdi hooks"][label] = lambda lab=label: h.cdi_hooks(lab)
     if phases is not None:
         runs["hook"]["pip, phases"] = phases
     return Plan(runs, notes)

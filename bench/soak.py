@@ -100,7 +100,7 @@ def soak(base: Path, ponytail: str, runs: int, concurrency: int, kill_rate: floa
             flapper.start()
         jobs = [(rng.choice(containers), rng.random() < kill_rate, rng.uniform(0.0, 0.15)) for _ in range(runs)]
         with ThreadPoolExecutor(concurrency) as pool:
-            for (c, _, _), (code, error) in zip(jobs, pool.map(lambda job: _run(ponytail, config, *job), jobs)):
+            for (c, _, _), (code, error) in zip(jobs, pool.map(lambda job: _run(ponytail, config, *job), jobs), strict=True):
                 _count(report, c, code, error)
         stop.set()
         if flapper:

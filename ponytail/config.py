@@ -95,10 +95,10 @@ def load_config(path: str, required: bool) -> Config:
             raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         if required:
-            raise ConfigError(f"config file {path} does not exist: create it or pass an existing -config FILE")
+            raise ConfigError(f"config file {path} does not exist: create it or pass an existing -config FILE") from None
         return Config()
     except OSError as e:
-        raise ConfigError(f"cannot read config file {path}: {e.strerror}")
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from e
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes")
     return parse_config(raw, path)
@@ -109,7 +109,7 @@ def parse_config(raw: bytes, path: str) -> Config:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"config file {path} is not UTF-8 text")
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
     data = loads_plain(text)  # the usual plain config, without importing tomllib (ponytail/lite/)
     if data is None:
         data = _load_toml(text, path)
@@ -200,9 +200,9 @@ def _load_toml(text: str, path: str) -> dict:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path}: TOML syntax error: {e}")
+        raise ConfigError(f"config file {path}: TOML syntax error: {e}") from e
     except RecursionError:
-        raise ConfigError(f"config file {path}: arrays or tables nested too deeply")
+        raise ConfigError(f"config file {path}: arrays or tables nested too deeply") from None
 
 
 def _check_type(path: str, key: str, value: object, expected: type) -> object:

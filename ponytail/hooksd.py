@@ -62,5 +62,5 @@ def install_hook(directory: str, command: str, config: str | None) -> str:
         os.chmod(temporary, 0o644)
         os.replace(temporary, path)
     except OSError as e:
-        raise UsageError(f"cannot write the hook file in {directory}: {e.strerror}")
+        raise UsageError(f"cannot write the hook file in {directory}: {e.strerror}") from e
     return path

@@ -133,9 +133,9 @@ def read_bundle_config(bundle: str) -> dict:
             raw = read_bounded(f, MAX_BUNDLE_CONFIG_BYTES, path)
     except FileNotFoundError:
         what = "bundle directory" if not os.path.isdir(bundle) else "config.json"
-        raise InputError(f"{path} not found (missing {what}); is the OCI state's 'bundle' right?")
+        raise InputError(f"{path} not found (missing {what}); is the OCI state's 'bundle' right?") from None
     except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror}")
+        raise InputError(f"cannot read {path}: {e.strerror}") from e
     return parse_json_object(raw, path)
 
 

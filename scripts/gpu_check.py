@@ -98,7 +98,7 @@ def check_info(ponytail: list[str], smi: str) -> str | None:
     problems = []
     if len(info["gpus"]) != len(smi_gpus):
         problems.append(f"ponytail sees {len(info['gpus'])} GPU(s), nvidia-smi {len(smi_gpus)}")
-    for gpu, (index, uuid_, bus_id, driver) in zip(info["gpus"], smi_gpus):
+    for gpu, (index, uuid_, bus_id, driver) in zip(info["gpus"], smi_gpus, strict=False):
         if str(gpu["index"]) != index or gpu["uuid"] != uuid_ or canonical_bus_id(gpu["pci_bus_id"]) != canonical_bus_id(bus_id):
             problems.append(f"GPU {index}: ponytail says {gpu['index']} {gpu['uuid']} {gpu['pci_bus_id']}, nvidia-smi {index} {uuid_} {bus_id}")
         if info["driver_version"] != driver:

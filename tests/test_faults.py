@@ -367,7 +367,7 @@ def test_runc_containers_sharing_one_rootfs_all_start_at_once(host: FakeHost, tm
     ids = [unique() for _ in bundles]
     runs = [
         subprocess.Popen(RUNTIMES["runc"] + ["run", "--bundle", str(b), i], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-        for b, i in zip(bundles, ids)
+        for b, i in zip(bundles, ids, strict=True)
     ]
     try:
         results = [(run.communicate(timeout=120), run.returncode) for run in runs]

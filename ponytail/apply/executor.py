@@ -144,7 +144,7 @@ def _clone_source(op: Mount) -> int:
     try:
         tree = syscalls.clone_tree(op.source)
     except OSError as e:
-        raise InjectionError(f"cannot bind {op.source} (for {op.target}): {e.strerror}")
+        raise InjectionError(f"cannot bind {op.source} (for {op.target}): {e.strerror}") from e
     try:
         st = os.fstat(tree)
         if op.rdev is not None:
@@ -164,7 +164,7 @@ def _clone_source(op: Mount) -> int:
                 flags |= _ATTRIBUTES[option]
             syscalls.set_mount_attributes(tree, flags)
         except OSError as e:
-            raise InjectionError(f"cannot set mount flags on {op.source}: {e.strerror}")
+            raise InjectionError(f"cannot set mount flags on {op.source}: {e.strerror}") from e
     except BaseException:
         os.close(tree)
         raise
@@ -175,7 +175,7 @@ def _open_program(path: str) -> int:
     try:
         return os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError as e:
-        raise InjectionError(f"cannot open {path}: {e.strerror}; set [host] ldconfig in the config")
+        raise InjectionError(f"cannot open {path}: {e.strerror}; set [host] ldconfig in the config") from e
 
 
 def _enter_mount_namespace(pid: int) -> None:
@@ -183,9 +183,9 @@ def _enter_mount_namespace(pid: int) -> None:
     try:
         ns_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise InputError(f"container process {pid} is gone ({path} does not exist)")
+        raise InputError(f"container process {pid} is gone ({path} does not exist)") from None
     except OSError as e:
-        raise InjectionError(f"cannot open {path}: {e.strerror}")
+        raise InjectionError(f"cannot open {path}: {e.strerror}") from e
     try:
         if os.fstat(ns_fd).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
             return  # already there (the container shares our mount namespace)
@@ -193,7 +193,7 @@ def _enter_mount_namespace(pid: int) -> None:
         syscalls.setns_mount(ns_fd)
         same_root = os.path.samestat(os.stat("/"), host_root)
     except OSError as e:
-        raise InjectionError(f"cannot enter the mount namespace of process {pid}: {e.strerror}")
+        raise InjectionError(f"cannot enter the mount namespace of process {pid}: {e.strerror}") from e
     finally:
         os.close(ns_fd)
     if not same_root:  # pivoted: its / is the image, and nothing may be loaded or run from there
@@ -227,7 +227,7 @@ def _create_mount_point(resolved: Resolved, is_dir: bool) -> None:
     except FileExistsError:
         pass
     except OSError as e:
-        raise InjectionError(f"cannot create mount point {resolved.path} in the rootfs: {e.strerror}")
+        raise InjectionError(f"cannot create mount point {resolved.path} in the rootfs: {e.strerror}") from e
 
 
 def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_kernel_fs: bool) -> None:
@@ -236,7 +236,7 @@ def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_ker
     try:
         target_fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
     except OSError as e:
-        raise InjectionError(f"cannot mount {source} onto {resolved.path} in the rootfs: {e.strerror}")
+        raise InjectionError(f"cannot mount {source} onto {resolved.path} in the rootfs: {e.strerror}") from e
     try:
         if stat.S_ISLNK(os.fstat(target_fd).st_mode):
             raise UnsafePath(f"{resolved.path} in the rootfs turned into a symlink while mounting; refused")
@@ -252,8 +252,8 @@ def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_ker
             raise InjectionError(
                 f"cannot mount {source} onto {resolved.path} in the rootfs: {resolved.path} was removed meanwhile "
                 "(something else is changing the rootfs); try again"
-            )
-        raise InjectionError(f"cannot mount {source} onto {resolved.path} in the rootfs: {e.strerror}")
+            ) from e
+        raise InjectionError(f"cannot mount {source} onto {resolved.path} in the rootfs: {e.strerror}") from e
     finally:
         os.close(target_fd)
     outcome.done.append(f"mount {source} -> {resolved.path}")
@@ -264,7 +264,7 @@ def _refuse_kernel_fs(resolved: Resolved, fd: int, what: str) -> None:
     try:
         kind = kernel_filesystem(fd)
     except OSError as e:
-        raise UnsafePath(f"cannot {what} at {resolved.path} in the rootfs: {e.strerror}")
+        raise UnsafePath(f"cannot {what} at {resolved.path} in the rootfs: {e.strerror}") from e
     if kind is not None:
         raise UnsafePath(f"refusing to {what} at {resolved.path}: a symlink in the image leads it onto the kernel's {kind} filesystem")
 
@@ -296,7 +296,7 @@ def _symlink(paths: InRoot, op: Symlink, tree: int | None, outcome: Outcome) -> 
         os.symlink(op.link_to, resolved.name, dir_fd=resolved.parent_fd)
         outcome.done.append(f"link {resolved.path} -> {op.link_to}")
     except OSError as e:
-        raise InjectionError(f"cannot create link {resolved.path} -> {op.link_to} in the rootfs: {e.strerror}")
+        raise InjectionError(f"cannot create link {resolved.path} -> {op.link_to} in the rootfs: {e.strerror}") from e
     finally:
         resolved.close()
 
@@ -318,7 +318,7 @@ def _mask_proc(root_fd: int, op: ProcMask, outcome: Outcome) -> None:
         try:
             tmpfs = syscalls.new_tmpfs({"mode": "0555", "size": "4m"}, flags)
         except OSError as e:
-            raise InjectionError(f"cannot create the tmpfs for {op.target}: {e.strerror}")
+            raise InjectionError(f"cannot create the tmpfs for {op.target}: {e.strerror}") from e
         try:
             for name, content in op.files:
                 _write_into(tmpfs, name, content)
@@ -335,7 +335,7 @@ def _masked_already(resolved: Resolved) -> bool:
     try:
         fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
     except OSError as e:
-        raise InjectionError(f"cannot open {resolved.path} in the rootfs: {e.strerror}")
+        raise InjectionError(f"cannot open {resolved.path} in the rootfs: {e.strerror}") from e
     try:
         return filesystem_magic(fd) == TMPFS_MAGIC and bool(os.fstatvfs(fd).f_flag & os.ST_RDONLY)
     finally:
@@ -429,7 +429,7 @@ def _write_file(paths: InRoot, path: str, content: bytes, outcome: Outcome, repl
         if _publish(resolved, content, replace):
             outcome.done.append(f"wrote {resolved.path}")
     except OSError as e:
-        raise InjectionError(f"cannot write {resolved.path} in the rootfs: {e.strerror}")
+        raise InjectionError(f"cannot write {resolved.path} in the rootfs: {e.strerror}") from e
     finally:
         resolved.close()
 

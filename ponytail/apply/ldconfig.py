@@ -45,16 +45,16 @@ def run_ldconfig(
         try:
             _isolate(rootfs)
         except OSError as e:
-            raise InjectionError(f"refusing to run {program} on {rootfs}: cannot isolate it from the host's kernel filesystems: {e}")
+            raise InjectionError(f"refusing to run {program} on {rootfs}: cannot isolate it from the host's kernel filesystems: {e}") from e
         try:
             status, output = run_program(program_fd, argv, dict(LDCONFIG_ENV), timeout_s)
         except TimeoutError:
             raise InjectionError(
                 f"{program} -r {rootfs} did not finish within {timeout_s:g} s (killed): raise [timeouts] ldconfig "
                 "in the config, or look for an ld.so.conf in the image that includes itself"
-            )
+            ) from None
         except OSError as e:
-            raise InjectionError(f"cannot run {program} on the rootfs: {e}")
+            raise InjectionError(f"cannot run {program} on the rootfs: {e}") from e
     finally:
         _return(home)
     detail = output.decode(errors="replace").strip().splitlines()
@@ -81,7 +81,7 @@ def _open_namespace() -> int:
     try:
         return os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
-        raise InjectionError(f"cannot open this process's mount namespace: {e.strerror}")
+        raise InjectionError(f"cannot open this process's mount namespace: {e.strerror}") from e
 
 
 def _isolate(rootfs: str) -> None:
@@ -104,6 +104,6 @@ def _return(namespace_fd: int) -> None:
     try:
         syscalls.setns_mount(namespace_fd)
     except OSError as e:
-        raise InjectionError(f"cannot return to the container's mount namespace after running ldconfig: {e}")
+        raise InjectionError(f"cannot return to the container's mount namespace after running ldconfig: {e}") from e
     finally:
         os.close(namespace_fd)

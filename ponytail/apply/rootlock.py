@@ -26,7 +26,7 @@ def lock_rootfs(root_fd: int, rootfs: str, timeout_s: float) -> int:
     try:
         fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
     except OSError as e:
-        raise InjectionError(f"cannot open the rootfs {rootfs} to lock it: {e.strerror}")
+        raise InjectionError(f"cannot open the rootfs {rootfs} to lock it: {e.strerror}") from e
     deadline = time.monotonic() + timeout_s
     delay = 0.002
     try:

@@ -120,7 +120,7 @@ def write_atomically(path: str, data: bytes) -> None:
             os.unlink(temp)
         except OSError:
             pass
-        raise UsageError(f"cannot write {path}: {e.strerror}")
+        raise UsageError(f"cannot write {path}: {e.strerror}") from e
 
 
 def read_spec(path: str) -> dict:
@@ -129,7 +129,7 @@ def read_spec(path: str) -> dict:
         with open(path, "rb") as f:
             raw = f.read(16 << 20)
     except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror}")
+        raise InputError(f"cannot read {path}: {e.strerror}") from e
     try:
         if path.endswith(".json"):
             spec = json.loads(raw)
@@ -140,7 +140,7 @@ def read_spec(path: str) -> dict:
     except Exception as e:  # json's and yaml's errors alike: the file is not a spec
         from ponytail.errors import one_line
 
-        raise InputError(f"{path} is not a CDI spec: {type(e).__name__}: {one_line(str(e))}")
+        raise InputError(f"{path} is not a CDI spec: {type(e).__name__}: {one_line(str(e))}") from e
     found = problems(spec)
     if found:
         raise InputError(f"{path} is not a valid CDI spec: {found[0]}")

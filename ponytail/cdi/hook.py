@@ -137,7 +137,7 @@ def _check_stage(rootfs: str, pid: int) -> None:
         ours = os.stat("/proc/self/ns/mnt")
         pivoted = os.path.samestat(os.stat("/"), os.stat(rootfs))
     except OSError as e:
-        raise InjectionError(f"cdi-hook: cannot look at this process's mount namespace and root: {e.strerror}")
+        raise InjectionError(f"cdi-hook: cannot look at this process's mount namespace and root: {e.strerror}") from e
     try:
         hosts = os.stat("/proc/1/ns/mnt")  # the host's init, in the host's /proc
     except OSError:  # may be denied, to the runtime's init as to a sandboxed host: nothing to compare

@@ -23,7 +23,7 @@ def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR, timeout_s: flo
     try:
         st = os.stat(libcuda)
     except OSError as e:
-        raise ProbeError(f"cannot read {libcuda}: {e.strerror}")
+        raise ProbeError(f"cannot read {libcuda}: {e.strerror}") from e
     key = f"{os.path.realpath(libcuda)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
     cache_file = os.path.join(cache_dir, "cuda-version.json")
     cached = _read_cache(cache_file).get(key)
@@ -37,7 +37,7 @@ def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR, timeout_s: flo
         raise ProbeError(
             f"cannot get the CUDA version from {libcuda}: cuDriverGetVersion {e} (a wedged GPU?); "
             "raise [timeouts] probe in the config, or set NVIDIA_DISABLE_REQUIRE=true"
-        )
+        ) from e
     if not _plausible(result):
         raise ProbeError(f"cannot get the CUDA version from {libcuda}: {result}")
     _write_cache(cache_file, _remember(_read_cache(cache_file), key, result))

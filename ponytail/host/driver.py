@@ -34,9 +34,9 @@ def read_driver_version(proc_root: str) -> str:
     except FileNotFoundError:
         raise ProbeError(
             f"no NVIDIA driver loaded: {path} does not exist (load the kernel module: modprobe nvidia)"
-        )
+        ) from None
     except OSError as e:
-        raise ProbeError(f"cannot read {path}: {e.strerror}")
+        raise ProbeError(f"cannot read {path}: {e.strerror}") from e
     return parse_driver_version(text, path)
 
 
@@ -79,7 +79,7 @@ def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:
     except FileNotFoundError:
         return {}
     except OSError as e:
-        raise ProbeError(f"cannot list {base}: {e.strerror}")
+        raise ProbeError(f"cannot list {base}: {e.strerror}") from e
     result: dict[str, GpuInformation] = {}
     for name in names:
         bus_id = canonical_bus_id(name)
@@ -96,9 +96,9 @@ def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:
             raise ProbeError(
                 f"inconsistent host: GPU {bus_id} has no {path}; refusing to number the GPUs without it: "
                 "check 'nvidia-smi' and dmesg"
-            )
+            ) from None
         except OSError as e:
-            raise ProbeError(f"cannot read {path}: {e.strerror}")
+            raise ProbeError(f"cannot read {path}: {e.strerror}") from e
         result[bus_id] = info
     return result
 
@@ -130,7 +130,7 @@ def read_char_majors(proc_root: str) -> dict[str, int]:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read(65536)
     except OSError as e:
-        raise ProbeError(f"cannot read {path}: {e.strerror}")
+        raise ProbeError(f"cannot read {path}: {e.strerror}") from e
     return parse_char_majors(text)
 
 

@@ -40,7 +40,7 @@ def read_mig_devices(proc_root: str, gpu_minor: int, gpu_index: int) -> tuple[bo
     except FileNotFoundError:
         return False, ()
     except OSError as e:
-        raise ProbeError(f"cannot list {base}: {e.strerror}")
+        raise ProbeError(f"cannot list {base}: {e.strerror}") from e
     devices = []
     for gi_name in sorted(names, key=_number):
         if not gi_name.startswith("gi") or not gi_name[2:].isdigit():
@@ -109,7 +109,7 @@ def mig_uuids(libnvidia_ml: str, timeout_s: float = 5.0) -> dict[str, tuple[int,
     try:
         result = run_in_child(_query_nvml, libnvidia_ml, timeout_s=timeout_s)
     except ChildTimeout as e:
-        raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): the NVML query {e}; raise [timeouts] probe in the config")
+        raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): the NVML query {e}; raise [timeouts] probe in the config") from e
     if isinstance(result, str):
         raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): {result}")
     return {uuid: (minor, gi, ci) for uuid, (minor, gi, ci) in result.items()}

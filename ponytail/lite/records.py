@@ -136,13 +136,13 @@ def _add_methods(
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if not kwargs and len(args) == count:  # the usual call: every field, in order
-            self.__dict__.update(zip(names, args))
+            self.__dict__.update(zip(names, args, strict=True))
             if post_init is not None:
                 post_init(self)
             return
         if len(args) > count:
             raise TypeError(f"{title}() takes {count} positional arguments but {len(args)} were given")
-        values = dict(zip(names, args))
+        values = dict(zip(names, args, strict=False))  # fewer arguments than fields: the rest by keyword or default
         for key, value in kwargs.items():
             if key not in known:
                 raise TypeError(f"{title}() got an unexpected keyword argument {key!r}")

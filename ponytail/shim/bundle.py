@@ -88,4 +88,4 @@ def write_bundle_config(bundle: str, spec: dict) -> None:
             f.write(json.dumps(spec).encode())
         os.replace(temporary, path)
     except OSError as e:
-        raise InjectionError(f"cannot rewrite {path}: {e.strerror}")
+        raise InjectionError(f"cannot rewrite {path}: {e.strerror}") from e
