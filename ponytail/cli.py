@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import click
 
@@ -19,7 +19,10 @@ from ponytail.options import HOOK_OPTIONS, HookOptions
 CONTEXT = {"help_option_names": ["-h", "-help", "--help"], "max_content_width": 100}
 
 
-def _hook_options(function):  # type: ignore[no-untyped-def]
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def _hook_options(function: F) -> F:
     for spec in reversed(HOOK_OPTIONS):
         names = (f"-{spec.name}", f"--{spec.name}")
         if spec.metavar is None:
@@ -55,7 +58,7 @@ def cli(ctx: click.Context, **values: object) -> None:
     if ctx.invoked_subcommand is None:
         from ponytail.hook import run_hook
 
-        ctx.exit(run_hook(HookOptions(**values)))  # type: ignore[arg-type]
+        ctx.exit(run_hook(HookOptions(**values)))  # type: ignore[arg-type]  # click gives each option the type HOOK_OPTIONS declares
 
 
 @cli.command(context_settings=CONTEXT)

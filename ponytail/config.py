@@ -133,7 +133,7 @@ def parse_config(raw: bytes, path: str) -> Config:
                 raise ConfigError(f"config file {path}: unknown key '{table}.{key}' (known in [{table}]: {known})")
             field_name, expected = keys[key]
             values[field_name] = _check_type(path, f"{table}.{key}", value, expected)
-    return Config(**values)  # type: ignore[arg-type]
+    return Config(**values)  # type: ignore[arg-type]  # each value was checked against its field type above
 
 
 def _capability_extras(path: str, table: object) -> dict[str, dict[str, tuple[str, ...]]]:
@@ -193,10 +193,12 @@ def _is_module_version(text: str) -> bool:
 
 
 def _load_toml(text: str, path: str) -> dict:
-    try:
-        import tomllib  # type: ignore[import-not-found]
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -271,7 +271,7 @@ def _library_globs(text: str | None) -> tuple[str, ...] | None:
     return globs
 
 
-def _header(options: HookOptions, config: Config, container: Container | None, request: object) -> list[str]:
+def _header(options: HookOptions, config: Config, container: Container | None, request: Request) -> list[str]:
     lines = [f"config: {config.path or 'built-in defaults (no config file)'}"]
     lines.append(f"driver root: {config.driver_root}  proc: {config.proc_root}  sys: {config.sys_root}  dev: {config.dev_root}")
     if container is not None:
@@ -284,8 +284,8 @@ def _header(options: HookOptions, config: Config, container: Container | None, r
         lines.append(f"manual mode: rootfs {options.root} (in this mount namespace)")
     else:
         lines.append("no container: no OCI state on stdin and no -root; showing what would be injected")
-    lines.append(f"devices requested: {request.devices.selector!r} (from {request.devices.source})")  # type: ignore[attr-defined]
-    lines.append(f"capabilities: {','.join(request.capabilities) or 'none'} (from {request.capabilities_source})")  # type: ignore[attr-defined]
-    for var, expression in request.requirements:  # type: ignore[attr-defined]
+    lines.append(f"devices requested: {request.devices.selector!r} (from {request.devices.source})")
+    lines.append(f"capabilities: {','.join(request.capabilities) or 'none'} (from {request.capabilities_source})")
+    for var, expression in request.requirements:
         lines.append(f"requirement: {var}={expression!r}")
     return lines

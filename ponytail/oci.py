@@ -8,6 +8,10 @@ from ponytail.lite.records import field, record
 
 from ponytail.errors import InputError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
+    from typing import BinaryIO
+
 MAX_STATE_BYTES = 4 << 20
 MAX_BUNDLE_CONFIG_BYTES = 4 << 20
 
@@ -39,7 +43,7 @@ class State:
     annotations: dict[str, str]
 
 
-def read_bounded(stream, limit: int, what: str) -> bytes:  # type: ignore[no-untyped-def]
+def read_bounded(stream: BinaryIO, limit: int, what: str) -> bytes:
     data = stream.read(limit + 1)
     if len(data) > limit:
         raise InputError(f"{what} is larger than {limit} bytes; refusing to parse it")
@@ -71,11 +75,11 @@ def parse_state(raw_state: bytes, lowest_pid: int = 1) -> State:
     """The OCI state alone, validated; the bundle is not read yet. (crun sends pid 0 to
     createContainer hooks: ``lowest_pid=0`` accepts it.)"""
     state = parse_json_object(raw_state, "OCI state on stdin")
-    container_id = _field(state, "id", str, "OCI state")
+    container_id = _field(state, "id", "OCI state")
     pid = state.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid < lowest_pid:
         raise InputError(f"OCI state for container {container_id}: 'pid' must be a positive integer, got {pid!r}")
-    bundle = _field(state, "bundle", str, "OCI state")
+    bundle = _field(state, "bundle", "OCI state")
     status = state.get("status", "")
     if not isinstance(status, str):
         raise InputError(f"OCI state for container {container_id}: 'status' must be a string")
@@ -98,7 +102,9 @@ def load_container(state: State) -> Container:
     rootfs = os.path.normpath(os.path.join(bundle, root_path))
     process = _section(spec, "process", bundle)
     env = parse_env(process.get("env"), f"{bundle}/config.json: 'process.env'")
-    capabilities = process.get("capabilities") if isinstance(process.get("capabilities"), dict) else {}
+    capabilities = process.get("capabilities")
+    if not isinstance(capabilities, dict):
+        capabilities = {}
     bounding = capabilities.get("bounding")
     privileged = isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
     spec_annotations = _string_map(spec.get("annotations"), f"{bundle}/config.json: 'annotations'")
@@ -177,11 +183,11 @@ def _section(spec: dict, key: str, bundle: str, required: bool = False) -> dict:
     return value
 
 
-def _field(obj: dict, key: str, kind: type, what: str) -> str:
+def _field(obj: dict, key: str, what: str) -> str:
     value = obj.get(key)
-    if not isinstance(value, kind) or not value:
-        raise InputError(f"{what}: '{key}' is missing or not a {kind.__name__}")
-    return value  # type: ignore[return-value]
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{what}: '{key}' is missing or not a str")
+    return value
 
 
 def _string_map(value: object, what: str) -> dict[str, str]:

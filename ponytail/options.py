@@ -73,4 +73,4 @@ def parse_hook_args(args: list[str]) -> HookOptions | None:
     from ponytail.lite.argv import parse_options
 
     values = parse_options(args, {spec.name: spec.metavar is not None for spec in HOOK_OPTIONS})
-    return None if values is None else HookOptions(**values)  # type: ignore[arg-type]
+    return None if values is None else HookOptions(**values)  # type: ignore[arg-type]  # parse_options gives str for options with a value, bool for flags

@@ -186,9 +186,9 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
         else:
             checks = tuple(sorted((key.split(":")[0], path) for key, path in sonames.items() if key.endswith(":64")))
             ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, checks, "make the driver's libraries loadable by SONAME"))
-    nodes = tuple(op.rdev for op in ops if isinstance(op, Mount) and op.rdev is not None)
-    if nodes:
-        ops.append(AllowDevices(nodes, "let the container open exactly the injected device nodes"))
+    rules = tuple(op.rdev for op in ops if isinstance(op, Mount) and op.rdev is not None)
+    if rules:
+        ops.append(AllowDevices(rules, "let the container open exactly the injected device nodes"))
     gpus = tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
     return Plan(tuple(ops), gpus, selection, host.skipped, tuple(warnings), tuple(problems))
 

@@ -6,6 +6,12 @@ import sys
 
 import click
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from ponytail.config import Config
+
 CONTEXT = {"help_option_names": ["-h", "-help", "--help"], "max_content_width": 100}
 _CONFIG = click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook); the spec's hook is run with it.")
 
@@ -96,13 +102,13 @@ def check(spec_file: str | None, config: str | None) -> None:
     click.echo(f"{path}: up to date")
 
 
-def _config(path: str | None):  # type: ignore[no-untyped-def]
+def _config(path: str | None) -> Config:
     from ponytail.config import config_path, load_config
 
     return load_config(*config_path(path))
 
 
-def _errors():  # type: ignore[no-untyped-def]
+def _errors() -> AbstractContextManager[None]:
     from ponytail.cli import _errors as errors
 
     return errors()

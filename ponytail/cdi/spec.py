@@ -17,6 +17,10 @@ import re
 
 from ponytail.plan import LinkerCache, Mount, Plan, ProcMask, Symlink
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
 KIND = "nvidia.com/gpu"
 VOID_ENV = "NVIDIA_VISIBLE_DEVICES=void"  # so the legacy prestart hook injects nothing as well
 HOOK_STAGE = "createContainer"
@@ -172,7 +176,7 @@ def _edit_problems(edits: dict) -> list[str]:
     return found
 
 
-def _is_node(op: object) -> bool:
+def _is_node(op: object) -> TypeGuard[Mount]:
     return isinstance(op, Mount) and op.kind == "device" and op.rdev is not None
 
 

@@ -103,7 +103,7 @@ def _die_with_parent(parent: int) -> None:
 
 def _read_until(fd: int, pid: int, deadline: float) -> bytes | None:
     """Everything the child writes until it closes its end; None at the deadline."""
-    chunks = []
+    chunks: list[bytes] = []
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     while True:

@@ -13,6 +13,10 @@ import os
 
 from ponytail.errors import ProbeError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
+    from typing import TypeGuard
+
 CACHE_DIR = "/run/ponytail"
 CACHE_ENTRIES = 8  # the most recent libcuda files remembered
 
@@ -28,7 +32,7 @@ def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR, timeout_s: flo
     cache_file = os.path.join(cache_dir, "cuda-version.json")
     cached = _read_cache(cache_file).get(key)
     if _plausible(cached):
-        return cached  # type: ignore[return-value]
+        return cached
     from ponytail.host.child import ChildTimeout, run_in_child
 
     try:
@@ -56,7 +60,7 @@ def format_cuda_version(version: int) -> str:
     return f"{version // 1000}.{version % 1000 // 10}"
 
 
-def _plausible(value: object) -> bool:
+def _plausible(value: object) -> TypeGuard[int]:
     """A CUDA version as cuDriverGetVersion gives it: 1000 * major + 10 * minor."""
     return type(value) is int and 1000 <= value < 1000000  # not a bool, a float, a string
 

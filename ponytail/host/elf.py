@@ -9,6 +9,10 @@ from __future__ import annotations
 import struct
 from ponytail.lite.records import record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time: for type checkers only
+    from typing import BinaryIO
+
 EM_386 = 3
 EM_X86_64 = 62
 EM_AARCH64 = 183
@@ -39,12 +43,12 @@ def read_elf_info(path: str) -> ElfInfo:
         return _parse(f)
 
 
-def read_elf_info_file(f) -> ElfInfo:  # type: ignore[no-untyped-def]
+def read_elf_info_file(f: BinaryIO) -> ElfInfo:
     """``read_elf_info`` of an open binary file (one opened safely inside a rootfs)."""
     return _parse(f)
 
 
-def _parse(f) -> ElfInfo:  # type: ignore[no-untyped-def]
+def _parse(f: BinaryIO) -> ElfInfo:
     ident = f.read(64)
     if len(ident) < 52 or ident[:4] != b"\x7fELF":
         raise NotElf("not an ELF file")

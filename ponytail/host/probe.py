@@ -116,7 +116,7 @@ def probe_gpus(config: Config, udev: bool = True) -> Gpus:
     version = read_driver_version(config.proc_root)
     infos = read_gpu_informations(config.proc_root)
     notes = _check_consistent(config, infos, nvidia_gpus(config.sys_root, udev))
-    gpus = []
+    gpus: list[Gpu] = []
     for bus_id in sorted(infos):
         info = infos[bus_id]
         if info.excluded:

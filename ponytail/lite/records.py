@@ -65,7 +65,7 @@ def record(cls: type | None = None, /, *, frozen: bool = False) -> Any:
 
 def fields(instance_or_class: object) -> tuple[str, ...]:
     """The field names, in order."""
-    return instance_or_class.__record_fields__  # type: ignore[attr-defined, no-any-return]
+    return instance_or_class.__record_fields__  # type: ignore[attr-defined]  # set by @record on the class
 
 
 def replace(instance: Any, **changes: Any) -> Any:
@@ -77,7 +77,7 @@ def replace(instance: Any, **changes: Any) -> Any:
 
 def _build(cls: type, frozen: bool) -> type:
     # inherited fields first, as dataclasses does
-    base = next((b.__record_spec__ for b in cls.__mro__[1:] if "__record_spec__" in b.__dict__), None)
+    base = next((b.__dict__["__record_spec__"] for b in cls.__mro__[1:] if "__record_spec__" in b.__dict__), None)
     names: list[str] = list(base[0]) if base else []
     defaults: dict[str, Any] = dict(base[1]) if base else {}
     factories: dict[str, Callable[[], Any]] = dict(base[2]) if base else {}
@@ -115,7 +115,7 @@ def _build(cls: type, frozen: bool) -> type:
             raise TypeError(f"non-default argument {name!r} follows default argument")
     compared = tuple(name for name in names if name not in ignored)
     shown = tuple(name for name in names if name not in hidden)
-    cls.__record_spec__ = (tuple(names), defaults, factories, compared, shown)  # type: ignore[attr-defined]
+    cls.__record_spec__ = (tuple(names), defaults, factories, compared, shown)  # type: ignore[attr-defined]  # a new class attribute
     _add_methods(cls, tuple(names), defaults, factories, compared, shown, frozen)
     return cls
 
@@ -168,7 +168,7 @@ def _add_methods(
     def __eq__(self: Any, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return values_of(self) == values_of(other)  # type: ignore[no-any-return]
+        return values_of(self) == values_of(other)
 
     post_init = cls.__dict__.get("__post_init__")
     methods: dict[str, Any] = {"__init__": __init__, "__repr__": __repr__, "__eq__": __eq__}
@@ -192,5 +192,5 @@ def _add_methods(
         if method is not None:
             method.__qualname__ = f"{title}.{name}"
         setattr(cls, name, method)
-    cls.__record_fields__ = names  # type: ignore[attr-defined]
-    cls.__match_args__ = names  # type: ignore[attr-defined]
+    cls.__record_fields__ = names  # type: ignore[attr-defined]  # a new class attribute, read by fields()
+    cls.__match_args__ = names  # type: ignore[attr-defined, misc]  # set on the decorated class, as dataclasses does

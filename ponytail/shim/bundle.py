@@ -63,7 +63,9 @@ def device_rules(config: Config, spec: dict) -> tuple[tuple[tuple[int, int], ...
     from ponytail.request import build_request
 
     try:
-        process = spec.get("process") if isinstance(spec.get("process"), dict) else {}
+        process = spec.get("process")
+        if not isinstance(process, dict):
+            process = {}
         env = parse_env(process.get("env"), "config.json: 'process.env'")
         annotations = spec.get("annotations")
         strings = {k: v for k, v in annotations.items() if isinstance(v, str)} if isinstance(annotations, dict) else {}

@@ -12,6 +12,13 @@ from __future__ import annotations
 from ponytail.errors import ConfigError
 from ponytail.engines.configure.model import Edit, Settings
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from tomlkit import TOMLDocument
+    from tomlkit.items import Table
+
 DEFAULT_PATH = "/etc/containerd/config.toml"
 RESTART = "systemctl restart containerd"
 RUNC_V2 = "io.containerd.runc.v2"
@@ -79,7 +86,7 @@ def _entry(runc: dict | None, settings: Settings) -> dict:
     return entry
 
 
-def _parse(path: str, text: str | None):  # type: ignore[no-untyped-def]
+def _parse(path: str, text: str | None) -> TOMLDocument:
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 
@@ -105,7 +112,7 @@ def _version(path: str, document: dict, text: str | None) -> int:
     return int(version)
 
 
-def _table(path: str, parent: dict, keys: tuple[str, ...], create: bool, where: str = ""):  # type: ignore[no-untyped-def]
+def _table(path: str, parent: dict, keys: tuple[str, ...], create: bool, where: str = "") -> dict | None:
     import tomlkit
 
     table = parent
@@ -126,10 +133,10 @@ def _table(path: str, parent: dict, keys: tuple[str, ...], create: bool, where: 
 
 def _plain(value: object) -> dict:
     unwrap = getattr(value, "unwrap", None)
-    return unwrap() if unwrap is not None else dict(value)  # type: ignore[call-overload]
+    return unwrap() if unwrap is not None else dict(value)  # type: ignore[call-overload]  # a plain mapping when not a tomlkit item
 
 
-def _new_table(tomlkit, values: dict, last: bool = False):  # type: ignore[no-untyped-def]
+def _new_table(tomlkit: ModuleType, values: dict, last: bool = False) -> Table:
     """A table of ``values``; ``last``: end with a blank line, before the file's next table."""
     table = tomlkit.table()
     items = list(values.items())
@@ -143,7 +150,7 @@ def _new_table(tomlkit, values: dict, last: bool = False):  # type: ignore[no-un
     return table
 
 
-def _result(path: str, text: str | None, document, changes: list[str], tomlkit) -> Edit:  # type: ignore[no-untyped-def]
+def _result(path: str, text: str | None, document: TOMLDocument, changes: list[str], tomlkit: ModuleType) -> Edit:
     if not changes:
         return Edit(path, text, text, ())
     new_text = tomlkit.dumps(document)

@@ -56,7 +56,8 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False) 
     name = settings.runtime_name
     wanted = {"runtime_path": settings.runtime_path, "runtime_type": "oci"}
     current = runtimes.get(name)
-    plain = current.unwrap() if hasattr(current, "unwrap") else current
+    unwrap = getattr(current, "unwrap", None)  # a tomlkit table: its plain dict
+    plain = unwrap() if unwrap is not None else current
     if not isinstance(plain, dict) or any(plain.get(k) != v for k, v in wanted.items()):
         entry = tomlkit.table()
         for key, value in ({**plain, **wanted} if isinstance(plain, dict) else wanted).items():
@@ -74,7 +75,7 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False) 
     return Edit(path, text, tomlkit.dumps(document), tuple(changes))
 
 
-def _table(path: str, parent, key: str):  # type: ignore[no-untyped-def]
+def _table(path: str, parent: dict, key: str) -> dict:  # tomlkit's documents and tables are dicts
     import tomlkit
 
     if key not in parent:
