@@ -3,7 +3,7 @@
 
     python3 bench/hookbench.py [--runs N] [--gpus 1,8,64] [--binary LABEL=PATH ...] [--no-runc]
 
-Builds fake NVIDIA hosts (tests/fakehost.py) with 1, 8 and 64 GPUs and the full
+Builds fake NVIDIA hosts (tests/support/fakehost.py) with 1, 8 and 64 GPUs and the full
 compute+utility driver file set (eleven gcc-built libraries of the running driver,
 each beside a stale one of an older driver, nvidia-smi, and a driver-root
 ld.so.cache as large as a real host's), then runs the hook in hook mode: each run
@@ -45,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from fakehost import LIB_DIR, FakeGpu, FakeHost, make_rootfs  # noqa: E402
+from support.fakehost import LIB_DIR, FakeGpu, FakeHost, make_rootfs  # noqa: E402
 
 SHELL_HOOK = REPO / "bench" / "shell_hook.sh"
 STALE_VERSION = "535.104.05"

@@ -9,7 +9,7 @@ NVIDIA's tools are built outside this repository by ../shared/anchor/build-nvidi
 (``--tools``, default /tmp/nvidia-tools: bin/ and lib/). Without them the benchmark says
 so and measures ponytail's part alone.
 
-The fake hosts are bench/hookbench.py's (tests/fakehost.py with the full compute+utility
+The fake hosts are bench/hookbench.py's (tests/support/fakehost.py with the full compute+utility
 file set and a driver-root ld.so.cache as large as a real host's), for 2 and 18 GPUs. For
 NVIDIA's tools each host also gets:
 

@@ -8,7 +8,7 @@
 
 Every run gets a fresh copy of the rootfs (made outside the timing) and its own container
 id; the variants alternate so that drift hits them alike. With a loaded NVIDIA driver the
-real one is injected; otherwise a simulated driver tree (tests/fakehost.py) stands in,
+real one is injected; otherwise a simulated driver tree (tests/support/fakehost.py) stands in,
 which has the same files, nodes and ldconfig work but no GPU behind the nodes.
 
     sudo .venv/bin/python bench/runc_start.py [--runs 21]
@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
+from support.fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -82,7 +82,7 @@ def _config(work: Path) -> tuple[Path, str]:
         return config, "the real NVIDIA driver of this machine"
     host = FakeHost(work / "host", gpu_list=gpus(2))
     host.log = work / "ponytail.log"
-    return host.write_config(), "SIMULATED (no NVIDIA driver on this machine; tests/fakehost.py)"
+    return host.write_config(), "SIMULATED (no NVIDIA driver on this machine; tests/support/fakehost.py)"
 
 
 def _bundle(bundle: Path, template: Path, hooks: dict | None, env: list[str]) -> Path:

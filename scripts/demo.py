@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
+from support.fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
 
 DEMO = REPO / "demo"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Sleeper, bundle_for, run_ponytail, state_for, tree_digest
-from fakehost import FakeHost, gpus, make_rootfs
+from support.harness import Sleeper, bundle_for, run_ponytail, state_for, tree_digest
+from support.fakehost import FakeHost, gpus, make_rootfs
 
 MiB = 1 << 20
 
@@ -24,9 +24,7 @@ def one_line(stderr: bytes) -> str:
     return text
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
-    return FakeHost(tmp_path_factory.mktemp("host"), gpu_list=gpus(1))
+HOST_SHAPE = {"gpu_list": gpus(1)}  # shared_host's
 
 
 def _write(content: bytes) -> Callable[[Path], None]:
@@ -63,7 +61,7 @@ BUNDLES = [
 
 
 @pytest.mark.parametrize("name, spoil, message", BUNDLES, ids=[b[0] for b in BUNDLES])
-def test_bad_bundle_is_one_line_exit_2_and_injects_nothing(host: FakeHost, tmp_path: Path, name: str, spoil, message: str) -> None:
+def test_bad_bundle_is_one_line_exit_2_and_injects_nothing(shared_host: FakeHost, tmp_path: Path, name: str, spoil, message: str) -> None:
     rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
     bundle = bundle_for(tmp_path, rootfs)
     spoil(bundle / "config.json")
@@ -72,19 +70,19 @@ def test_bad_bundle_is_one_line_exit_2_and_injects_nothing(host: FakeHost, tmp_p
     try:
         mounts = sleeper.run(["cat", "/proc/self/mountinfo"]).stdout
         state = state_for(bundle, sleeper.pid, container_id=f"bad-{name}")
-        result = run_ponytail(["-config", str(host.write_config())], stdin=state, isolated=False)
+        result = run_ponytail(["-config", str(shared_host.write_config())], stdin=state, isolated=False)
         assert result.returncode == 2, result.stderr
         assert message in one_line(result.stderr)
         assert sleeper.run(["cat", "/proc/self/mountinfo"]).stdout == mounts
     finally:
         sleeper.stop()
     assert tree_digest(rootfs) == before
-    assert f"error container=bad-{name} " in host.log.read_text()
+    assert f"error container=bad-{name} " in shared_host.log.read_text()
 
 
-def test_oversized_state_is_refused_before_it_is_parsed(host: FakeHost) -> None:
+def test_oversized_state_is_refused_before_it_is_parsed(shared_host: FakeHost) -> None:
     state = b'{"id": "x", "pid": 1, "bundle": "/b", "pad": "' + b" " * (4 * MiB) + b'"}'
-    result = run_ponytail(["-config", str(host.write_config())], stdin=state)
+    result = run_ponytail(["-config", str(shared_host.write_config())], stdin=state)
     assert result.returncode == 2
     assert "OCI state on stdin is larger than 4194304 bytes" in one_line(result.stderr)
 

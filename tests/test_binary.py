@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from fakehost import LIB_DIR, FakeHost, gpus, make_rootfs
+from support.fakehost import LIB_DIR, FakeHost, gpus, make_rootfs
 
 
 def test_binary_needs_no_python_on_the_machine(binary: Path, tmp_path: Path) -> None:

@@ -8,22 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from cdi_support import generate
-from commands import PONYTAIL
-from conftest import run_ponytail
-from fakehost import FakeHost, gpus, make_rootfs
+from support.cdi_support import generate
+from support.commands import PONYTAIL
+from support.harness import run_ponytail
+from support.fakehost import FakeHost, gpus, make_rootfs
 
 LIB = "/usr/lib/x86_64-linux-gnu"
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
-    return FakeHost(tmp_path_factory.mktemp("cdihook") / "host", gpu_list=gpus(3, minors=[2, 0, 1]), mig={1: [(1, 0), (2, 0)]})
+HOST_SHAPE = {"gpu_list": gpus(3, minors=[2, 0, 1]), "mig": {1: [(1, 0), (2, 0)]}}  # shared_host's
 
 
 @pytest.fixture(scope="module")
-def hook_args(host: FakeHost, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    spec = generate(host, tmp_path_factory.mktemp("spec") / "nvidia.json")
+def hook_args(shared_host: FakeHost, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    spec = generate(shared_host, tmp_path_factory.mktemp("spec") / "nvidia.json")
     [hook] = spec["containerEdits"]["hooks"]
     return hook["args"][1:]  # cdi-hook ...
 
@@ -52,7 +50,7 @@ def in_own_namespace(args: list[str], state: Path, then: str, command: list[str]
 
 
 def test_links_linker_cache_and_a_proc_view_of_only_the_devices_the_engine_created(
-    host: FakeHost, hook_args: list[str], tmp_path: Path, ponytail_command: list[str]
+    shared_host: FakeHost, hook_args: list[str], tmp_path: Path, ponytail_command: list[str]
 ) -> None:
     # the engine created GPU 2's node (minor 1) and the access nodes of MIG device 2:1:0
     rootfs, state = container(tmp_path, [(195, 1), (239, 145), (239, 146)])
@@ -66,10 +64,10 @@ def test_links_linker_cache_and_a_proc_view_of_only_the_devices_the_engine_creat
     assert (rootfs / LIB.lstrip("/") / "libcuda.so.1").readlink() == Path("libcuda.so.550.54.15")
     assert (rootfs / "etc/ld.so.conf.d/00-ponytail.conf").read_text() == f"{LIB}\n"
     assert (rootfs / "etc/ld.so.cache").exists()
-    assert "cdi-hook in" in host.log.read_text()
+    assert "cdi-hook in" in shared_host.log.read_text()
 
 
-def test_refused_as_a_prestart_hook(host: FakeHost, hook_args: list[str], tmp_path: Path, sleeper) -> None:
+def test_refused_as_a_prestart_hook(shared_host: FakeHost, hook_args: list[str], tmp_path: Path, sleeper) -> None:
     """Run as a prestart hook would be, from the runtime's namespace with the container's pid: it must
     not mount there (what it mounted would stay on the host and never reach the container)."""
     rootfs, state = container(tmp_path, [(195, 2)], pid=sleeper.pid)

@@ -11,31 +11,29 @@ from pathlib import Path
 
 import pytest
 
-from cdi_support import CdiPodman, generate
-from engines import console_script
-from fakehost import FakeHost, gpus, make_rootfs
-from conftest import tree_digest
-from hostile import CUDA_OK, Stage
+from support.cdi_support import CdiPodman, generate
+from support.engines import console_script
+from support.fakehost import FakeHost, gpus, make_rootfs
+from support.harness import tree_digest
+from support.hostile import CUDA_OK, Stage
 from test_hostile_images import CASES, WORKS, Case
 
 NODES = ["/dev/nvidia2", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap145", "/dev/nvidia-caps/nvidia-cap150", "/dev/nvidiactl", "/dev/nvidia-uvm"]
 CHECK = ["sh", "-c", f"/usr/local/bin/cudacheck {' '.join(NODES)}; nvidia-smi; echo visible=$NVIDIA_VISIBLE_DEVICES"]
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
-    """3 GPUs: index 0 is /dev/nvidia2, index 2 (/dev/nvidia1) has MIG devices 2:1:0 and 2:2:0."""
-    return FakeHost(tmp_path_factory.mktemp("cdipodman") / "host", gpu_list=gpus(3, minors=[2, 0, 1]), mig={1: [(1, 0), (2, 0)]})
+# shared_host's: 3 GPUs: index 0 is /dev/nvidia2, index 2 (/dev/nvidia1) has MIG devices 2:1:0 and 2:2:0
+HOST_SHAPE = {"gpu_list": gpus(3, minors=[2, 0, 1]), "mig": {1: [(1, 0), (2, 0)]}}
 
 
 @pytest.fixture(scope="module")
-def podman(host: FakeHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CdiPodman]:
+def podman(shared_host: FakeHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CdiPodman]:
     base = tmp_path_factory.mktemp("cdispec")
     spec = base / "nvidia.yaml"
-    generate(host, spec, "--device-name-strategy", "both")
+    generate(shared_host, spec, "--device-name-strategy", "both")
     # the legacy hook is installed too, for every GPU-annotated container: CDI's void keeps it out
     hooks = base / "hooks.d"
-    installed = subprocess.run([console_script("ponytail"), "install-hook", "--dir", str(hooks), "--config", str(host.write_config())],
+    installed = subprocess.run([console_script("ponytail"), "install-hook", "--dir", str(hooks), "--config", str(shared_host.write_config())],
                                capture_output=True, text=True, timeout=60)
     assert installed.returncode == 0, installed.stderr
     engine = CdiPodman(spec, hooks)
@@ -57,7 +55,7 @@ UUID0 = "GPU-00000000-1111-2222-3333-000000000002"
     ("2:1:0", {"/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap145"}),
     (FakeHost.mig_uuid(1, 2, 0), {"/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap150"}),
 ])
-def test_a_cdi_device_gives_its_nodes_the_driver_and_nvidia_smi(podman: CdiPodman, host: FakeHost, tmp_path: Path, device: str, visible: set) -> None:
+def test_a_cdi_device_gives_its_nodes_the_driver_and_nvidia_smi(podman: CdiPodman, shared_host: FakeHost, tmp_path: Path, device: str, visible: set) -> None:
     rootfs = make_rootfs(tmp_path / "rootfs")
     result = podman.run(rootfs, CHECK, devices=[f"nvidia.com/gpu={device}"], annotations={"com.example.gpu": "true"})
     assert result.returncode == 0, result.stderr
@@ -66,8 +64,8 @@ def test_a_cdi_device_gives_its_nodes_the_driver_and_nvidia_smi(podman: CdiPodma
     expected = {node: "ENXIO" if node in visible or node in ("/dev/nvidiactl", "/dev/nvidia-uvm") else "ENOENT" for node in NODES}
     assert opened(out) == expected, out
     assert "visible=void" in out  # the legacy hook saw a non-GPU container: it injected nothing
-    assert "not a GPU container (NVIDIA_VISIBLE_DEVICES='void'); nothing injected" in host.log.read_text()
-    assert "cdi-hook in" in host.log.read_text()
+    assert "not a GPU container (NVIDIA_VISIBLE_DEVICES='void'); nothing injected" in shared_host.log.read_text()
+    assert "cdi-hook in" in shared_host.log.read_text()
 
 
 def test_an_unknown_device_is_podmans_error_not_a_broken_container(podman: CdiPodman, tmp_path: Path) -> None:
@@ -78,8 +76,8 @@ def test_an_unknown_device_is_podmans_error_not_a_broken_container(podman: CdiPo
 
 
 @pytest.fixture
-def stage(tmp_path: Path, host: FakeHost, request: pytest.FixtureRequest) -> Iterator[Stage]:
-    s = Stage(tmp_path, host, container_id=f"cdi-{request.node.name}"[:60])
+def stage(tmp_path: Path, shared_host: FakeHost, request: pytest.FixtureRequest) -> Iterator[Stage]:
+    s = Stage(tmp_path, shared_host, container_id=f"cdi-{request.node.name}"[:60])
     yield s
     s.close()
 

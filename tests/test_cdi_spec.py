@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cdi_support import generate
-from conftest import run_ponytail
-from engines import console_script
-from fakehost import FakeHost, gpus
+from support.cdi_support import generate
+from support.harness import run_ponytail
+from support.engines import console_script
+from support.fakehost import FakeHost, gpus
 from ponytail.cdi.spec import problems, required_version
 
 V = "550.54.15"
@@ -29,10 +29,8 @@ NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 INTRODUCED = {"hostPath": "0.5.0", "type-of-mount": "0.4.0", "annotations": "0.6.0", "intelRdt": "0.7.0", "additionalGids": "0.7.0", "netDevices": "1.1.0"}
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
-    """3 GPUs, minors out of PCI order (index 0 is /dev/nvidia2), MIG on GPU 2 (minor 1)."""
-    return FakeHost(tmp_path_factory.mktemp("cdi") / "host", gpu_list=gpus(3, minors=[2, 0, 1]), mig={1: [(1, 0), (2, 0)]}, daemons=True)
+# shared_host's: 3 GPUs, minors out of PCI order (index 0 is /dev/nvidia2), MIG on GPU 2 (minor 1)
+HOST_SHAPE = {"gpu_list": gpus(3, minors=[2, 0, 1]), "mig": {1: [(1, 0), (2, 0)]}, "daemons": True}
 
 
 def nodes(edits: dict) -> list[str]:
@@ -40,8 +38,8 @@ def nodes(edits: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
-def test_spec_conforms_to_the_specification_at_its_lowest_version(host: FakeHost, tmp_path: Path, suffix: str) -> None:
-    spec = generate(host, tmp_path / f"nvidia{suffix}")
+def test_spec_conforms_to_the_specification_at_its_lowest_version(shared_host: FakeHost, tmp_path: Path, suffix: str) -> None:
+    spec = generate(shared_host, tmp_path / f"nvidia{suffix}")
     assert set(spec) == {"cdiVersion", "kind", "devices", "containerEdits"}
     vendor, _, klass = spec["kind"].partition("/")
     assert spec["kind"] == "nvidia.com/gpu" and VENDOR.match(vendor) and CLASS_BEFORE_060.match(klass)
@@ -69,24 +67,24 @@ def test_spec_conforms_to_the_specification_at_its_lowest_version(host: FakeHost
     assert problems(spec) == []
 
 
-def test_uuid_names_alone_need_no_digit_rule(host: FakeHost, tmp_path: Path) -> None:
-    spec = generate(host, tmp_path / "nvidia.yaml", "--device-name-strategy", "uuid")
+def test_uuid_names_alone_need_no_digit_rule(shared_host: FakeHost, tmp_path: Path) -> None:
+    spec = generate(shared_host, tmp_path / "nvidia.yaml", "--device-name-strategy", "uuid")
     names = [d["name"] for d in spec["devices"]]
-    assert names[:3] == [g.uuid for g in host.gpu_list] and names[-1] == "all"
+    assert names[:3] == [g.uuid for g in shared_host.gpu_list] and names[-1] == "all"
     assert names[3:5] == [FakeHost.mig_uuid(1, 1, 0), FakeHost.mig_uuid(1, 2, 0)]  # MIG UUIDs, asked of NVML
     assert spec["cdiVersion"] == "0.5.0"  # still: the device nodes' hostPath
-    both = generate(host, tmp_path / "both.yaml", "--device-name-strategy", "both")
-    assert [d["name"] for d in both["devices"]][:2] == ["0", host.gpu_list[0].uuid]
+    both = generate(shared_host, tmp_path / "both.yaml", "--device-name-strategy", "both")
+    assert [d["name"] for d in both["devices"]][:2] == ["0", shared_host.gpu_list[0].uuid]
 
 
-def test_each_device_has_only_its_own_nodes_and_the_rest_is_shared(host: FakeHost, tmp_path: Path) -> None:
-    spec = generate(host, tmp_path / "nvidia.json")
+def test_each_device_has_only_its_own_nodes_and_the_rest_is_shared(shared_host: FakeHost, tmp_path: Path) -> None:
+    spec = generate(shared_host, tmp_path / "nvidia.json")
     devices = {d["name"]: d["containerEdits"] for d in spec["devices"]}
     assert nodes(devices["0"]) == ["/dev/nvidia2"]  # index 0 is the GPU with minor 2
     assert nodes(devices["1"]) == ["/dev/nvidia0"]
     assert nodes(devices["2:1:0"]) == ["/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap145", "/dev/nvidia-caps/nvidia-cap146"]
     assert set(nodes(devices["all"])) == {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"} | {f"/dev/nvidia-caps/nvidia-cap{m}" for m in (145, 146, 150, 151)}
-    assert devices["0"]["deviceNodes"][0] == {"path": "/dev/nvidia2", "hostPath": str(host.dev / "nvidia2"), "type": "c", "major": 195, "minor": 2, "permissions": "rw"}
+    assert devices["0"]["deviceNodes"][0] == {"path": "/dev/nvidia2", "hostPath": str(shared_host.dev / "nvidia2"), "type": "c", "major": 195, "minor": 2, "permissions": "rw"}
     shared = spec["containerEdits"]
     assert shared["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
     assert nodes(shared) == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
@@ -99,26 +97,26 @@ def test_each_device_has_only_its_own_nodes_and_the_rest_is_shared(host: FakeHos
     assert hook["hookName"] == "createContainer" and hook["path"] == console_script("ponytail")
     args = hook["args"]
     assert args[:2] == ["ponytail", "cdi-hook"] and args[args.index("--driver-version") + 1] == V
-    assert ["--link", f"{LIB}/libcuda.so.1", f"libcuda.so.{V}", str(host.driver / LIB.lstrip("/") / f"libcuda.so.{V}")] == args[args.index("--link"):args.index("--link") + 4]
+    assert ["--link", f"{LIB}/libcuda.so.1", f"libcuda.so.{V}", str(shared_host.driver / LIB.lstrip("/") / f"libcuda.so.{V}")] == args[args.index("--link"):args.index("--link") + 4]
     assert "--mask-proc" in args and args[args.index("--ldconfig") + 2:args.index("--ldconfig") + 4] == ["--directory", LIB]
 
 
-def test_the_same_host_gives_the_same_bytes_written_atomically(host: FakeHost, tmp_path: Path) -> None:
+def test_the_same_host_gives_the_same_bytes_written_atomically(shared_host: FakeHost, tmp_path: Path) -> None:
     for name in ("a.yaml", "b.yaml", "a.json", "b.json"):
-        generate(host, tmp_path / name)
+        generate(shared_host, tmp_path / name)
     assert (tmp_path / "a.yaml").read_bytes() == (tmp_path / "b.yaml").read_bytes()
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert (tmp_path / "a.yaml").stat().st_mode & 0o777 == 0o644
-    generate(host, tmp_path / "a.yaml")  # replaced in place, nothing left beside it
+    generate(shared_host, tmp_path / "a.yaml")  # replaced in place, nothing left beside it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "a.yaml", "b.json", "b.yaml"]
-    stdout = run_ponytail(["cdi", "generate", "-config", str(host.write_config()), "--hook-path", console_script("ponytail")])
+    stdout = run_ponytail(["cdi", "generate", "-config", str(shared_host.write_config()), "--hook-path", console_script("ponytail")])
     assert stdout.returncode == 0 and stdout.stdout == (tmp_path / "a.yaml").read_bytes()
 
 
 @pytest.mark.parametrize("version, ok", [("0.6.0", True), ("1.1.0", True), ("0.4.0", False), ("0.3.0", False), ("2.0.0", False)])
-def test_spec_version_option(host: FakeHost, tmp_path: Path, version: str, ok: bool) -> None:
+def test_spec_version_option(shared_host: FakeHost, tmp_path: Path, version: str, ok: bool) -> None:
     out = tmp_path / "nvidia.yaml"
-    args = ["cdi", "generate", "-config", str(host.write_config()), "--hook-path", console_script("ponytail"), "--output", str(out)]
+    args = ["cdi", "generate", "-config", str(shared_host.write_config()), "--hook-path", console_script("ponytail"), "--output", str(out)]
     result = run_ponytail(args + ["--spec-version", version])
     if ok:
         assert result.returncode == 0, result.stderr
@@ -175,12 +173,12 @@ def test_what_the_specification_forbids_is_found(change: dict, message: str) -> 
     assert any(message in p for p in problems({**spec_with(), **change})), problems({**spec_with(), **change})
 
 
-def test_list_names_from_a_file_and_from_this_host(host: FakeHost, tmp_path: Path) -> None:
-    generate(host, tmp_path / "nvidia.json")
+def test_list_names_from_a_file_and_from_this_host(shared_host: FakeHost, tmp_path: Path) -> None:
+    generate(shared_host, tmp_path / "nvidia.json")
     from_file = run_ponytail(["cdi", "list", str(tmp_path / "nvidia.json")])
     assert from_file.returncode == 0, from_file.stderr
     assert from_file.stdout.decode().splitlines() == [f"nvidia.com/gpu={n}" for n in ("0", "1", "2", "2:1:0", "2:2:0", "all")]
-    from_host = run_ponytail(["cdi", "list", "-config", str(host.write_config()), "--device-name-strategy", "index"])
+    from_host = run_ponytail(["cdi", "list", "-config", str(shared_host.write_config()), "--device-name-strategy", "index"])
     assert from_host.returncode == 0 and from_host.stdout == from_file.stdout
     garbage = tmp_path / "bad.json"
     garbage.write_text('{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": []}')
@@ -222,9 +220,9 @@ def test_a_host_without_gpus_gets_no_spec(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_the_binary_writes_the_same_spec(host: FakeHost, tmp_path: Path, binary: Path) -> None:
+def test_the_binary_writes_the_same_spec(shared_host: FakeHost, tmp_path: Path, binary: Path) -> None:
     """The binary carries its YAML library: the same host gives the same bytes from both forms."""
-    args = ["cdi", "generate", "-config", str(host.write_config()), "--hook-path", console_script("ponytail")]
+    args = ["cdi", "generate", "-config", str(shared_host.write_config()), "--hook-path", console_script("ponytail")]
     frozen = run_ponytail(args, command=[str(binary)])
     assert frozen.returncode == 0, frozen.stderr
     assert frozen.stdout == run_ponytail(args).stdout and frozen.stdout.startswith(b"cdiVersion: 0.5.0\n")

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeHost, Sleeper, bundle_for, run_ponytail, state_for
-from fakehost import make_rootfs
+from support.fakehost import FakeHost
+
+from support.harness import Sleeper, bundle_for, run_ponytail, state_for
+from support.fakehost import make_rootfs
 from ponytail.apply.cgroup import devices_cgroup_path, devices_directory
 from ponytail.errors import InjectionError
 

@@ -15,8 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PONYTAIL, FakeHost, Sleeper, bundle_for, run_ponytail, state_for
-from fakehost import make_rootfs
+from support.commands import PONYTAIL
+
+from support.fakehost import FakeHost
+
+from support.harness import Sleeper, bundle_for, run_ponytail, state_for
+from support.fakehost import make_rootfs
 from ponytail.apply import bpf
 from ponytail.apply.cgroup import cgroup2_directory, unified_cgroup_path
 from ponytail.devicefilter import CALL, EXIT, JNE_K, LDX_W, MOV32_X, MOV64_K, RSH32_K, AND32_K, allow_block, extend, insn, why_not_extensible

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeHost, bundle_for, run_ponytail
-from engines import console_script
-from fakehost import NVIDIA_MAJOR, add_stale_libcuda, gpus, install_driver_tree, make_rootfs
+from support.fakehost import FakeHost
+
+from support.harness import bundle_for, run_ponytail
+from support.engines import console_script
+from support.fakehost import NVIDIA_MAJOR, add_stale_libcuda, gpus, install_driver_tree, make_rootfs
 
 KERNEL = "550.54.15"
 

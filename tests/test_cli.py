@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from commands import PONYTAIL, shell
-from conftest import FakeHost, bundle_for, run_ponytail, state_for, tree_digest
-from fakehost import FakeGpu
+from support.commands import PONYTAIL, shell
+from support.fakehost import FakeHost
+from support.harness import bundle_for, run_ponytail, state_for, tree_digest
+from support.fakehost import FakeGpu
 
 
 def one_line_error(result) -> str:

@@ -17,7 +17,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from engines import console_script
+from support.engines import console_script
 
 RUNTIME = "/usr/local/bin/ponytail-runtime"
 CRI = 'plugins."io.containerd.grpc.v1.cri"'

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from fakehost import LIB_DIR, FakeHost, compile_library
+from support.fakehost import LIB_DIR, FakeHost, compile_library
 from ponytail.host.cuda import CACHE_ENTRIES, cuda_driver_version
 
 

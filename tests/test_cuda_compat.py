@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeHost, bundle_for, run_ponytail, state_for
-from engines import hook_entry, oci_bundle, run_bundle
-from fakehost import add_cuda_compat, add_stale_libcuda, gpus, make_rootfs
+from support.fakehost import FakeHost
+
+from support.harness import bundle_for, run_ponytail, state_for
+from support.engines import hook_entry, oci_bundle, run_bundle
+from support.fakehost import add_cuda_compat, add_stale_libcuda, gpus, make_rootfs
 
 NEWER = ("570.86.10", 12080)
 OLDER = ("535.104.05", 12020)
 CHECK = ["/usr/local/bin/cudacheck"]
 
 
-@pytest.fixture
-def host(tmp_path: Path) -> FakeHost:
-    return FakeHost(tmp_path / "host", gpu_list=gpus(1))
+HOST_SHAPE = {"gpu_list": gpus(1)}  # host's
 
 
 def _run_container(host: FakeHost, tmp_path: Path, env: list[str] = (), config: Path | None = None, prepare=None) -> list[str]:  # type: ignore[assignment]

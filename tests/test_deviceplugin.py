@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import FakeHost, bundle_for, run_ponytail, state_for
+from support.fakehost import FakeHost
+
+from support.harness import bundle_for, run_ponytail, state_for
 from ponytail.shim.edit import spec_asks_for_gpus
 
 DEVICES = "/var/run/nvidia-container-devices"

@@ -21,9 +21,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from containerd_cri import Containerd, Pods, make_state_dir, oci_archive, private_config, remove_state_dir
-from engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script
-from fakehost import FakeHost, gpus, make_rootfs
+from support.containerd_cri import Containerd, Pods, make_state_dir, oci_archive, private_config, remove_state_dir
+from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script
+from support.fakehost import FakeHost, gpus, make_rootfs
 
 pytestmark = pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd is not installed")
 

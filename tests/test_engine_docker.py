@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engines import CUDACHECK_GPU0, EXPECTED_GPU0, Dockerd, unique
-from fakehost import FakeHost, gpus, make_rootfs
+from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, Dockerd, unique
+from support.fakehost import FakeHost, gpus, make_rootfs
 
 UNKNOWN_GPU = "ponytail: error: unknown GPU '7' in NVIDIA_VISIBLE_DEVICES='7': this host has 3 GPUs"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeHost
-from engines import CUDACHECK_GPU0, EXPECTED_GPU0, Podman, console_script
-from fakehost import make_rootfs
+from support.fakehost import FakeHost
+from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, Podman, console_script
+from support.fakehost import make_rootfs
 
 SHIPPED = Path(__file__).parent.parent / "hooks.d" / "ponytail.json"
 

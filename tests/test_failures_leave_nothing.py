@@ -13,22 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from commands import PONYTAIL, shell
-from conftest import bundle_for, in_private_mount_ns, run_ponytail, state_for, tree_digest
-from fakehost import FakeHost, gpus, make_rootfs
-from hostile import CUDA_OK, Stage
+from support.commands import PONYTAIL, shell
+from support.harness import bundle_for, in_private_mount_ns, run_ponytail, state_for, tree_digest
+from support.fakehost import FakeHost, gpus, make_rootfs
+from support.hostile import CUDA_OK, Stage
 
 PY = shell(PONYTAIL)
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
-    return FakeHost(tmp_path_factory.mktemp("host"), gpu_list=gpus(2))
+HOST_SHAPE = {"gpu_list": gpus(2)}  # shared_host's
 
 
 @pytest.fixture
-def stage(tmp_path: Path, host: FakeHost) -> Iterator[Stage]:
-    s = Stage(tmp_path, host, container_id=f"ctr-{tmp_path.name}")
+def stage(tmp_path: Path, shared_host: FakeHost) -> Iterator[Stage]:
+    s = Stage(tmp_path, shared_host, container_id=f"ctr-{tmp_path.name}")
     yield s
     s.close()
 
@@ -57,12 +55,12 @@ def test_a_failure_after_mounting_takes_the_mounts_back_in_hook_mode(stage: Stag
     stage.assert_host_untouched()
 
 
-def test_a_failure_after_mounting_takes_the_mounts_back_in_manual_mode(host: FakeHost, tmp_path: Path) -> None:
+def test_a_failure_after_mounting_takes_the_mounts_back_in_manual_mode(shared_host: FakeHost, tmp_path: Path) -> None:
     rootfs = make_rootfs(tmp_path / "rootfs")
     os.symlink("/nowhere", rootfs / "etc/ld.so.cache~")
     result = in_private_mount_ns(
         f"""
-        {PY} -config {host.write_config()} -root {rootfs} && echo rc=0 || echo rc=$?
+        {PY} -config {shared_host.write_config()} -root {rootfs} && echo rc=0 || echo rc=$?
         grep -c ' {rootfs}/' /proc/self/mountinfo || true
         """
     )
@@ -70,12 +68,12 @@ def test_a_failure_after_mounting_takes_the_mounts_back_in_manual_mode(host: Fak
     assert lines == ["rc=1", "0"], result.stdout + result.stderr
 
 
-def test_every_failure_is_logged_with_the_container_id(host: FakeHost, tmp_path: Path) -> None:
+def test_every_failure_is_logged_with_the_container_id(shared_host: FakeHost, tmp_path: Path) -> None:
     # the id is known, the bundle is not there: the log still names the container
     state = state_for(tmp_path / "no-bundle", os.getpid(), container_id="lost-bundle-ctr")
-    result = run_ponytail(["-config", str(host.write_config())], stdin=state)
+    result = run_ponytail(["-config", str(shared_host.write_config())], stdin=state)
     assert result.returncode == 2
-    line = host.log.read_text().splitlines()[-1]
+    line = shared_host.log.read_text().splitlines()[-1]
     assert "error container=lost-bundle-ctr " in line and "config.json not found" in line, line
 
 
@@ -96,7 +94,7 @@ class PivotedSleeper:
         self.proc.wait()
 
 
-def test_a_container_that_has_already_pivoted_is_refused(host: FakeHost, tmp_path: Path) -> None:
+def test_a_container_that_has_already_pivoted_is_refused(shared_host: FakeHost, tmp_path: Path) -> None:
     rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
     # the image recreates the host's path of its own rootfs inside itself, so that a hook that
     # trusted the pivoted namespace's / would find a "rootfs" there, and the image's files
@@ -105,7 +103,7 @@ def test_a_container_that_has_already_pivoted_is_refused(host: FakeHost, tmp_pat
     try:
         before = tree_digest(rootfs)
         state = state_for(bundle_for(tmp_path, rootfs), sleeper.proc.pid)
-        result = run_ponytail(["-config", str(host.write_config())], stdin=state, isolated=False)
+        result = run_ponytail(["-config", str(shared_host.write_config())], stdin=state, isolated=False)
         assert result.returncode == 1
         assert "has already switched its root to the rootfs" in result.stderr.decode()
         assert tree_digest(rootfs) == before
@@ -113,15 +111,15 @@ def test_a_container_that_has_already_pivoted_is_refused(host: FakeHost, tmp_pat
         sleeper.stop()
 
 
-def test_a_second_run_in_manual_mode_stacks_no_mount_either(host: FakeHost, tmp_path: Path) -> None:
+def test_a_second_run_in_manual_mode_stacks_no_mount_either(shared_host: FakeHost, tmp_path: Path) -> None:
     """Also the read-only tmpfs that masks /proc/driver/nvidia, and the IPC sockets."""
     rootfs = make_rootfs(tmp_path / "rootfs")
     (rootfs / "proc/driver/nvidia").mkdir(parents=True)
     result = in_private_mount_ns(
         f"""
-        {PY} -config {host.write_config()} -root {rootfs} -capabilities all
+        {PY} -config {shared_host.write_config()} -root {rootfs} -capabilities all
         grep -c ' {rootfs}/' /proc/self/mountinfo
-        {PY} -config {host.write_config()} -root {rootfs} -capabilities all
+        {PY} -config {shared_host.write_config()} -root {rootfs} -capabilities all
         grep -c ' {rootfs}/' /proc/self/mountinfo
         grep -c ' {rootfs}/proc/driver/nvidia ' /proc/self/mountinfo
         """

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Sleeper, bundle_for, in_private_mount_ns, run_ponytail, state_for
-from engines import RUNTIMES, console_script, hook_entry, oci_bundle, processes_naming, unique
-from fakehost import FakeHost, gpus, make_rootfs
+from support.harness import Sleeper, bundle_for, in_private_mount_ns, run_ponytail, state_for
+from support.engines import RUNTIMES, console_script, hook_entry, oci_bundle, processes_naming, unique
+from support.fakehost import FakeHost, gpus, make_rootfs
 
 
 def processes_mapping(path: Path) -> list[int]:
@@ -354,7 +354,7 @@ kill $!
 
 
 def test_runc_containers_sharing_one_rootfs_all_start_at_once(host: FakeHost, tmp_path: Path) -> None:
-    from engines import CUDACHECK_GPU0, EXPECTED_GPU0
+    from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0
 
     hooks = {"prestart": [hook_entry(host.write_config())]}
     bundles = [oci_bundle(tmp_path, CUDACHECK_GPU0, env=["NVIDIA_VISIBLE_DEVICES=0"], hooks=hooks) for _ in range(6)]

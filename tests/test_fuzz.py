@@ -35,8 +35,8 @@ from ponytail.options import HookOptions
 from ponytail.request import build_request, select_devices
 from ponytail.require import Facts, check_requirements
 
-from conftest import tree_digest
-from fakehost import FakeHost, gpus
+from support.harness import tree_digest
+from support.fakehost import FakeHost, gpus
 
 def fuzz(examples: int) -> settings:
     return settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))

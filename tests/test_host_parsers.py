@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehost import compile_library
+from support.fakehost import compile_library
 from ponytail.errors import ProbeError
 from ponytail.host.driver import canonical_bus_id, parse_char_majors, parse_driver_version, parse_information
 from ponytail.host.elf import EM_X86_64, NotElf, read_elf_info

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from commands import PONYTAIL
-from conftest import run_ponytail
-from fakehost import FakeHost, compile_library, compile_program, gpus
-from hostile import CUDA_OK, Stage, evil_library
+from support.commands import PONYTAIL
+from support.harness import run_ponytail
+from support.fakehost import FakeHost, compile_library, compile_program, gpus
+from support.hostile import CUDA_OK, Stage, evil_library
 
 WORKS, REFUSED, SAFE = "works", "refused", "safe"  # SAFE: either outcome, the host untouched
 
@@ -109,14 +109,12 @@ def _fifo(stage: Stage, path: str) -> None:
     os.mkfifo(target)
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
-    return FakeHost(tmp_path_factory.mktemp("host"), gpu_list=gpus(1))
+HOST_SHAPE = {"gpu_list": gpus(1)}  # shared_host's
 
 
 @pytest.fixture
-def stage(tmp_path: Path, host: FakeHost, request: pytest.FixtureRequest) -> Iterator[Stage]:
-    s = Stage(tmp_path, host, container_id=f"hostile-{request.node.name}"[:60])
+def stage(tmp_path: Path, shared_host: FakeHost, request: pytest.FixtureRequest) -> Iterator[Stage]:
+    s = Stage(tmp_path, shared_host, container_id=f"hostile-{request.node.name}"[:60])
     yield s
     s.close()
 
@@ -180,7 +178,7 @@ def test_programs_and_preloads_planted_in_the_image_never_run(stage: Stage) -> N
 
 
 @pytest.fixture
-def spy(tmp_path: Path, host: FakeHost) -> Path:
+def spy(tmp_path: Path, shared_host: FakeHost) -> Path:
     """A config whose ldconfig is a dynamically linked spy that records its environment."""
     real = next(p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p))
     program = tmp_path / "spy" / "ldconfig-spy"
@@ -188,7 +186,7 @@ def spy(tmp_path: Path, host: FakeHost) -> Path:
     program.write_bytes(compile_program("env_spy.c", (f'REAL_LDCONFIG="{real}"',)).read_bytes())
     program.chmod(0o755)
     config = tmp_path / "spy.toml"
-    config.write_text(host.config_text().replace("[log]", f'ldconfig = "{program}"\n[log]'))
+    config.write_text(shared_host.config_text().replace("[log]", f'ldconfig = "{program}"\n[log]'))
     return config
 
 

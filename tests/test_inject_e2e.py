@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from commands import PONYTAIL, shell
-from conftest import FakeHost, bundle_for, gpus, in_private_mount_ns, mounts_under, run_ponytail, state_for
-from fakehost import make_rootfs
+from support.commands import PONYTAIL, shell
+from support.fakehost import FakeHost, gpus
+from support.harness import bundle_for, in_private_mount_ns, mounts_under, run_ponytail, state_for
+from support.fakehost import make_rootfs
 
 PY = shell(PONYTAIL)
 

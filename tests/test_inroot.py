@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mounts_under, run_ponytail
-from engines import console_script
-from fakehost import FakeHost, compile_program, gpus, make_rootfs
+from support.harness import mounts_under, run_ponytail
+from support.engines import console_script
+from support.fakehost import FakeHost, compile_program, gpus, make_rootfs
 from ponytail.inroot import InRoot, UnsafePath, real_path_in_root, resolve_in_root
 
 

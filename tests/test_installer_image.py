@@ -16,7 +16,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from engines import TIMEOUT, unique
+from support.engines import TIMEOUT, unique
 
 pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed")
 

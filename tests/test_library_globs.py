@@ -8,19 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from fakehost import LIB_DIR, FakeHost, gpus
+from support.fakehost import LIB_DIR, FakeHost, gpus
 from ponytail.host.files import LibrarySearch, find_libraries
 from ponytail.host.ldcache import read_ld_cache
 
 
+HOST_SHAPE = {"gpu_list": gpus(1), "lib_dir": "/usr/local/nvidia/lib64"}  # shared_host's
+
+
 @pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
-    host = FakeHost(tmp_path_factory.mktemp("globs") / "host", gpu_list=gpus(1), lib_dir="/usr/local/nvidia/lib64")
-    libdir = host.driver / LIB_DIR.lstrip("/")
+def lookalike_host(shared_host: FakeHost) -> FakeHost:
+    """shared_host with files beside its libraries whose names look like theirs."""
+    libdir = shared_host.driver / LIB_DIR.lstrip("/")
     libdir.mkdir(parents=True)
     for name in ("libcudart.so.12", "libnvidia-egl-wayland.so.1", "libcuda.so.1.bak", "libacuda.so.1", "libcuda.so"):
         (libdir / name).write_bytes(b"not a library")
-    return host
+    return shared_host
 
 
 @pytest.mark.parametrize(
@@ -28,32 +31,32 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
     ["libcuda.so.*", "libcuda*", "*cuda.so.*", "lib?uda.so.[0-9]*", "libnvidia-*.so.*", "libcuda.so.[!0-9]*", "*", "libcuda.so"],
 )
 @pytest.mark.parametrize("directory", [LIB_DIR, "/usr/local/nvidia/lib64"])
-def test_a_glob_matches_exactly_what_fnmatch_matches(host: FakeHost, directory: str, name_pattern: str) -> None:
+def test_a_glob_matches_exactly_what_fnmatch_matches(lookalike_host: FakeHost, directory: str, name_pattern: str) -> None:
     search = LibrarySearch.for_glob(f"{directory}/{name_pattern}", "a test")
-    _, reports, _ = find_libraries(str(host.driver), [search], host.driver_version)
-    names = os.listdir(host.driver / directory.lstrip("/"))
+    _, reports, _ = find_libraries(str(lookalike_host.driver), [search], lookalike_host.driver_version)
+    names = os.listdir(lookalike_host.driver / directory.lstrip("/"))
     matches = tuple(f"{directory}/{n}" for n in sorted(fnmatch.filter(names, name_pattern)))
     assert reports[0].matches == matches
-    cache = read_ld_cache(str(host.driver / "etc/ld.so.cache"))
+    cache = read_ld_cache(str(lookalike_host.driver / "etc/ld.so.cache"))
     expected = sorted({p for n, p in cache if fnmatch.fnmatchcase(n, name_pattern) and p not in matches})
     assert list(reports[0].from_cache) == expected
 
 
-def test_one_listing_per_directory(host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_listing_per_directory(lookalike_host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
     listed: list[str] = []
     real_listdir = os.listdir
     monkeypatch.setattr(os, "listdir", lambda path: listed.append(str(path)) or real_listdir(path))
     searches = [LibrarySearch.for_name(stem, "a test") for stem in ("libcuda", "libnvidia-ml", "libnvidia-cfg")]
-    found, _, _ = find_libraries(str(host.driver), searches, host.driver_version)
-    assert str(Path(host.driver) / "usr/local/nvidia/lib64") in listed
+    found, _, _ = find_libraries(str(lookalike_host.driver), searches, lookalike_host.driver_version)
+    assert str(Path(lookalike_host.driver) / "usr/local/nvidia/lib64") in listed
     assert sorted(listed) == sorted(set(listed)), "a directory was listed twice"
     assert {f.soname for f in found} == {"libcuda.so.1", "libnvidia-ml.so.1"}
 
 
-def test_a_glob_in_the_directory_part(host: FakeHost) -> None:
+def test_a_glob_in_the_directory_part(lookalike_host: FakeHost) -> None:
     plain = LibrarySearch.for_glob("/usr/local/nvidia/lib64/libcuda.so.*", "a test")
     dirglob = LibrarySearch.for_glob("/usr/local/*/lib6?/libcuda.so.*", "a test")
-    plain, dirglob = (find_libraries(str(host.driver), [s], host.driver_version)[1][0] for s in (plain, dirglob))
+    plain, dirglob = (find_libraries(str(lookalike_host.driver), [s], lookalike_host.driver_version)[1][0] for s in (plain, dirglob))
     assert dirglob.matches == plain.matches and plain.matches
 
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from commands import PONYTAIL, shell
-from conftest import in_private_mount_ns, run_ponytail
-from fakehost import FakeHost, gpus
+from support.commands import PONYTAIL, shell
+from support.harness import in_private_mount_ns, run_ponytail
+from support.fakehost import FakeHost, gpus
 from ponytail.capabilities import CAPABILITIES, CONTROL_NODES
 from ponytail.plan import MOUNT_OPTIONS
 
@@ -24,9 +22,7 @@ def test_every_node_a_capability_names_is_in_the_registry() -> None:
     assert "nvidiactl" in CONTROL_NODES  # every plan has it
 
 
-@pytest.fixture
-def host(tmp_path: Path) -> FakeHost:
-    return FakeHost(tmp_path / "host", gpu_list=gpus(1), daemons=True)
+HOST_SHAPE = {"gpu_list": gpus(1), "daemons": True}  # host's
 
 
 def test_the_executor_sets_exactly_the_plans_mount_options(host: FakeHost, rootfs: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fakehost import FakeHost, gpus
+from support.fakehost import FakeHost, gpus
 from ponytail.lite.plaintoml import loads_plain
 
 try:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fakehost import FakeHost, compile_program, gpus
-from hostile import Stage
+from support.fakehost import FakeHost, compile_program, gpus
+from support.hostile import Stage
 
 RUNS = 40
 LIB = "/usr/lib/x86_64-linux-gnu"

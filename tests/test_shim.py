@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeHost
-from engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script, oci_bundle, unique
+from support.fakehost import FakeHost
+from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script, oci_bundle, unique
 from ponytail.shim.argv import RuntimeCall, parse_runtime_args
 from ponytail.shim.edit import add_gpu_hook, spec_asks_for_gpus
 

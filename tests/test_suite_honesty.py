@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from commands import PONYTAIL, PONYTAIL_RUNTIME, REPO, VENV_BIN
-from conftest import BARE_PYTHON_EXIT, BARE_PYTHON_MESSAGE
-from fakehost import BUILD_DIR, C_DIR, copy_program, make_rootfs
+from support.commands import PONYTAIL, PONYTAIL_RUNTIME, REPO, VENV_BIN
+from support.guard import BARE_PYTHON_EXIT, BARE_PYTHON_MESSAGE
+from support.fakehost import BUILD_DIR, C_DIR, copy_program, make_rootfs
 
 
 def test_a_bare_python3_from_path_fails_loudly(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_no_test_names_an_interpreter_from_path() -> None:
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if bare.search(line) and "the names it guards" not in line:
                 offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
-    assert not offenders, "run the installed command (tests/commands.py), not python3 from PATH:\n" + "\n".join(offenders)
+    assert not offenders, "run the installed command (tests/support/commands.py), not python3 from PATH:\n" + "\n".join(offenders)
 
 
 def test_the_commands_under_test_belong_to_the_interpreter_under_test() -> None:

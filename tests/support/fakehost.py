@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-C_DIR = Path(__file__).parent / "c"
+C_DIR = Path(__file__).parent.parent / "c"  # tests/c
 BUILD_DIR = Path(tempfile.mkdtemp(prefix="ponytail-test-build-"))
 atexit.register(shutil.rmtree, BUILD_DIR, ignore_errors=True)
 NVIDIA_MAJOR = 195

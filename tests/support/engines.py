@@ -19,8 +19,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from commands import installed
-from fakehost import make_rootfs
+from support.commands import installed
+from support.fakehost import make_rootfs
 
 # crun 1.8 refuses the hybrid cgroup layout: hide cgroup2 from it in a private mount namespace.
 CRUN = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'umount /sys/fs/cgroup/unified; exec crun "$@"', "crun"]

@@ -24,9 +24,9 @@ import time
 import uuid
 from pathlib import Path
 
-from engines import TIMEOUT, processes_naming, start_daemon, stop_daemon
+from support.engines import TIMEOUT, processes_naming, start_daemon, stop_daemon
 
-PROTO = Path(__file__).parent / "cri" / "runtime_v1_min.proto"
+PROTO = Path(__file__).parent.parent / "cri" / "runtime_v1_min.proto"  # tests/cri
 NAMESPACE = "k8s.io"  # where the CRI plugin keeps its images and containers
 
 

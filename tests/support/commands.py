@@ -14,7 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # tests/support/commands.py -> the checkout
 VENV_BIN = Path(sys.executable).parent  # the environment under test
 BINARY = REPO / "dist" / "ponytail" / "ponytail"
 

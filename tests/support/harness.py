@@ -1,0 +1,115 @@
+"""The harness: run ponytail as a user does, a stand-in container (a process in a mount namespace
+of its own, as the runtime has it at prestart), OCI bundles and states, and what a run left
+behind (mounts, tree digests)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from support.commands import PONYTAIL
+
+ISOLATED = ["unshare", "-m", "--propagation", "private"]
+
+
+def run_ponytail(
+    args: list[str], stdin: bytes | str | None = b"", env: dict | None = None, isolated: bool = True,
+    command: list[str] | None = None,
+) -> subprocess.CompletedProcess:
+    """Run the installed ponytail command (unless ``command`` says otherwise)
+    as a user would; returns its output and exit status.
+
+    By default it runs in a private mount namespace of its own, so that a manual-mode
+    run can never leave a mount on this machine; ``isolated=False`` runs it in the
+    test's own namespace (to prove hook mode mounts nothing here)."""
+    if isinstance(stdin, str):
+        stdin = stdin.encode()
+    full_env = {k: v for k, v in os.environ.items() if k != "PONYTAIL_CONFIG"}
+    full_env.update(env or {})
+    prefix = ISOLATED if isolated else []
+    return subprocess.run(
+        prefix + (command or PONYTAIL) + args, input=stdin, capture_output=True, env=full_env, timeout=120
+    )
+
+
+def in_private_mount_ns(script: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """Run a bash script in a fresh private mount namespace, so nothing it mounts leaks."""
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-euc", script],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+class Sleeper:
+    """A process in its own mount namespace: stands in for the container at prestart."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sleep", "600"], start_new_session=True
+        )
+        self.pid = self._child_pid()
+
+    def _child_pid(self) -> int:
+        # unshare execs sleep in place, so the pid is the same; wait until the namespace differs
+        for _ in range(200):
+            try:
+                if os.readlink(f"/proc/{self.proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
+                    return self.proc.pid
+            except FileNotFoundError:
+                pass
+            time.sleep(0.01)
+        raise RuntimeError("the stand-in container never entered its own mount namespace")
+
+    def run(self, args: list[str], timeout: int = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(["nsenter", "-t", str(self.pid), "-m", *args], capture_output=True, text=True, timeout=timeout)
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def bundle_for(tmp_path: Path, rootfs: Path, env: list[str] | None = None, relative_root: bool = True, name: str = "bundle") -> Path:
+    """An OCI bundle directory whose config.json points at ``rootfs``."""
+    bundle = tmp_path / name
+    bundle.mkdir(exist_ok=True)
+    root_path = os.path.relpath(rootfs, bundle) if relative_root else str(rootfs)
+    spec = {
+        "ociVersion": "1.0.2",
+        "root": {"path": root_path},
+        "process": {"args": ["sh"], "env": env or ["PATH=/usr/bin:/bin"], "cwd": "/"},
+        "linux": {"cgroupsPath": "/ponytail-test"},
+    }
+    (bundle / "config.json").write_text(json.dumps(spec))
+    return bundle
+
+
+def state_for(bundle: Path, pid: int, status: str = "creating", container_id: str = "test-ctr") -> str:
+    return json.dumps({"ociVersion": "1.0.2", "id": container_id, "status": status, "pid": pid, "bundle": str(bundle)})
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points under ``path`` in this (the host's) mount namespace."""
+    prefix = str(path)
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+
+
+def tree_digest(path: Path) -> str:
+    """Names, types, modes and contents of everything under ``path``."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in sorted(os.walk(path)):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            p = Path(dirpath) / name
+            st = p.lstat()
+            h.update(f"{p}:{st.st_mode}:{st.st_size}".encode())
+            if p.is_symlink():
+                h.update(os.readlink(p).encode())
+            elif p.is_file():
+                h.update(p.read_bytes())
+    return h.hexdigest()
