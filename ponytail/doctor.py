@@ -33,7 +33,7 @@ class Finding:
 def run_check(config: Config, bundle: str | None, rootfs: str | None, engine_root: str, as_json: bool) -> tuple[str, int]:
     """The report (text or JSON) and the exit status."""
     findings = check_host(config)
-    findings += check_engines(engine_root)
+    findings += check_engines(engine_root, config)
     if bundle is not None or rootfs is not None:
         findings += check_container(config, bundle, rootfs)
     status = 0 if all(f.level == OK for f in findings) else 1
@@ -149,7 +149,7 @@ def _cgroup(config: Config) -> Finding:
 
 # -- the engines ----------------------------------------------------------------------
 
-def check_engines(root: str = "/") -> list[Finding]:
+def check_engines(root: str = "/", config: Config | None = None) -> list[Finding]:
     """Each installed engine, and whether it will run ponytail. ``root`` prefixes every
     configuration path (a test's fake /etc); programs are looked up on PATH."""
     out = []
@@ -166,7 +166,7 @@ def check_engines(root: str = "/") -> list[Finding]:
             out.append(_hooksd_engine(engine, _hook_files(root, dirs), dirs, where))
     if not out:
         out.append(Finding("engine", "engines", WARN, "no docker, containerd, CRI-O or podman found: install one, or run ponytail as a hook of your runtime by hand"))
-    out += _stale_cdi(root)
+    out += _cdi_specs(root, config or Config())
     return out
 
 
@@ -266,11 +266,13 @@ def _program_finding(engine: str, program: str, root: str, where: str) -> Findin
     return Finding("engine", engine, OK, f"{where} runs {located}")
 
 
-def _stale_cdi(root: str) -> list[Finding]:
-    # ---- STALE CDI SPECS (issue 12) --------------------------------------------------
-    # When ponytail.cdi lands, ask it to regenerate the spec and compare. Until then: a
-    # JSON spec of ours that names a host path which no longer exists (a driver upgrade
-    # removed it) is stale.
+def _cdi_specs(root: str, config: Config) -> list[Finding]:
+    """Each NVIDIA GPU spec in the engines' CDI directories (ponytail's or another
+    generator's), checked against the running driver and GPUs with the same test as
+    ``ponytail cdi check``: a driver upgrade leaves a spec naming libraries that are gone."""
+    from ponytail.cdi.files import read_spec, stale
+    from ponytail.errors import PonytailError
+
     out = []
     for directory in CDI_DIRS:
         base = _under(root, directory)
@@ -279,30 +281,36 @@ def _stale_cdi(root: str) -> list[Finding]:
         except OSError:
             continue
         for name in names:
-            if "ponytail" not in name or not name.endswith(".json"):
+            if not name.endswith((".json", ".yaml", ".yml")):
                 continue
-            data = _read_json(os.path.join(base, name))
-            missing = [p for p in _cdi_host_paths(data) if not os.path.lexists(p)]
             path = os.path.join(base, name)
-            if missing:
-                out.append(Finding("engine", "CDI", FAIL, f"{path} is stale: {missing[0]} no longer exists: regenerate the spec (ponytail cdi)"))
+            regenerate = f"regenerate it: ponytail cdi generate --output {path}"
+            try:
+                spec = read_spec(path)
+            except PonytailError as e:
+                if "nvidia.com/" in _head(path) or "ponytail" in name:
+                    out.append(Finding("engine", "CDI", FAIL, f"{e.message}: the engines refuse it; {regenerate}"))
+                continue
+            if not str(spec.get("kind", "")).startswith("nvidia.com/"):
+                continue  # another vendor's devices: not ours to judge
+            try:
+                found = stale(spec, config)
+            except PonytailError as e:  # no driver loaded: check_host says so already
+                found = [e.message]
+            if found:
+                more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+                out.append(Finding("engine", "CDI", FAIL, f"{path} is stale: {found[0]}{more}: {regenerate}"))
             else:
-                out.append(Finding("engine", "CDI", OK, f"{path}: every host path exists"))
+                out.append(Finding("engine", "CDI", OK, f"{path} is true for the running driver and GPUs"))
     return out
 
 
-def _cdi_host_paths(data: object) -> list[str]:
-    paths: list[str] = []
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if key in ("hostPath",) and isinstance(value, str):
-                paths.append(value)
-            else:
-                paths += _cdi_host_paths(value)
-    elif isinstance(data, list):
-        for item in data:
-            paths += _cdi_host_paths(item)
-    return paths
+def _head(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(4096)
+    except OSError:
+        return ""
 
 
 def _under(root: str, path: str) -> str:

@@ -24,8 +24,8 @@ class Layout:
     """A healthy host (driver, nodes, daemons, cgroup v2, one driver tree), a podman set up
     with ponytail's hooks.d file, and an image; tests break one thing each."""
 
-    def __init__(self, base: Path) -> None:
-        self.host = FakeHost(base / "host", gpu_list=gpus(2), daemons=True)
+    def __init__(self, base: Path, extra_libraries: bool = False) -> None:
+        self.host = FakeHost(base / "host", gpu_list=gpus(2), daemons=True, extra_libraries=extra_libraries)
         (self.host.sys / "fs/cgroup").mkdir(parents=True)
         (self.host.sys / "fs/cgroup/cgroup.controllers").write_text("cpu io memory pids\n")
         self.tree = install_driver_tree(base / "umd/dev-build", KERNEL, 12041)
@@ -162,14 +162,40 @@ def test_a_hooks_file_whose_command_is_gone(layout: Layout) -> None:
     assert finding["subject"] == "podman" and "/nonexistent/ponytail" in finding["message"] and "install-hook" in finding["message"]
 
 
-def test_a_stale_cdi_spec(layout: Layout) -> None:
-    cdi = layout.engines / "etc/cdi"
-    cdi.mkdir(parents=True)
-    gone = layout.host.driver / "usr/lib/x86_64-linux-gnu/libcuda.so.535.0.0"
-    spec = {"cdiVersion": "0.6.0", "kind": "example.com/gpu", "containerEdits": {"mounts": [{"hostPath": str(gone), "containerPath": "/x"}]}}
-    (cdi / "ponytail.json").write_text(json.dumps(spec))
+def _generate_spec(layout: Layout, name: str) -> Path:
+    """A spec made by ``ponytail cdi generate`` for the layout's host, where engines read it."""
+    spec = layout.engines / "etc/cdi" / name
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    made = run_ponytail(["cdi", "generate", "-config", str(layout.config()), "--output", str(spec)])
+    assert made.returncode == 0, made.stderr
+    return spec
+
+
+def test_a_fresh_cdi_spec_is_ok(layout: Layout) -> None:
+    spec = _generate_spec(layout, "nvidia.yaml")
+    status, report, _ = layout.check()
+    assert status == 0, _not_ok(report)
+    assert any(f["subject"] == "CDI" and str(spec) in f["message"] for f in report["findings"])
+
+
+def test_a_cdi_spec_left_stale_by_a_driver_upgrade(tmp_path: Path) -> None:
+    layout = Layout(tmp_path, extra_libraries=True)
+    spec = _generate_spec(layout, "nvidia.json")
+    gone = next((layout.host.driver / "usr/lib/x86_64-linux-gnu").glob("libnvidia-cfg.so.*.*"))
+    assert str(gone) in spec.read_text()  # the spec mounts it
+    gone.unlink()  # what an upgrade does to the old version's files
     finding = _one_finding(layout)
     assert finding["subject"] == "CDI" and str(gone) in finding["message"]
+    assert f"ponytail cdi generate --output {spec}" in finding["message"]
+
+
+def test_an_invalid_nvidia_cdi_spec(layout: Layout) -> None:
+    cdi = layout.engines / "etc/cdi"
+    cdi.mkdir(parents=True)
+    (cdi / "nvidia.json").write_text(json.dumps({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": []}))
+    (cdi / "other-vendor.json").write_text(json.dumps({"cdiVersion": "0.5.0", "kind": "example.com/fpga", "devices": []}))
+    finding = _one_finding(layout)
+    assert finding["subject"] == "CDI" and "nvidia.json" in finding["message"] and "ponytail cdi generate" in finding["message"]
 
 
 def test_a_container_whose_ld_library_path_loads_an_old_driver(layout: Layout, tmp_path: Path) -> None:
