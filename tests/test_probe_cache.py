@@ -1,0 +1,230 @@
+"""The probe cache (ponytail.host.probecache): a second run is served what the first found
+under the driver root, and whatever could make that stale (a driver upgrade, a library
+added, removed or rewritten, a new ld.so.cache, a config change, a new GPU, a MIG change)
+is seen at once. A cache file that is not root's own, well-formed one is ignored."""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from conftest import in_private_mount_ns, mounts_under, run_ponytail
+from engines import console_script
+from fakehost import CAPS_MAJOR, LIB_DIR, NVIDIA_MAJOR, FakeHost, compile_library, gpus
+
+VERSION = "550.54.15"
+
+
+def cached_config(host: FakeHost, tmp_path: Path, extra: str = "") -> Path:
+    """The fake host's config with a private cache directory (not this machine's /run/ponytail)."""
+    config = host.base / "config.toml"
+    config.write_text(host.config_text() + f'[cache]\ndir = "{tmp_path}/cache"\n' + extra)
+    return config
+
+
+def listed(config: Path) -> list[str]:
+    result = run_ponytail(["list", "-config", str(config)])
+    assert result.returncode == 0, result.stderr
+    return result.stdout.decode().splitlines()
+
+
+def lib(host: FakeHost, name: str) -> str:
+    return f"{host.driver}{LIB_DIR}/{name}"
+
+
+def test_a_second_run_is_served_from_the_cache(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
+    config = cached_config(host, tmp_path)
+    first = listed(config)
+    cache = tmp_path / "cache/probe.cache"
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o600 and stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
+    assert lib(host, f"libcuda.so.{VERSION}") in first
+    assert listed(config) == first
+
+    # a manual injection served from the cache searches nothing: the search's modules stay unimported
+    def injected_modules(cache_dir: str) -> set[str]:
+        config.write_text(host.config_text() + f'[cache]\ndir = "{cache_dir}"\n')
+        result = in_private_mount_ns(
+            f"""
+            PYTHONPROFILEIMPORTTIME=1 {console_script("ponytail")} -config {config} -root {rootfs} -device 0
+            chroot {rootfs} /usr/local/bin/cudacheck /dev/nvidia0
+            """
+        )
+        assert result.returncode == 0 and "cuDriverGetVersion 12040" in result.stdout, result.stderr
+        return {line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:") and "|" in line}
+
+    search = {"glob", "fnmatch", "ponytail.host.elf"}
+    assert search <= injected_modules("")  # no cache: the driver root is searched
+    injected_modules(f"{tmp_path}/cache")  # remembers what a manual run's capabilities find
+    assert not search & injected_modules(f"{tmp_path}/cache")
+    assert mounts_under(rootfs) == []
+
+
+def _upgrade_driver(host: FakeHost) -> None:  # the kernel module now says 535: its libraries are the ones to take
+    version = host.proc / "driver/nvidia/version"
+    version.write_text(version.read_text().replace(VERSION, "535.104.05"))
+
+
+def _install(host: FakeHost, stem: str) -> None:
+    built = compile_library("fake_plain.c", f"{stem}.so.1", f"{stem}.so.{VERSION}", VERSION)
+    shutil.copy(built, lib(host, f"{stem}.so.{VERSION}"))
+
+
+def _add_library(host: FakeHost) -> None:
+    _install(host, "libnvidia-allocator")
+
+
+def _remove_library(host: FakeHost) -> None:
+    os.unlink(lib(host, f"libnvidia-ptxjitcompiler.so.{VERSION}"))
+
+
+def _rewrite_library_in_place(host: FakeHost) -> None:  # same inode, no longer an ELF library
+    with open(lib(host, f"libnvidia-ptxjitcompiler.so.{VERSION}"), "r+b") as f:
+        f.write(b"garbage!")
+
+
+def _new_ld_cache(host: FakeHost) -> None:  # a library in a directory only ld.so.cache names
+    opt = host.driver / "opt/nvidia/lib"
+    opt.mkdir(parents=True)
+    shutil.copy(compile_library("fake_plain.c", "libnvidia-nvvm.so.4", f"libnvidia-nvvm.so.{VERSION}", VERSION), opt / f"libnvidia-nvvm.so.{VERSION}")
+    (host.driver / "etc/ld.so.conf.d/opt.conf").write_text("/opt/nvidia/lib\n")
+    subprocess.run(["ldconfig", "-r", str(host.driver)], check=True)
+
+
+def _add_gpu(host: FakeHost) -> None:  # a fourth GPU, last in bus order, /dev/nvidia9
+    old, new = host.gpu_list[0], "0000:e8:00.0"
+    text = (host.proc / "driver/nvidia/gpus" / old.bus_id / "information").read_text()
+    text = text.replace(old.bus_id, new).replace(old.uuid, "GPU-99999999-1111-2222-3333-444444444444")
+    text = text.replace(f"Device Minor: \t {old.minor}", "Device Minor: \t 9")
+    (host.proc / "driver/nvidia/gpus" / new).mkdir()
+    (host.proc / "driver/nvidia/gpus" / new / "information").write_text(text)
+    pci = host.sys / "bus/pci/devices" / new
+    pci.mkdir(parents=True)
+    (pci / "vendor").write_text("0x10de\n")
+    (pci / "class").write_text("0x030200\n")
+    os.mknod(host.dev / "nvidia9", 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, 9))
+
+
+CHANGES: dict[str, tuple[Callable[[FakeHost], None], str, str]] = {
+    # change -> (what it does, a path listed only before, a path listed only after) ("" : none)
+    "driver upgrade": (_upgrade_driver, f"libcuda.so.{VERSION}", "libcuda.so.535.104.05"),
+    "library added": (_add_library, "", f"libnvidia-allocator.so.{VERSION}"),
+    "library removed": (_remove_library, f"libnvidia-ptxjitcompiler.so.{VERSION}", ""),
+    "library rewritten in place": (_rewrite_library_in_place, f"libnvidia-ptxjitcompiler.so.{VERSION}", ""),
+    "new ld.so.cache": (_new_ld_cache, "", f"/opt/nvidia/lib/libnvidia-nvvm.so.{VERSION}"),
+    "GPU added": (_add_gpu, "", "/dev/nvidia9"),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_change_on_the_host_is_seen_by_the_next_run(host: FakeHost, tmp_path: Path, change: str) -> None:
+    _install(host, "libnvidia-ptxjitcompiler")  # one that may go (the capabilities need libcuda and libnvidia-ml)
+    config = cached_config(host, tmp_path)
+    do, before_only, after_only = CHANGES[change]
+    before = listed(config)
+    assert listed(config) == before  # served from the cache
+    do(host)
+    after = listed(config)
+    if before_only:
+        assert any(p.endswith(before_only) for p in before) and not any(p.endswith(before_only) for p in after), after
+    if after_only:
+        assert not any(p.endswith(after_only) for p in before) and any(p.endswith(after_only) for p in after), after
+
+
+def test_a_config_change_is_seen_by_the_next_run(host: FakeHost, tmp_path: Path) -> None:
+    extra_dir = host.driver / "opt/extra"
+    extra_dir.mkdir(parents=True)
+    shutil.copy(compile_library("fake_plain.c", "libextra.so.1", "libextra.so.1", VERSION), extra_dir / "libextra.so.1")
+    before = listed(cached_config(host, tmp_path))
+    after = listed(cached_config(host, tmp_path, '[library]\npaths = ["/opt/extra/libextra.so.*"]\n'))
+    assert f"{extra_dir}/libextra.so.1" in after and f"{extra_dir}/libextra.so.1" not in before
+
+
+def test_a_mig_change_is_seen_by_the_next_run(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2))
+    config = cached_config(host, tmp_path)
+
+    def info() -> dict:
+        result = run_ponytail(["info", "--json", "-config", str(config)])
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    before = info()
+    assert info() == before
+    # MIG on GPU 1 with one GPU instance and one compute instance, as the driver shows it
+    gi_minor, ci_minor = FakeHost.mig_minors(1, 1, 0)
+    gi = host.proc / "driver/nvidia/capabilities/gpu1/mig/gi1"
+    (gi / "ci0").mkdir(parents=True)
+    (gi / "access").write_text(f"DeviceFileMinor: {gi_minor}\nDeviceFileMode: 292\n")
+    (gi / "ci0/access").write_text(f"DeviceFileMinor: {ci_minor}\nDeviceFileMode: 292\n")
+    for minor in (gi_minor, ci_minor):
+        os.mknod(host.dev / f"nvidia-caps/nvidia-cap{minor}", 0o666 | stat.S_IFCHR, os.makedev(CAPS_MAJOR, minor))
+    after = info()
+    assert after != before, after
+    print(json.dumps(after))
+
+
+# -- a cache file that is not root's own, well-formed one -----------------------------------
+
+
+def _poison(cache: Path, evil: Path) -> bytes:
+    """The cache's entries with one more library, ``evil``, in every entry."""
+    entries = marshal.loads(cache.read_bytes())
+    poisoned = []
+    for key, witnesses, (libraries, *rest) in entries:
+        bogus = (str(evil), str(evil), "/usr/lib/x86_64-linux-gnu/libevil.so.1", "libevil.so.1", "compute", 64)
+        poisoned.append((key, witnesses, (libraries + (bogus,), *rest)))
+    return marshal.dumps(poisoned)
+
+
+HOSTILE: dict[str, str] = {
+    # name -> a shell script run before the second run; $C is the cache file, $P its poisoned content
+    "garbage": 'printf "\\x00\\xffnot marshal" > "$C"',
+    "empty": ': > "$C"',
+    "wrong shape": f"printf '{marshal.dumps([1, 2, 3]).hex()}' | xxd -r -p > \"$C\"",
+    "too big": 'head -c 2000000 /dev/zero > "$C"',
+    "a FIFO": 'rm "$C" && mkfifo -m 600 "$C"',
+    "world-writable": 'cp "$P" "$C" && chmod 666 "$C"',
+    "group-readable": 'cp "$P" "$C" && chmod 640 "$C"',
+    "another user's": 'cp "$P" "$C" && chown 65534 "$C"',
+    "a symlink": 'rm "$C" && cp "$P" "$C.real" && chmod 600 "$C.real" && ln -s "$C.real" "$C"',
+    "in a group-writable directory": 'cp "$P" "$C" && chmod 770 "$(dirname "$C")"',
+    "in a symlinked directory": 'D=$(dirname "$C"); mv "$D" "$D.real" && cp "$P" "$D.real/probe.cache" && ln -s "$D.real" "$D"',
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_a_hostile_cache_file_is_ignored(host: FakeHost, tmp_path: Path, case: str) -> None:
+    config = cached_config(host, tmp_path)
+    honest = listed(config)
+    honest_stderr = run_ponytail(["list", "-config", str(config)]).stderr
+    cache = tmp_path / "cache/probe.cache"
+    evil = tmp_path / "evil.so"
+    evil.write_bytes(b"\x7fELF not really")
+    poisoned = tmp_path / "poisoned"
+    poisoned.write_bytes(_poison(cache, evil))
+    setup = subprocess.run(["sh", "-c", HOSTILE[case]], env={**os.environ, "C": str(cache), "P": str(poisoned)})
+    assert setup.returncode == 0
+    result = run_ponytail(["list", "-config", str(config)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == honest and str(evil) not in result.stdout.decode()
+    assert result.stderr == honest_stderr  # not a word about the cache
+    assert evil.read_bytes() == b"\x7fELF not really"
+
+
+def test_the_poison_of_the_hostile_cases_would_be_served_from_root_s_own_file(host: FakeHost, tmp_path: Path) -> None:
+    # the control for the cases above: their poisoned entry is well-formed and matches, so only
+    # the checks on the file keep it out (root's own 0600 file in root's 0700 directory is trusted)
+    config = cached_config(host, tmp_path)
+    listed(config)
+    cache = tmp_path / "cache/probe.cache"
+    evil = tmp_path / "evil.so"
+    cache.write_bytes(_poison(cache, evil))
+    assert str(evil) in listed(config)
