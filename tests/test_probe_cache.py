@@ -36,6 +36,13 @@ def listed(config: Path) -> list[str]:
     return result.stdout.decode().splitlines()
 
 
+def cache_file(tmp_path: Path) -> Path:
+    """The one cache file of a test's private cache directory."""
+    files = list((tmp_path / "cache").glob("probe-*.cache"))
+    assert len(files) == 1, files
+    return files[0]
+
+
 def lib(host: FakeHost, name: str) -> str:
     return f"{host.driver}{LIB_DIR}/{name}"
 
@@ -43,7 +50,7 @@ def lib(host: FakeHost, name: str) -> str:
 def test_a_second_run_is_served_from_the_cache(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
     config = cached_config(host, tmp_path)
     first = listed(config)
-    cache = tmp_path / "cache/probe.cache"
+    cache = cache_file(tmp_path)
     assert stat.S_IMODE(cache.stat().st_mode) == 0o600 and stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
     assert lib(host, f"libcuda.so.{VERSION}") in first
     assert listed(config) == first
@@ -175,13 +182,10 @@ def test_a_mig_change_is_seen_by_the_next_run(tmp_path: Path) -> None:
 
 
 def _poison(cache: Path, evil: Path) -> bytes:
-    """The cache's entries with one more library, ``evil``, in every entry."""
-    entries = marshal.loads(cache.read_bytes())
-    poisoned = []
-    for key, witnesses, (libraries, *rest) in entries:
-        bogus = (str(evil), str(evil), "/usr/lib/x86_64-linux-gnu/libevil.so.1", "libevil.so.1", "compute", 64)
-        poisoned.append((key, witnesses, (libraries + (bogus,), *rest)))
-    return marshal.dumps(poisoned)
+    """The cache's entry with one more library, ``evil``."""
+    key, witnesses, (libraries, *rest) = marshal.loads(cache.read_bytes())
+    bogus = (str(evil), str(evil), "/usr/lib/x86_64-linux-gnu/libevil.so.1", "libevil.so.1", "compute", 64)
+    return marshal.dumps((key, witnesses, (libraries + (bogus,), *rest)))
 
 
 HOSTILE: dict[str, str] = {
@@ -189,6 +193,7 @@ HOSTILE: dict[str, str] = {
     "garbage": 'printf "\\x00\\xffnot marshal" > "$C"',
     "empty": ': > "$C"',
     "wrong shape": f"printf '{marshal.dumps([1, 2, 3]).hex()}' | xxd -r -p > \"$C\"",
+    "wrong shape inside": "",  # the right key, a payload of another shape (written by the test)
     "too big": 'head -c 2000000 /dev/zero > "$C"',
     "a FIFO": 'rm "$C" && mkfifo -m 600 "$C"',
     "world-writable": 'cp "$P" "$C" && chmod 666 "$C"',
@@ -196,7 +201,7 @@ HOSTILE: dict[str, str] = {
     "another user's": 'cp "$P" "$C" && chown 65534 "$C"',
     "a symlink": 'rm "$C" && cp "$P" "$C.real" && chmod 600 "$C.real" && ln -s "$C.real" "$C"',
     "in a group-writable directory": 'cp "$P" "$C" && chmod 770 "$(dirname "$C")"',
-    "in a symlinked directory": 'D=$(dirname "$C"); mv "$D" "$D.real" && cp "$P" "$D.real/probe.cache" && ln -s "$D.real" "$D"',
+    "in a symlinked directory": 'D=$(dirname "$C"); mv "$D" "$D.real" && cp "$P" "$D.real/$(basename "$C")" && ln -s "$D.real" "$D"',
 }
 
 
@@ -205,13 +210,17 @@ def test_a_hostile_cache_file_is_ignored(host: FakeHost, tmp_path: Path, case: s
     config = cached_config(host, tmp_path)
     honest = listed(config)
     honest_stderr = run_ponytail(["list", "-config", str(config)]).stderr
-    cache = tmp_path / "cache/probe.cache"
+    cache = cache_file(tmp_path)
     evil = tmp_path / "evil.so"
     evil.write_bytes(b"\x7fELF not really")
     poisoned = tmp_path / "poisoned"
     poisoned.write_bytes(_poison(cache, evil))
-    setup = subprocess.run(["sh", "-c", HOSTILE[case]], env={**os.environ, "C": str(cache), "P": str(poisoned)})
-    assert setup.returncode == 0
+    if HOSTILE[case]:
+        setup = subprocess.run(["sh", "-c", HOSTILE[case]], env={**os.environ, "C": str(cache), "P": str(poisoned)})
+        assert setup.returncode == 0
+    else:
+        key, witnesses, _ = marshal.loads(cache.read_bytes())
+        cache.write_bytes(marshal.dumps((key, witnesses, ((str(evil),), (), (), (), ()))))
     result = run_ponytail(["list", "-config", str(config)])
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().splitlines() == honest and str(evil) not in result.stdout.decode()
@@ -224,7 +233,20 @@ def test_the_poison_of_the_hostile_cases_would_be_served_from_root_s_own_file(ho
     # the checks on the file keep it out (root's own 0600 file in root's 0700 directory is trusted)
     config = cached_config(host, tmp_path)
     listed(config)
-    cache = tmp_path / "cache/probe.cache"
+    cache = cache_file(tmp_path)
     evil = tmp_path / "evil.so"
     cache.write_bytes(_poison(cache, evil))
     assert str(evil) in listed(config)
+
+
+def test_the_cache_keeps_the_newest_entries_and_no_orphaned_temporary_file(host: FakeHost, tmp_path: Path) -> None:
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir(mode=0o700)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = cache_dir / f".probe-{dead.pid}"  # a writer SIGKILLed before its rename
+    orphan.write_bytes(b"half")
+    for i in range(10):  # ten configs, ten keys
+        listed(cached_config(host, tmp_path, f'[library]\npaths = ["/opt/extra{i}/lib*.so"]\n'))
+    assert len(list(cache_dir.glob("probe-*.cache"))) == 8
+    assert not orphan.exists()

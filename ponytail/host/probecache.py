@@ -3,8 +3,9 @@
 What the probe finds under the driver root (libraries with their ELF headers, binaries,
 ICD files, firmware: ``find_libraries``, ``find_binary``, ``find_files``) is most of
 its time and does not change between two container starts on one host. It is kept in
-one file, ``probe.cache`` in the cache directory (``[cache] dir``, default /run/ponytail,
-a tmpfs: a reboot starts afresh), and served only when all of this still holds:
+one file per key, ``probe-<hash of the key>.cache`` in the cache directory (``[cache]
+dir``, default /run/ponytail, a tmpfs: a reboot starts afresh; the MAX_ENTRIES most
+recent are kept), and served only when all of this still holds:
 
 - the key is the same: the driver root, the driver version the files must match (a
   driver upgrade changes /proc/driver/nvidia/version), the capabilities, the -libs
@@ -34,10 +35,11 @@ import marshal
 import os
 import stat
 
-FILE_NAME = "probe.cache"
+PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
 MAX_BYTES = 1 << 20
 MAX_ENTRIES = 8  # the most recent keys (driver roots, capability sets) remembered
+_PRIME = (1 << 61) - 1  # the file name's hash: the key's bytes as a number, modulo this
 _MAGIC = "*?["
 
 TYPE_CHECKING = False
@@ -58,10 +60,10 @@ def cached_search(
     if not cache_dir or not cache_dir.startswith("/") or any(c in d for d in search_dirs for c in _MAGIC):
         return search()
     key = (FORMAT, driver_root, _code_identity(), *key)
-    entries = _read(cache_dir)
-    for entry_key, witnesses, payload in entries:
-        if entry_key == key and _unchanged(witnesses):
-            return _decode(payload)
+    name = f"{PREFIX}{int.from_bytes(repr(key).encode(), 'little') % _PRIME:016x}{SUFFIX}"
+    entry = _read(cache_dir, name)
+    if entry is not None and entry[0] == key and _valid_entry(entry[1], entry[2]) and _unchanged(entry[1]):
+        return _decode(entry[2])
     found = search()
     libraries, reports, skipped, binaries, files = found
     in_root = {"/etc/ld.so.cache", *search_dirs, *(f.path for f in (*libraries, *binaries, *files, *skipped))}
@@ -72,8 +74,7 @@ def cached_search(
         if p.startswith("/"):  # not a binary's bare name (not found: its directories are witnesses)
             paths.update(_with_parents(driver_root, p))
     witnesses = tuple((p, _signature(p)) for p in sorted(paths))
-    others = [e for e in entries if e[0] != key][-(MAX_ENTRIES - 1):]
-    _write(cache_dir, [*others, (key, witnesses, _encode(found))])
+    _write(cache_dir, name, (key, witnesses, _encode(found)))
     return found
 
 
@@ -144,34 +145,34 @@ def _open_dir(cache_dir: str) -> int | None:
     return fd
 
 
-def _read(cache_dir: str) -> list:
-    """The entries of the cache file: [(key, witnesses, payload)], or [] for anything odd."""
+def _read(cache_dir: str, name: str) -> tuple | None:
+    """The cache file's entry (key, witnesses, payload), or None for anything odd."""
     dir_fd = _open_dir(cache_dir)
     if dir_fd is None:
-        return []
+        return None
     try:
-        fd = os.open(FILE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
-        return []
+        return None
     finally:
         os.close(dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o077 or st.st_size > MAX_BYTES:
-            return []
+            return None
         data = os.read(fd, MAX_BYTES + 1)
     except OSError:
-        return []
+        return None
     finally:
         os.close(fd)
     try:
-        entries = marshal.loads(data)
+        entry = marshal.loads(data)
     except (ValueError, EOFError, TypeError):
-        return []
-    return entries if _valid_entries(entries) else []
+        return None
+    return entry if type(entry) is tuple and len(entry) == 3 and type(entry[0]) is tuple else None
 
 
-def _write(cache_dir: str, entries: list) -> None:
+def _write(cache_dir: str, name: str, entry: tuple) -> None:
     """Replace the cache file atomically; any failure (not root, a full /run) leaves no trace."""
     try:
         os.mkdir(cache_dir, 0o700)
@@ -180,17 +181,17 @@ def _write(cache_dir: str, entries: list) -> None:
     dir_fd = _open_dir(cache_dir)
     if dir_fd is None:
         return
-    tmp = f".{FILE_NAME}.{os.getpid()}"
+    tmp = f".{PREFIX}{os.getpid()}"
     try:
-        data = marshal.dumps(entries)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        data = marshal.dumps(entry)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
         try:
             if os.write(fd, data) != len(data):
                 raise OSError("short write")
         finally:
             os.close(fd)
-        os.replace(tmp, FILE_NAME, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        _remove_orphans(dir_fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        _tidy(dir_fd)
     except (OSError, ValueError):
         try:
             os.unlink(tmp, dir_fd=dir_fd)
@@ -200,22 +201,37 @@ def _write(cache_dir: str, entries: list) -> None:
         os.close(dir_fd)
 
 
-def _remove_orphans(dir_fd: int) -> None:
-    """Temporary files of writers killed before their rename (a SIGKILLed hook)."""
-    prefix = f".{FILE_NAME}."
+def _tidy(dir_fd: int) -> None:
+    """The MAX_ENTRIES newest cache files kept, and no temporary file of a writer killed
+    before its rename (a SIGKILLed hook)."""
+    caches = []
     for name in os.listdir(dir_fd):
-        pid = name[len(prefix):]
-        if not name.startswith(prefix) or not pid.isdigit():
+        if name.startswith(PREFIX) and name.endswith(SUFFIX):
+            try:
+                caches.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
+            except OSError:
+                pass
+            continue
+        pid = name[len(PREFIX) + 1:]
+        if not name.startswith(f".{PREFIX}") or not pid.isdigit():
             continue
         try:
             os.kill(int(pid), 0)
+            continue
         except ProcessLookupError:
-            try:
-                os.unlink(name, dir_fd=dir_fd)
-            except OSError:
-                pass
-        except OSError:  # alive, another user's
             pass
+        except OSError:  # alive, another user's
+            continue
+        _unlink(name, dir_fd)
+    for _, name in sorted(caches)[:-MAX_ENTRIES]:
+        _unlink(name, dir_fd)
+
+
+def _unlink(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
 
 
 # -- what is stored: plain tuples of strings and numbers, checked before use -------------
@@ -279,10 +295,9 @@ def _valid_signature(s: object) -> bool:
     return len(s) == 6 or s[6] is None or (type(s[6]) is tuple and len(s[6]) == 6 and all(type(x) is int for x in s[6]))
 
 
-def _valid_entries(entries: object) -> bool:
-    return type(entries) is list and len(entries) <= MAX_ENTRIES and all(
-        type(e) is tuple and len(e) == 3 and type(e[0]) is tuple and type(e[1]) is tuple
-        and all(type(w) is tuple and len(w) == 2 and type(w[0]) is str and _valid_signature(w[1]) for w in e[1])
-        and _valid_payload(e[2])
-        for e in entries
+def _valid_entry(witnesses: object, payload: object) -> bool:
+    return (
+        type(witnesses) is tuple
+        and all(type(w) is tuple and len(w) == 2 and type(w[0]) is str and _valid_signature(w[1]) for w in witnesses)
+        and _valid_payload(payload)
     )
