@@ -24,9 +24,9 @@ VERSION = "550.54.15"
 
 
 def cached_config(host: FakeHost, tmp_path: Path, extra: str = "") -> Path:
-    """The fake host's config with a private cache directory (not this machine's /run/ponytail)."""
+    """The fake host's config, with its cache directory moved to ``tmp_path``/cache."""
     config = host.base / "config.toml"
-    config.write_text(host.config_text() + f'[cache]\ndir = "{tmp_path}/cache"\n' + extra)
+    config.write_text(host.config_text().replace(f'dir = "{host.base}/cache"', f'dir = "{tmp_path}/cache"') + extra)
     return config
 
 
@@ -57,7 +57,7 @@ def test_a_second_run_is_served_from_the_cache(host: FakeHost, tmp_path: Path, r
 
     # a manual injection served from the cache searches nothing: the search's modules stay unimported
     def injected_modules(cache_dir: str) -> set[str]:
-        config.write_text(host.config_text() + f'[cache]\ndir = "{cache_dir}"\n')
+        config.write_text(host.config_text().replace(f'dir = "{host.base}/cache"', f'dir = "{cache_dir}"'))
         result = in_private_mount_ns(
             f"""
             PYTHONPROFILEIMPORTTIME=1 {console_script("ponytail")} -config {config} -root {rootfs} -device 0
