@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +37,16 @@ def listed(config: Path) -> list[str]:
     return result.stdout.decode().splitlines()
 
 
+def warm(config: Path, tmp_path: Path) -> list[str]:
+    """``ponytail list`` until it has remembered its search (a run does not when the driver
+    root changed just before it began: a fake host is built just before)."""
+    for _ in range(5):
+        listing = listed(config)
+        if list((tmp_path / "cache").glob("probe-*.cache")):
+            return listing
+    raise AssertionError("the probe cache was never written")
+
+
 def cache_file(tmp_path: Path) -> Path:
     """The one cache file of a test's private cache directory."""
     files = list((tmp_path / "cache").glob("probe-*.cache"))
@@ -49,7 +60,7 @@ def lib(host: FakeHost, name: str) -> str:
 
 def test_a_second_run_is_served_from_the_cache(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
     config = cached_config(host, tmp_path)
-    first = listed(config)
+    first = warm(config, tmp_path)
     cache = cache_file(tmp_path)
     assert stat.S_IMODE(cache.stat().st_mode) == 0o600 and stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
     assert lib(host, f"libcuda.so.{VERSION}") in first
@@ -139,7 +150,7 @@ def test_a_change_on_the_host_is_seen_by_the_next_run(host: FakeHost, tmp_path: 
     _install(host, "libnvidia-ptxjitcompiler")  # one that may go (the capabilities need libcuda and libnvidia-ml)
     config = cached_config(host, tmp_path)
     do, before_only, after_only = CHANGES[change]
-    before = listed(config)
+    before = warm(config, tmp_path)
     assert listed(config) == before  # served from the cache
     do(host)
     after = listed(config)
@@ -212,7 +223,7 @@ HOSTILE: dict[str, str] = {
 @pytest.mark.parametrize("case", HOSTILE)
 def test_a_hostile_cache_file_is_ignored(host: FakeHost, tmp_path: Path, case: str) -> None:
     config = cached_config(host, tmp_path)
-    honest = listed(config)
+    honest = warm(config, tmp_path)
     honest_stderr = run_ponytail(["list", "-config", str(config)]).stderr
     cache = cache_file(tmp_path)
     evil = tmp_path / "evil.so"
@@ -236,7 +247,7 @@ def test_the_poison_of_the_hostile_cases_would_be_served_from_root_s_own_file(ho
     # the control for the cases above: their poisoned entry is well-formed and matches, so only
     # the checks on the file keep it out (root's own 0600 file in root's 0700 directory is trusted)
     config = cached_config(host, tmp_path)
-    listed(config)
+    warm(config, tmp_path)
     cache = cache_file(tmp_path)
     evil = tmp_path / "evil.so"
     cache.write_bytes(_poison(cache, evil))
@@ -254,3 +265,30 @@ def test_the_cache_keeps_the_newest_entries_and_no_orphaned_temporary_file(host:
         listed(cached_config(host, tmp_path, f'[library]\npaths = ["/opt/extra{i}/lib*.so"]\n'))
     assert len(list(cache_dir.glob("probe-*.cache"))) == 8
     assert not orphan.exists()
+
+
+def test_a_search_during_which_the_driver_root_changed_is_not_remembered(host: FakeHost, tmp_path: Path) -> None:
+    # a driver being installed while a container starts: what the search found may be half old,
+    # half new, and its witnesses already show the new state; a later run remembers a clean search
+    from ponytail.host.probecache import cached_search
+
+    libdir = f"{host.driver}{LIB_DIR}"
+    cache_dir = tmp_path / "cache"
+
+    def search(change: bool):  # type: ignore[no-untyped-def]
+        def run():  # type: ignore[no-untyped-def]
+            if change:
+                (Path(libdir) / "libnvidia-new.so.1").write_bytes(b"")  # the installer, meanwhile
+            return [], [], [], [], []
+
+        return run
+
+    key = ("550.54.15",)
+    cached_search(str(cache_dir), str(host.driver), key, (LIB_DIR,), search(change=True))
+    assert not list(cache_dir.glob("probe-*.cache"))
+    for _ in range(200):  # until the driver root's last change is more than a clock tick ago
+        cached_search(str(cache_dir), str(host.driver), key, (LIB_DIR,), search(change=False))
+        if list(cache_dir.glob("probe-*.cache")):
+            break
+        time.sleep(0.005)
+    assert len(list(cache_dir.glob("probe-*.cache"))) == 1

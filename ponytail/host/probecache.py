@@ -25,7 +25,8 @@ root (or this user) and be writable by no one else, the file is opened without
 following a link, bounded in size, and its content must have exactly the expected
 shape; anything else is ignored (never trusted, never an error) and replaced by the
 next run that can write. A write goes to a temporary file renamed into place, so a
-reader sees the old file or the new one; concurrent runs at worst lose an entry.
+reader sees the old file or the new one; concurrent runs at worst lose an entry. A
+search during which a witness changed (a driver being installed) is not remembered.
 Searches whose directories hold glob characters are not cached.
 """
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import marshal
 import os
 import stat
+import time
 
 PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
@@ -41,6 +43,9 @@ MAX_BYTES = 1 << 20
 MAX_ENTRIES = 8  # the most recent keys (driver roots, capability sets) remembered
 _PRIME = (1 << 61) - 1  # the file name's hash: the key's bytes as a number, modulo this
 _MAGIC = "*?["
+# a file system stamps a change with a clock that may lag by a tick (1-10 ms): a witness changed
+# less than this before the search began may have changed during it
+RACY_NS = 20_000_000
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -64,6 +69,7 @@ def cached_search(
     entry = _read(cache_dir, name)
     if entry is not None and entry[0] == key and _valid_entry(entry[1], entry[2]) and _unchanged(entry[1]):
         return _decode(entry[2])
+    started = time.time_ns()
     found = search()
     libraries, reports, skipped, binaries, files = found
     in_root = {"/etc/ld.so.cache", *search_dirs, *(f.path for f in (*libraries, *binaries, *files, *skipped))}
@@ -74,7 +80,8 @@ def cached_search(
         if p.startswith("/"):  # not a binary's bare name (not found: its directories are witnesses)
             paths.update(_with_parents(driver_root, p))
     witnesses = tuple((p, _signature(p)) for p in sorted(paths))
-    _write(cache_dir, name, (key, witnesses, _encode(found)))
+    if not any(_changed_since(s, started - RACY_NS) for _, s in witnesses):  # else a later run remembers it
+        _write(cache_dir, name, (key, witnesses, _encode(found)))
     return found
 
 
@@ -106,6 +113,16 @@ def _signature(path: str) -> tuple | None:
     except OSError:
         return (*own, None)
     return (*own, (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+
+
+def _changed_since(signature: tuple | None, ns: int) -> bool:
+    """Whether the inode (or a link's target) changed at ``ns`` or later (its ctime): the
+    driver root was being changed while it was searched (a driver being installed), and
+    what was found may be half old, half new."""
+    if signature is None:
+        return False
+    target = signature[6] if len(signature) == 7 else None
+    return signature[5] >= ns or (target is not None and target[5] >= ns)
 
 
 def _unchanged(witnesses: tuple) -> bool:
