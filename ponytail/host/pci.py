@@ -39,9 +39,28 @@ def nvidia_gpus(sys_root: str, udev: bool = True) -> list[PciFunction]:
     container start (bench/hookbench.py measures both), and keep pyudev for info,
     list and -debug."""
     live = udev and os.path.realpath(sys_root) == "/sys"
-    functions = pci_functions_pyudev() if live else pci_functions_sysfs(sys_root)
+    functions = pci_functions_pyudev() if live else _nvidia_functions_sysfs(sys_root)
     found = [PciFunction(f.bus_id.lower(), f.vendor, f.pci_class, f.driver) for f in functions if is_nvidia_gpu(f)]
     return sorted(found, key=lambda f: f.bus_id)
+
+
+def _nvidia_functions_sysfs(sys_root: str) -> list[PciFunction]:
+    """pci_functions_sysfs() for the hook: the NVIDIA functions only, each function's vendor
+    read first and its class and driver only when it is NVIDIA's (a host has dozens of
+    other functions: bridges, NICs, disks)."""
+    base = os.path.join(sys_root, "bus/pci/devices")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    result = []
+    for name in names:
+        if _read_hex(os.path.join(base, name, "vendor")) != NVIDIA_VENDOR:
+            continue
+        pci_class = _read_hex(os.path.join(base, name, "class"))
+        if pci_class is not None:
+            result.append(PciFunction(name, NVIDIA_VENDOR, pci_class, _driver(os.path.join(base, name, "driver"))))
+    return result
 
 
 def pci_functions_sysfs(sys_root: str) -> list[PciFunction]:
@@ -85,10 +104,15 @@ def pci_functions_pyudev() -> list[PciFunction]:
 
 def _read_hex(path: str) -> int | None:
     try:
-        with open(path, "rb") as f:
-            return _parse_hex(f.read(64))
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        return _parse_hex(os.read(fd, 64))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _parse_hex(raw: bytes | None) -> int | None:
