@@ -86,7 +86,7 @@ def test_pyudev_and_sysfs_see_the_same_pci_bus_on_this_machine() -> None:
 
 
 def test_the_hook_s_gpu_scan_finds_what_a_scan_of_every_function_finds(tmp_path: Path) -> None:
-    # nvidia_gpus() reads a function's class and driver only when its vendor is NVIDIA's
+    # the hook (udev=False) reads a function's class and driver only when its vendor is NVIDIA's
     from ponytail.host.pci import nvidia_gpus
 
     host = FakeHost(tmp_path / "host", gpu_list=gpus(3))  # with NVIDIA audio, an NVSwitch, another vendor's VGA card

@@ -39,15 +39,15 @@ def nvidia_gpus(sys_root: str, udev: bool = True) -> list[PciFunction]:
     container start (bench/hookbench.py measures both), and keep pyudev for info,
     list and -debug."""
     live = udev and os.path.realpath(sys_root) == "/sys"
-    functions = pci_functions_pyudev() if live else _nvidia_functions_sysfs(sys_root)
+    functions = pci_functions_pyudev() if live else pci_functions_sysfs(sys_root, NVIDIA_VENDOR)
     found = [PciFunction(f.bus_id.lower(), f.vendor, f.pci_class, f.driver) for f in functions if is_nvidia_gpu(f)]
     return sorted(found, key=lambda f: f.bus_id)
 
 
-def _nvidia_functions_sysfs(sys_root: str) -> list[PciFunction]:
-    """pci_functions_sysfs() for the hook: the NVIDIA functions only, each function's vendor
-    read first and its class and driver only when it is NVIDIA's (a host has dozens of
-    other functions: bridges, NICs, disks)."""
+def pci_functions_sysfs(sys_root: str, vendor: int | None = None) -> list[PciFunction]:
+    """Every PCI function, from <sys_root>/bus/pci/devices/*/{vendor,class}; only ``vendor``'s
+    when given (the hook: a host has dozens of other functions, bridges, NICs, disks, whose
+    class and driver are then never read)."""
     base = os.path.join(sys_root, "bus/pci/devices")
     try:
         names = os.listdir(base)
@@ -55,27 +55,12 @@ def _nvidia_functions_sysfs(sys_root: str) -> list[PciFunction]:
         return []
     result = []
     for name in names:
-        if _read_hex(os.path.join(base, name, "vendor")) != NVIDIA_VENDOR:
+        found = _read_hex(os.path.join(base, name, "vendor"))
+        if found is None or vendor is not None and found != vendor:
             continue
         pci_class = _read_hex(os.path.join(base, name, "class"))
         if pci_class is not None:
-            result.append(PciFunction(name, NVIDIA_VENDOR, pci_class, _driver(os.path.join(base, name, "driver"))))
-    return result
-
-
-def pci_functions_sysfs(sys_root: str) -> list[PciFunction]:
-    """Every PCI function, from <sys_root>/bus/pci/devices/*/{vendor,class}."""
-    base = os.path.join(sys_root, "bus/pci/devices")
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return []
-    result = []
-    for name in names:
-        vendor = _read_hex(os.path.join(base, name, "vendor"))
-        pci_class = _read_hex(os.path.join(base, name, "class"))
-        if vendor is not None and pci_class is not None:
-            result.append(PciFunction(name, vendor, pci_class, _driver(os.path.join(base, name, "driver"))))
+            result.append(PciFunction(name, found, pci_class, _driver(os.path.join(base, name, "driver"))))
     return result
 
 
