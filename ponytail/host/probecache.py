@@ -133,15 +133,20 @@ def _unchanged(witnesses: tuple) -> bool:
 
 
 def _code_identity() -> tuple:
-    """The search code's own files: a ponytail upgrade or edit never reads an older search."""
+    """The search code's own files (ponytail/host/files, probe, elf, ldcache, this module,
+    ponytail/inroot, capabilities; .py or the binary's .pyc): a ponytail upgrade or an edit
+    never reads what an older search found."""
     from ponytail.host import files
 
+    host_dir, extension = os.path.dirname(files.__file__), os.path.splitext(files.__file__)[1]
+    names = [f"{host_dir}/{m}{extension}" for m in ("files", "probe", "elf", "ldcache", "probecache")]
+    names += [f"{os.path.dirname(host_dir)}/{m}{extension}" for m in ("inroot", "capabilities")]
     out: list = []
-    for module_file in (files.__file__, __file__):
+    for name in names:
         try:
-            st = os.stat(module_file)
-            out += [module_file, st.st_size, st.st_mtime_ns]
-        except (OSError, TypeError):
+            st = os.stat(name)
+            out += [name, st.st_size, st.st_mtime_ns]
+        except OSError:
             out.append(None)
     return tuple(out)
 
