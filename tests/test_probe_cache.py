@@ -292,3 +292,21 @@ def test_a_search_during_which_the_driver_root_changed_is_not_remembered(host: F
             break
         time.sleep(0.005)
     assert len(list(cache_dir.glob("probe-*.cache"))) == 1
+
+
+def test_info_s_libcuda_lookup_is_cached_and_sees_libcuda_go(host: FakeHost, tmp_path: Path) -> None:
+    config = cached_config(host, tmp_path)
+
+    def info() -> dict:
+        result = run_ponytail(["info", "--json", "-config", str(config)])
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    for _ in range(5):  # until the lookup is remembered (see warm())
+        assert info()["cuda_version"] == "12.4"
+        if list((tmp_path / "cache").glob("probe-*.cache")):
+            break
+    assert info()["cuda_version"] == "12.4"  # from the cache
+    for name in (f"libcuda.so.{VERSION}", "libcuda.so.1", "libcuda.so"):
+        os.unlink(lib(host, name))
+    assert info()["cuda_version"] is None

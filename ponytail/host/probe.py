@@ -265,7 +265,15 @@ def find_driver_library(config: Config, driver_version: str, name: str, soname: 
     request's capabilities brought it into ``host``; ProbeError if the driver has none."""
     lib = host.library(soname) if host is not None else None
     if lib is None:
-        found, _, _ = find_libraries(config.driver_root, [LibrarySearch.for_name(name, "probe")], driver_version)
+        search = LibrarySearch.for_name(name, "probe")
+
+        def run() -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]:
+            return (*find_libraries(config.driver_root, [search], driver_version), [], [])
+
+        from ponytail.host.probecache import cached_search
+
+        key = (driver_version, os.uname().machine, ((search.pattern, search.dirs, search.why, search.bits),), (), ())
+        found = cached_search(config.cache_dir, config.driver_root, key, search.dirs, run)[0]
         lib = next((f for f in found if f.soname == soname), None)
     if lib is None:
         raise ProbeError(f"no {soname} of driver {driver_version} under the driver root {config.driver_root}")
