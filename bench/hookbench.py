@@ -106,6 +106,8 @@ def build_host(base: Path, gpu_count: int, work: Path) -> BenchHost:
         shutil.copy(bindir / "nvidia-smi", bindir / name)
     subprocess.run(["ldconfig", "-r", str(host.driver)], check=True)
     config = host.write_config()  # the default capabilities (utility, compute) name every file above
+    # the probe cache where a real host keeps it (/run/ponytail), and a config older versions read too
+    config.write_text(config.read_text().replace(f'[cache]\ndir = "{host.base}/cache"\n', ""))
     expected = gpu_count + CONTROL_NODES + len(LIBRARIES) + len(BINARIES)
     return BenchHost(gpu_count, host, config, expected)
 

@@ -576,6 +576,7 @@ def main() -> int:
     parser.add_argument("--isolated-launcher", action="store_true",
                         help="also measure the pip venv's ponytail through a '#!python -IS' launcher (label 'pip -IS')")
     parser.add_argument("--no-phases", action="store_true", help="skip the per-phase runs of the hook")
+    parser.add_argument("--works", default=",".join(WORKS), help=f"the works to measure (default {','.join(WORKS)})")
     parser.add_argument("--results", type=Path, default=BENCH / "RESULTS.md", help="where to write the report (default bench/RESULTS.md)")
     parser.add_argument("--no-results", action="store_true", help="print the report only")
     args = parser.parse_args()
@@ -625,6 +626,8 @@ def main() -> int:
             if recorder:
                 phases[n] = recorder
             plans[n] = configurations(h, ponytails, cdi, recorder)
+            for skipped in set(WORKS) - set(args.works.split(",")):
+                plans[n].runs[skipped].clear()
         floor = floor_series(python, args.runs)
         results = measure(hosts, plans, args.runs)
         lines = report(results, hosts, phases, ponytails, cdi, tools_note, args.runs, floor)

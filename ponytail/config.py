@@ -40,6 +40,7 @@ class Config:
     # [drivers.NAME]: user-mode driver trees a container may select by name (ponytail.umd)
     drivers: dict[str, "DriverTree"] = field(default_factory=dict, compare=False)
     cuda_compat: bool = True  # [cuda] compat: honour an image's /usr/local/cuda/compat (ponytail.compat)
+    cache_dir: str = "/run/ponytail"  # [cache] dir: the probe cache (ponytail.host.probecache); "" turns it off
 
 
 @record(frozen=True)
@@ -68,6 +69,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "request": {"accept_env_when_unprivileged": ("accept_env_when_unprivileged", bool)},
     "timeouts": {"probe": ("timeout_probe", float), "ldconfig": ("timeout_ldconfig", float), "lock": ("timeout_lock", float)},
     "cuda": {"compat": ("cuda_compat", bool)},
+    "cache": {"dir": ("cache_dir", str)},
 }
 MAX_TIMEOUT_S = 600.0
 _DRIVER_KEYS = ("root", "description", "kernel_modules")
@@ -220,7 +222,7 @@ def _check_type(path: str, key: str, value: object, expected: type) -> object:
     if expected is str:
         if not isinstance(value, str):
             raise ConfigError(f"config file {path}: '{key}' must be a string, not {_toml_type(value)}")
-        if key.startswith("host.") and key != "host.ldconfig" and not value.startswith("/"):
+        if (key.startswith("host.") and key != "host.ldconfig" or key == "cache.dir" and value) and not value.startswith("/"):
             raise ConfigError(f"config file {path}: '{key}' must be an absolute path, not {value!r}")
         if "\0" in value:
             raise ConfigError(f"config file {path}: '{key}' contains a NUL character")

@@ -72,3 +72,12 @@ def test_binary_linked_as_ponytail_runtime_is_the_docker_shim(binary: Path, tmp_
     assert edited["hooks"]["prestart"][0]["path"] == str(bindir / "ponytail")
     rules = edited["linux"]["resources"]["devices"]
     assert {"allow": True, "type": "c", "major": 195, "minor": 1, "access": "rwm"} in rules  # GPU 0 has minor 1
+
+
+def test_binary_carries_no_build_tools(binary: Path) -> None:
+    # setuptools (found through ponytail.config's Python 3.10 fallback) brought its run-time hook, which
+    # imported setuptools on every start of the binary; asyncio and multiprocessing came with it
+    internal = binary.parent / "_internal"
+    assert (internal / "ponytail").is_dir()
+    carried = {p.name for p in internal.iterdir()}
+    assert not carried & {"setuptools", "_distutils_hack", "pkg_resources", "distutils", "asyncio", "multiprocessing"}, sorted(carried)

@@ -41,6 +41,7 @@ def test_precedence_cli_then_env_then_default() -> None:
         ("[library]\npaths = '/usr/lib/libcuda.so.*'\n", r"'library.paths' must be a list of strings"),
         ("[library]\npaths = ['libcuda.so.*']\n", r"must be an absolute path or glob"),
         ("[log]\nfile = true\n", r"'log.file' must be a string, not a boolean"),
+        ("[cache]\ndir = 'run/ponytail'\n", r"'cache.dir' must be an absolute path"),
         ("host = 1\n", r"'host' must be a table"),
         ("[host\n", r"TOML syntax error"),
     ],

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import compile_library
+from support.fakehost import FakeHost, compile_library, gpus
 from ponytail.errors import ProbeError
 from ponytail.host.driver import canonical_bus_id, parse_char_majors, parse_driver_version, parse_information
 from ponytail.host.elf import EM_X86_64, NotElf, read_elf_info
@@ -83,6 +83,17 @@ def test_pyudev_and_sysfs_see_the_same_pci_bus_on_this_machine() -> None:
     by_sysfs = sorted(pci_functions_sysfs("/sys"), key=lambda f: f.bus_id)
     assert by_sysfs, "this machine should have a PCI bus"
     assert by_udev == by_sysfs
+
+
+def test_the_hook_s_gpu_scan_finds_what_a_scan_of_every_function_finds(tmp_path: Path) -> None:
+    # the hook (udev=False) reads a function's class and driver only when its vendor is NVIDIA's
+    from ponytail.host.pci import nvidia_gpus
+
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(3))  # with NVIDIA audio, an NVSwitch, another vendor's VGA card
+    for sys_root in (str(host.sys), "/sys"):
+        every = sorted((f for f in pci_functions_sysfs(sys_root) if is_nvidia_gpu(f)), key=lambda f: f.bus_id)
+        assert nvidia_gpus(sys_root, udev=False) == every
+    assert [f.bus_id for f in nvidia_gpus(str(host.sys), udev=False)] == [g.bus_id for g in gpus(3)]
 
 
 def test_elf_soname_of_a_gcc_built_library() -> None:

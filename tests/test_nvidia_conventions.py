@@ -269,3 +269,17 @@ def test_masked_proc_shows_a_mig_container_its_own_access_files(full_host: FakeH
     files = [line for line in result.stdout.splitlines() if line.startswith("capabilities/")]
     assert files == ["capabilities/gpu0/mig/gi2/access", "capabilities/gpu0/mig/gi2/ci1/access"]
     assert f"DeviceFileMinor: {gi_minor}" in result.stdout and f"DeviceFileMinor: {ci_minor}" in result.stdout
+
+
+def test_a_library_baked_into_the_image_is_mounted_over_in_manual_mode_too(full_host: FakeHost, tmp_path: Path) -> None:
+    # manual mode never leaves this mount namespace: the library is cloned where the run is
+    rootfs = shadow_rootfs(tmp_path, "same-dir-file")
+    result = in_private_mount_ns(
+        f"""
+        {PY} -config {full_host.write_config()} -root {rootfs}
+        chroot {rootfs} /usr/local/bin/cudacheck
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cuDriverGetVersion 12040" in result.stdout, result.stdout  # the host's, not the image's 11080
+    assert any("image ships its own" in line for line in full_host.log.read_text().splitlines()), full_host.log.read_text()

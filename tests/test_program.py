@@ -133,3 +133,9 @@ def test_ldconfig_runs_without_the_kernel_filesystems_under_the_rootfs_and_the_h
     assert args == f"-X -r {rootfs} /lib"
     assert any(line.split()[4] == "/proc" for line in mounts)  # the program's own view of the host
     assert not [line for line in mounts if line.split()[4].startswith(str(rootfs))], mounts
+
+
+def test_the_signal_numbers_are_this_machine_s() -> None:
+    from ponytail.apply import program as p
+
+    assert (p.SIGKILL, p.SIGPIPE, p.SIGXFSZ) == (signal.SIGKILL, signal.SIGPIPE, signal.SIGXFSZ)

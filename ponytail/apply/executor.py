@@ -11,8 +11,10 @@ Order of work:
 3. Resolve each target inside the rootfs (ponytail.inroot: openat2 with
    RESOLVE_IN_ROOT), create the mount point, and attach the detached mount onto
    the target's descriptor.
-4. Create SONAME links, mask /proc/driver/nvidia, write the linker config, run the
-   host's ldconfig, and check the injected libraries win in the new linker cache.
+4. Create SONAME links (where the image has a file of its own instead, the library
+   is cloned then, back in the host's namespace, and mounted over it), mask
+   /proc/driver/nvidia, write the linker config, run the host's ldconfig, and check
+   the injected libraries win in the new linker cache.
 5. Allow the injected device nodes in the container's devices cgroup (v1) and
    swap in its new device programs (v2).
 Nothing is ever created or written on a kernel filesystem (proc, sysfs, cgroup...
@@ -68,13 +70,14 @@ def apply_plan(
     outcome = Outcome()
     trees: dict[int, int] = {}  # operation index -> detached mount
     ldconfig_fd = -1
+    host_ns = -1  # to clone a library for a SONAME link only if the image has a file there (_symlink)
     devices_cgroup = DevicesCgroup()
     try:
         for i, op in enumerate(plan.operations):
             if isinstance(op, Mount):
                 trees[i] = _clone_source(op)
-            elif isinstance(op, Symlink) and op.library:
-                trees[i] = _clone_source(Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason))
+            elif isinstance(op, Symlink) and op.library and container_pid is not None and host_ns < 0:
+                host_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             elif isinstance(op, LinkerCache):
                 ldconfig_fd = _open_program(op.ldconfig)
             elif isinstance(op, AllowDevices) and container_pid is not None:
@@ -93,7 +96,7 @@ def apply_plan(
                 if isinstance(op, Mount):
                     _mount(paths, op, trees[i], outcome)
                 elif isinstance(op, Symlink):
-                    _symlink(paths, op, trees.get(i), outcome)
+                    _symlink(paths, op, host_ns, outcome)
                 elif isinstance(op, ProcMask):
                     _mask_proc(root_fd, op, outcome)
                 elif isinstance(op, LinkerCache):
@@ -114,8 +117,9 @@ def apply_plan(
         devices_cgroup.close()
         for fd in trees.values():
             os.close(fd)
-        if ldconfig_fd >= 0:
-            os.close(ldconfig_fd)
+        for fd in (ldconfig_fd, host_ns):
+            if fd >= 0:
+                os.close(fd)
     return outcome
 
 
@@ -274,15 +278,19 @@ def _same_file(a: int, b: int) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _symlink(paths: InRoot, op: Symlink, tree: int | None, outcome: Outcome) -> None:
+def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome) -> None:
     resolved = paths.resolve(op.target, create_dirs=True, follow_last=False)
     try:
         _refuse_kernel_fs(resolved, resolved.parent_fd, f"link {op.link_to}")
-        if resolved.exists and stat.S_ISREG(resolved.mode) and tree is not None:
+        if resolved.exists and stat.S_ISREG(resolved.mode) and op.library:
             outcome.warnings.append(
                 f"the image ships its own {resolved.path}; the driver's {op.link_to} is mounted over it"
             )
-            _attach(resolved, tree, op.library, outcome, on_kernel_fs=False)
+            tree = _clone_library(op, host_ns)
+            try:
+                _attach(resolved, tree, op.library, outcome, on_kernel_fs=False)
+            finally:
+                os.close(tree)
             return
         if resolved.exists:
             if not stat.S_ISLNK(resolved.mode):
@@ -299,6 +307,29 @@ def _symlink(paths: InRoot, op: Symlink, tree: int | None, outcome: Outcome) -> 
         raise InjectionError(f"cannot create link {resolved.path} -> {op.link_to} in the rootfs: {e.strerror}") from e
     finally:
         resolved.close()
+
+
+def _clone_library(op: Symlink, host_ns: int) -> int:
+    """The library a SONAME link names, as a detached mount, for an image that has a file where
+    the link goes. Cloned only then, and not before entering the container (as mounts are):
+    closing a detached mount that was never attached makes the kernel wait for an RCU grace
+    period, milliseconds for each link of every start. Cloning needs the host's mount
+    namespace (``host_ns``; -1: this process never left it), so the hook steps back into it
+    for the clone and returns to the container's."""
+    source = Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason)
+    if host_ns < 0:
+        return _clone_source(source)
+    here = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        syscalls.setns_mount(host_ns)
+        try:
+            return _clone_source(source)
+        finally:
+            syscalls.setns_mount(here)
+    except OSError as e:
+        raise InjectionError(f"cannot clone {op.library} for {op.target}: {e.strerror}")
+    finally:
+        os.close(here)
 
 
 def _mask_proc(root_fd: int, op: ProcMask, outcome: Outcome) -> None:

@@ -7,16 +7,13 @@ firmware) by glob.
 
 from __future__ import annotations
 
-import bisect
-import fnmatch
-import glob
 import os
 import stat
 from ponytail.lite.records import field, record
 
-from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info
-from ponytail.host.ldcache import read_ld_cache
-from ponytail.inroot import real_path_in_root
+# glob, fnmatch, bisect, ponytail.host.elf, .ldcache and ponytail.inroot are imported where
+# a search runs: a hook served from the probe cache (ponytail.host.probecache) needs only
+# the records below
 
 BIN_DIRS = ("/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/bin", "/usr/sbin", "/sbin", "/opt/nvidia/bin")
 CONTAINER_BIN_DIR = "/usr/bin"
@@ -105,6 +102,8 @@ def find_libraries(
     driver_root: str, searches: list[LibrarySearch], driver_version: str
 ) -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile]]:
     """Libraries of the running driver that ``searches`` find, each real file once."""
+    from ponytail.host.ldcache import read_ld_cache
+
     root_fd = _open_root(driver_root)
     if root_fd is None:
         reports = [SearchReport(s.describe(), ()) for s in searches]
@@ -120,6 +119,8 @@ def find_libraries(
 
 def find_binary(driver_root: str, name: str, why: str) -> DriverFile | None:
     """The first ``name`` in the driver root's bin directories, injected as /usr/bin/<name>."""
+    from ponytail.inroot import real_path_in_root
+
     root_fd = _open_root(driver_root)
     if root_fd is None:
         return None
@@ -135,6 +136,10 @@ def find_binary(driver_root: str, name: str, why: str) -> DriverFile | None:
 
 def find_files(driver_root: str, patterns: tuple[str, ...], why: str) -> list[DriverFile]:
     """Regular files under the driver root matching path globs, injected at the same path."""
+    import glob
+
+    from ponytail.inroot import real_path_in_root
+
     root_fd = _open_root(driver_root)
     if root_fd is None:
         return []
@@ -208,6 +213,8 @@ def _driver_like(version: str) -> bool:
 def _real_path(scan: _Scan, path: str) -> str | None:
     """``real_path_in_root(path)``, with each directory resolved once: the candidates of a
     search are mostly plain files in directories that other candidates share."""
+    from ponytail.inroot import real_path_in_root
+
     directory, name = os.path.split(path)
     if name in ("", ".", ".."):
         return real_path_in_root(scan.root_fd, path)
@@ -227,6 +234,8 @@ def _real_path(scan: _Scan, path: str) -> str | None:
 
 
 def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[str | None, str | None]:
+    from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info
+
     try:
         info = read_elf_info(host_path(scan.root, real))
     except NotElf:
@@ -242,6 +251,8 @@ def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[str | None, str | Non
 def _expand_dirs(root: str, directory: str) -> list[str]:
     if not _has_magic(directory):
         return [directory]
+    import glob
+
     prefix = root.rstrip("/")
     return sorted(d[len(prefix):] or "/" for d in glob.glob(prefix + directory) if os.path.isdir(d))
 
@@ -268,6 +279,9 @@ def _sorted_matches(entries: list, name_pattern: str) -> list:
     tried: a glob costs a binary search and its matches, not a pass over a driver
     root's ~1000 libraries. A pattern that is its prefix and one final '*' (a library's
     "libcuda.so.*") matches that whole run, without compiling a regex for fnmatch."""
+    import bisect
+    import fnmatch
+
     prefix = _literal_prefix(name_pattern)
     every_one = name_pattern == prefix + "*"
     start = bisect.bisect_left(entries, prefix, key=_name)

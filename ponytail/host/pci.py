@@ -39,13 +39,15 @@ def nvidia_gpus(sys_root: str, udev: bool = True) -> list[PciFunction]:
     container start (bench/hookbench.py measures both), and keep pyudev for info,
     list and -debug."""
     live = udev and os.path.realpath(sys_root) == "/sys"
-    functions = pci_functions_pyudev() if live else pci_functions_sysfs(sys_root)
+    functions = pci_functions_pyudev() if live else pci_functions_sysfs(sys_root, NVIDIA_VENDOR)
     found = [PciFunction(f.bus_id.lower(), f.vendor, f.pci_class, f.driver) for f in functions if is_nvidia_gpu(f)]
     return sorted(found, key=lambda f: f.bus_id)
 
 
-def pci_functions_sysfs(sys_root: str) -> list[PciFunction]:
-    """Every PCI function, from <sys_root>/bus/pci/devices/*/{vendor,class}."""
+def pci_functions_sysfs(sys_root: str, vendor: int | None = None) -> list[PciFunction]:
+    """Every PCI function, from <sys_root>/bus/pci/devices/*/{vendor,class}; only ``vendor``'s
+    when given (the hook: a host has dozens of other functions, bridges, NICs, disks, whose
+    class and driver are then never read)."""
     base = os.path.join(sys_root, "bus/pci/devices")
     try:
         names = os.listdir(base)
@@ -53,10 +55,12 @@ def pci_functions_sysfs(sys_root: str) -> list[PciFunction]:
         return []
     result = []
     for name in names:
-        vendor = _read_hex(os.path.join(base, name, "vendor"))
+        found = _read_hex(os.path.join(base, name, "vendor"))
+        if found is None or vendor is not None and found != vendor:
+            continue
         pci_class = _read_hex(os.path.join(base, name, "class"))
-        if vendor is not None and pci_class is not None:
-            result.append(PciFunction(name, vendor, pci_class, _driver(os.path.join(base, name, "driver"))))
+        if pci_class is not None:
+            result.append(PciFunction(name, found, pci_class, _driver(os.path.join(base, name, "driver"))))
     return result
 
 
@@ -85,10 +89,15 @@ def pci_functions_pyudev() -> list[PciFunction]:
 
 def _read_hex(path: str) -> int | None:
     try:
-        with open(path, "rb") as f:
-            return _parse_hex(f.read(64))
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        return _parse_hex(os.read(fd, 64))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _parse_hex(raw: bytes | None) -> int | None:

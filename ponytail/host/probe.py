@@ -23,6 +23,7 @@ from ponytail.host.driver import (
     read_proc_files,
 )
 from ponytail.host.files import (
+    BIN_DIRS,
     DriverFile,
     LibrarySearch,
     SearchReport,
@@ -194,27 +195,14 @@ def probe_host(
         else:
             control[name] = _node(config.dev_root, name, major, minor)
 
-    searches = _library_searches(config, capabilities, library_globs)
-    libraries, reports, skipped = find_libraries(config.driver_root, searches, files_version)
-    binaries: list[DriverFile] = []
-    files: list[DriverFile] = []
+    libraries, reports, skipped, binaries, files = _driver_files(config, capabilities, library_globs, files_version)
     ipc: dict[str, IpcPath] = {}
     for cap in capabilities:
-        spec = CAPABILITIES[cap]
-        for name in spec.binaries + config.capability_extras.get(cap, {}).get("binaries", ()):
-            binary = find_binary(config.driver_root, name, cap)
-            if binary is None:
-                skipped.append(SkippedFile(name, f"{cap}: binary not found in the driver root's bin directories"))
-            elif binary.target not in {b.target for b in binaries}:
-                binaries.append(binary)
-        files += find_files(config.driver_root, spec.files, cap)
-        for path in spec.ipc:
+        for path in CAPABILITIES[cap].ipc:
             if path not in ipc:
                 entry = _ipc_path(config.ipc_root, path, cap)
                 if entry is not None:
                     ipc[path] = entry
-    if capabilities:
-        files += find_files(config.driver_root, (f"/lib/firmware/nvidia/{files_version}/gsp*.bin",), "GSP firmware")
     return Host(
         driver_version=found.driver_version,
         gpus=found.gpus,
@@ -236,12 +224,56 @@ def probe_host(
     )
 
 
+def _driver_files(
+    config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None, files_version: str
+) -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]:
+    """The driver root's libraries (with the searches' reports and what was skipped),
+    binaries and other files for ``capabilities``: from the probe cache when nothing it
+    depends on changed (ponytail.host.probecache), else searched."""
+    searches = _library_searches(config, capabilities, library_globs)
+    wanted_binaries = [
+        (name, cap) for cap in capabilities for name in CAPABILITIES[cap].binaries + config.capability_extras.get(cap, {}).get("binaries", ())
+    ]
+    patterns = [(CAPABILITIES[cap].files, cap) for cap in capabilities]
+    if capabilities:
+        patterns.append(((f"/lib/firmware/nvidia/{files_version}/gsp*.bin",), "GSP firmware"))
+
+    def search() -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]:
+        libraries, reports, skipped = find_libraries(config.driver_root, searches, files_version)
+        binaries: list[DriverFile] = []
+        for name, cap in wanted_binaries:
+            binary = find_binary(config.driver_root, name, cap)
+            if binary is None:
+                skipped.append(SkippedFile(name, f"{cap}: binary not found in the driver root's bin directories"))
+            elif binary.target not in {b.target for b in binaries}:
+                binaries.append(binary)
+        files = [f for globs, why in patterns for f in find_files(config.driver_root, globs, why)]
+        return libraries, reports, skipped, binaries, files
+
+    from ponytail.host.probecache import cached_search
+
+    key = (
+        files_version, os.uname().machine, tuple((s.pattern, s.dirs, s.why, s.bits) for s in searches),
+        tuple(wanted_binaries), tuple(patterns),
+    )
+    dirs = {d for s in searches for d in s.dirs} | set(BIN_DIRS) | {os.path.dirname(g) for globs, _ in patterns for g in globs}
+    return cached_search(config.cache_dir, config.driver_root, key, tuple(sorted(dirs)), search)
+
+
 def find_driver_library(config: Config, driver_version: str, name: str, soname: str, host: Host | None = None) -> str:
     """Host path of the running driver's ``soname`` (e.g. libcuda.so.1), whether or not the
     request's capabilities brought it into ``host``; ProbeError if the driver has none."""
     lib = host.library(soname) if host is not None else None
     if lib is None:
-        found, _, _ = find_libraries(config.driver_root, [LibrarySearch.for_name(name, "probe")], driver_version)
+        search = LibrarySearch.for_name(name, "probe")
+
+        def run() -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]:
+            return (*find_libraries(config.driver_root, [search], driver_version), [], [])
+
+        from ponytail.host.probecache import cached_search
+
+        key = (driver_version, os.uname().machine, ((search.pattern, search.dirs, search.why, search.bits),), (), ())
+        found = cached_search(config.cache_dir, config.driver_root, key, search.dirs, run)[0]
         lib = next((f for f in found if f.soname == soname), None)
     if lib is None:
         raise ProbeError(f"no {soname} of driver {driver_version} under the driver root {config.driver_root}")

@@ -294,7 +294,8 @@ class FakeHost:
 
     # -- using -----------------------------------------------------------
     def config_text(self, **extra: str) -> str:
-        text = (
+        text = (  # a probe cache of the host's own (ponytail.host.probecache), not this machine's /run/ponytail
+            f'[cache]\ndir = "{self.base}/cache"\n'
             f'[host]\ndriver_root = "{self.driver}"\nproc_root = "{self.proc}"\n'
             f'sys_root = "{self.sys}"\ndev_root = "{self.dev}"\nipc_root = "{self.ipc}"\n'
             f'[log]\nfile = "{self.log}"\n'

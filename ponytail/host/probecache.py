@@ -1,0 +1,325 @@
+"""The driver-root search of the probe, remembered between container starts.
+
+What the probe finds under the driver root (libraries with their ELF headers, binaries,
+ICD files, firmware: ``find_libraries``, ``find_binary``, ``find_files``) is most of
+its time and does not change between two container starts on one host. It is kept in
+one file per key, ``probe-<hash of the key>.cache`` in the cache directory (``[cache]
+dir``, default /run/ponytail, a tmpfs: a reboot starts afresh; the MAX_ENTRIES most
+recent are kept), and served only when all of this still holds:
+
+- the key is the same: the driver root, the driver version the files must match (a
+  driver upgrade changes /proc/driver/nvidia/version), the capabilities, the -libs
+  globs, the config's library globs and extra names, the machine, and the identity of
+  the search code itself (a ponytail upgrade);
+- every witness is as it was: the driver root's ld.so.cache, each directory searched
+  and every directory above it up to the driver root (a file added, removed, renamed or
+  relinked in any of them changes its mtime), and each file found or skipped (a file
+  rewritten in place changes its mtime and ctime), compared by device, inode, type, size,
+  mtime and ctime, without following links (and, for a link, what it leads to as well).
+
+The GPUs, device nodes, /proc files and MIG state are never cached: the probe reads
+them on every run, so a new or removed GPU or a MIG change is always seen.
+
+The file is checked like any other input: the directory and the file must belong to
+root (or this user) and be writable by no one else, the file is opened without
+following a link, bounded in size, and its content must have exactly the expected
+shape; anything else is ignored (never trusted, never an error) and replaced by the
+next run that can write. A write goes to a temporary file renamed into place, so a
+reader sees the old file or the new one; concurrent runs at worst lose an entry. A
+search during which a witness changed (a driver being installed) is not remembered.
+Searches whose directories hold glob characters are not cached.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import stat
+import time
+
+PREFIX, SUFFIX = "probe-", ".cache"
+FORMAT = 1
+MAX_BYTES = 1 << 20
+MAX_ENTRIES = 8  # the most recent keys (driver roots, capability sets) remembered
+_PRIME = (1 << 61) - 1  # the file name's hash: the key's bytes as a number, modulo this
+_MAGIC = "*?["
+# a file system stamps a change with a clock that may lag by a tick (1-10 ms): a witness changed
+# less than this before the search began may have changed during it
+RACY_NS = 20_000_000
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
+
+    from ponytail.host.files import DriverFile, SearchReport, SkippedFile
+
+    Found = tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]
+
+
+def cached_search(
+    cache_dir: str, driver_root: str, key: tuple, search_dirs: tuple[str, ...], search: "Callable[[], Found]"
+) -> "Found":
+    """``search()``'s result, from the cache when its key and witnesses still hold; else
+    searched and remembered. ``search_dirs``: the in-root directories the search lists
+    (and globs); ``key``: everything else the result depends on."""
+    if not cache_dir or not cache_dir.startswith("/") or any(c in d for d in search_dirs for c in _MAGIC):
+        return search()
+    key = (FORMAT, driver_root, _code_identity(), *key)
+    name = f"{PREFIX}{int.from_bytes(repr(key).encode(), 'little') % _PRIME:016x}{SUFFIX}"
+    entry = _read(cache_dir, name)
+    if entry is not None and entry[0] == key and _valid_entry(entry[1], entry[2]) and _unchanged(entry[1]):
+        return _decode(entry[2])
+    started = time.time_ns()
+    found = search()
+    libraries, reports, skipped, binaries, files = found
+    in_root = {"/etc/ld.so.cache", *search_dirs, *(f.path for f in (*libraries, *binaries, *files, *skipped))}
+    in_root.update(f.target for f in files)  # found by a glob: the path that matched
+    in_root.update(p for r in reports for p in (*r.matches, *r.from_cache))
+    paths: set[str] = set()
+    for p in in_root:
+        if p.startswith("/"):  # not a binary's bare name (not found: its directories are witnesses)
+            paths.update(_with_parents(driver_root, p))
+    witnesses = tuple((p, _signature(p)) for p in sorted(paths))
+    if not any(_changed_since(s, started - RACY_NS) for _, s in witnesses):  # else a later run remembers it
+        _write(cache_dir, name, (key, witnesses, _encode(found)))
+    return found
+
+
+def _in_root(root: str, path: str) -> str:
+    return root.rstrip("/") + path if root != "/" else path
+
+
+def _with_parents(root: str, path: str) -> list[str]:
+    """``path`` inside ``root`` and every directory above it up to the root, as host paths."""
+    out = []
+    while True:
+        out.append(_in_root(root, path) if path != "/" else root)
+        if path in ("/", ""):
+            return out
+        path = os.path.dirname(path)
+
+
+def _signature(path: str) -> tuple | None:
+    """The identity of ``path`` (and of what a link leads to); None when it does not exist."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    own = (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if not stat.S_ISLNK(st.st_mode):
+        return own
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (*own, None)
+    return (*own, (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+
+
+def _changed_since(signature: tuple | None, ns: int) -> bool:
+    """Whether the inode (or a link's target) changed at ``ns`` or later (its ctime): the
+    driver root was being changed while it was searched (a driver being installed), and
+    what was found may be half old, half new."""
+    if signature is None:
+        return False
+    target = signature[6] if len(signature) == 7 else None
+    return signature[5] >= ns or (target is not None and target[5] >= ns)
+
+
+def _unchanged(witnesses: tuple) -> bool:
+    for path, signature in witnesses:
+        if _signature(path) != signature:
+            return False
+    return True
+
+
+def _code_identity() -> tuple:
+    """The search code's own files (ponytail/host/files, probe, elf, ldcache, this module,
+    ponytail/inroot, capabilities; .py or the binary's .pyc): a ponytail upgrade or an edit
+    never reads what an older search found."""
+    from ponytail.host import files
+
+    host_dir, extension = os.path.dirname(files.__file__), os.path.splitext(files.__file__)[1]
+    names = [f"{host_dir}/{m}{extension}" for m in ("files", "probe", "elf", "ldcache", "probecache")]
+    names += [f"{os.path.dirname(host_dir)}/{m}{extension}" for m in ("inroot", "capabilities")]
+    out: list = []
+    for name in names:
+        try:
+            st = os.stat(name)
+            out += [name, st.st_size, st.st_mtime_ns]
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+# -- the file ---------------------------------------------------------------------------
+
+
+def _open_dir(cache_dir: str) -> int | None:
+    """The cache directory, if it is a real directory that only root (or this user) may change."""
+    try:
+        fd = os.open(cache_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read(cache_dir: str, name: str) -> tuple | None:
+    """The cache file's entry (key, witnesses, payload), or None for anything odd."""
+    dir_fd = _open_dir(cache_dir)
+    if dir_fd is None:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o077 or st.st_size > MAX_BYTES:
+            return None
+        data = os.read(fd, MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        entry = marshal.loads(data)
+    except (ValueError, EOFError, TypeError):
+        return None
+    return entry if type(entry) is tuple and len(entry) == 3 and type(entry[0]) is tuple else None
+
+
+def _write(cache_dir: str, name: str, entry: tuple) -> None:
+    """Replace the cache file atomically; any failure (not root, a full /run) leaves no trace."""
+    try:
+        os.mkdir(cache_dir, 0o700)
+    except OSError:
+        pass
+    dir_fd = _open_dir(cache_dir)
+    if dir_fd is None:
+        return
+    tmp = f".{PREFIX}{os.getpid()}"
+    try:
+        data = marshal.dumps(entry)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError("short write")
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        _tidy(dir_fd)
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+    finally:
+        os.close(dir_fd)
+
+
+def _tidy(dir_fd: int) -> None:
+    """The MAX_ENTRIES newest cache files kept, and no temporary file of a writer killed
+    before its rename (a SIGKILLed hook)."""
+    caches = []
+    for name in os.listdir(dir_fd):
+        if name.startswith(PREFIX) and name.endswith(SUFFIX):
+            try:
+                caches.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
+            except OSError:
+                pass
+            continue
+        pid = name[len(PREFIX) + 1:]
+        if not name.startswith(f".{PREFIX}") or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except OSError:  # alive, another user's
+            continue
+        _unlink(name, dir_fd)
+    for _, name in sorted(caches)[:-MAX_ENTRIES]:
+        _unlink(name, dir_fd)
+
+
+def _unlink(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+# -- what is stored: plain tuples of strings and numbers, checked before use -------------
+
+
+def _encode(found: "Found") -> tuple:
+    libraries, reports, skipped, binaries, files = found
+    return (
+        tuple(_file(f) for f in libraries),
+        tuple((r.search, tuple(r.matches), tuple(r.from_cache)) for r in reports),
+        tuple((s.path, s.reason) for s in skipped),
+        tuple(_file(f) for f in binaries),
+        tuple(_file(f) for f in files),
+    )
+
+
+def _file(f: "DriverFile") -> tuple:
+    return (f.path, f.host_path, f.target, f.soname, f.found_by, f.bits)
+
+
+def _decode(payload: tuple) -> "Found":
+    from ponytail.host.files import DriverFile, SearchReport, SkippedFile
+
+    libraries, reports, skipped, binaries, files = payload
+    return (
+        [DriverFile(*f) for f in libraries],
+        [SearchReport(*r) for r in reports],
+        [SkippedFile(*s) for s in skipped],
+        [DriverFile(*f) for f in binaries],
+        [DriverFile(*f) for f in files],
+    )
+
+
+def _strings(value: object, n: int | None = None) -> bool:
+    return type(value) is tuple and (n is None or len(value) == n) and all(type(x) is str for x in value)
+
+
+def _valid_file(f: object) -> bool:
+    return (
+        type(f) is tuple and len(f) == 6 and _strings(f[:3]) and (f[3] is None or type(f[3]) is str)
+        and type(f[4]) is str and f[5] in (32, 64) and type(f[5]) is int
+    )
+
+
+def _valid_payload(p: object) -> bool:
+    if type(p) is not tuple or len(p) != 5 or not all(type(part) is tuple for part in p):
+        return False
+    libraries, reports, skipped, binaries, files = p
+    return (
+        all(_valid_file(f) for f in (*libraries, *binaries, *files))
+        and all(type(r) is tuple and len(r) == 3 and type(r[0]) is str and _strings(r[1]) and _strings(r[2]) for r in reports)
+        and all(_strings(s, 2) for s in skipped)
+    )
+
+
+def _valid_signature(s: object) -> bool:
+    if s is None:
+        return True
+    if type(s) is not tuple or len(s) not in (6, 7) or not all(type(x) is int for x in s[:6]):
+        return False
+    return len(s) == 6 or s[6] is None or (type(s[6]) is tuple and len(s[6]) == 6 and all(type(x) is int for x in s[6]))
+
+
+def _valid_entry(witnesses: object, payload: object) -> bool:
+    return (
+        type(witnesses) is tuple
+        and all(type(w) is tuple and len(w) == 2 and type(w[0]) is str and _valid_signature(w[1]) for w in witnesses)
+        and _valid_payload(payload)
+    )
