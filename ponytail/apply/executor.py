@@ -29,7 +29,6 @@ import stat
 from ponytail.lite.records import field, record
 
 from ponytail.apply import syscalls
-from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup
 from ponytail.apply.ldconfig import LDCONFIG_TIMEOUT_S, run_ldconfig
 from ponytail.apply.rootlock import lock_rootfs
 from ponytail.errors import InjectionError, InputError, PonytailError
@@ -37,6 +36,10 @@ from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
 from ponytail.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
 from ponytail.plan import MOUNT_OPTIONS, AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # ponytail.apply.cgroup is imported for a plan with AllowDevices only (a CDI hook's has none)
+    from ponytail.apply.cgroup import DevicesCgroup
 
 LD_SO_CONF = "/etc/ld.so.conf"
 LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
@@ -68,7 +71,7 @@ def apply_plan(
     outcome = Outcome()
     trees: dict[int, int] = {}  # operation index -> detached mount
     ldconfig_fd = -1
-    devices_cgroup = DevicesCgroup()
+    devices_cgroup: DevicesCgroup | None = None
     try:
         for i, op in enumerate(plan.operations):
             if isinstance(op, Mount):
@@ -77,8 +80,10 @@ def apply_plan(
                 trees[i] = _clone_source(Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason))
             elif isinstance(op, LinkerCache):
                 ldconfig_fd = _open_program(op.ldconfig)
-            elif isinstance(op, AllowDevices) and container_pid is not None:
-                devices_cgroup = open_devices_cgroup(container_pid, op)
+            elif isinstance(op, AllowDevices):
+                from ponytail.apply import cgroup
+
+                devices_cgroup = cgroup.open_devices_cgroup(container_pid, op) if container_pid is not None else cgroup.DevicesCgroup()
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
@@ -98,7 +103,7 @@ def apply_plan(
                     _mask_proc(root_fd, op, outcome)
                 elif isinstance(op, LinkerCache):
                     _linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
-                elif isinstance(op, AllowDevices):
+                elif isinstance(op, AllowDevices) and devices_cgroup is not None:
                     _allow_devices(devices_cgroup, op, outcome)
         except BaseException as e:
             leftover = _undo(outcome.attached)
@@ -111,7 +116,8 @@ def apply_plan(
     finally:
         for fd in outcome.attached:
             os.close(fd)
-        devices_cgroup.close()
+        if devices_cgroup is not None:
+            devices_cgroup.close()
         for fd in trees.values():
             os.close(fd)
         if ldconfig_fd >= 0:
@@ -133,6 +139,8 @@ def _undo(attached: list[int]) -> str:
 
 
 def _allow_devices(devices_cgroup: DevicesCgroup, op: AllowDevices, outcome: Outcome) -> None:
+    from ponytail.apply.cgroup import allow_devices
+
     outcome.done += allow_devices(devices_cgroup, op)
     if devices_cgroup.note:
         outcome.warnings.append(devices_cgroup.note)

@@ -63,11 +63,14 @@ def run_generate(
     from ponytail.cdi.files import form_of, generate, render, write_atomically
     from ponytail.config import config_path, load_config
     from ponytail.errors import PonytailError, UsageError
-    from ponytail.hooksd import installed_command
 
     try:
         loaded = load_config(*config_path(config))
-        command = hook_path or installed_command()
+        command = hook_path
+        if command is None:
+            from ponytail.hooksd import installed_command
+
+            command = installed_command()
         if command is None or not os.path.isabs(command):
             raise UsageError("cannot find this install's ponytail command by an absolute path; pass --hook-path CMD")
         spec, warnings = generate(loaded, command, strategy, capabilities, version)
