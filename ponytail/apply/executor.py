@@ -6,7 +6,10 @@ Order of work:
    planned major:minor, regular file, socket or directory); make it
    read-only/nosuid/nodev there, before anyone can see it. Open the
    container's devices.allow (cgroup v1) and load the replacements of its
-   device programs (cgroup v2) (hook mode; ponytail.apply.cgroup).
+   device programs (cgroup v2) (hook mode; ponytail.apply.cgroup). The copy of a
+   library that a SONAME link's path gets when the image ships a file there is cloned
+   here only when a namespace is entered next; else (a CDI hook, manual mode) when
+   that file is found: mostly never.
 2. Enter the container's mount namespace (hook mode) and open its rootfs.
 3. Resolve each target inside the rootfs (ponytail.inroot: openat2 with
    RESOLVE_IN_ROOT), create the mount point, and attach the detached mount onto
@@ -76,7 +79,7 @@ def apply_plan(
         for i, op in enumerate(plan.operations):
             if isinstance(op, Mount):
                 trees[i] = _clone_source(op)
-            elif isinstance(op, Symlink) and op.library:
+            elif isinstance(op, Symlink) and op.library and container_pid is not None:
                 trees[i] = _clone_source(Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason))
             elif isinstance(op, LinkerCache):
                 ldconfig_fd = _open_program(op.ldconfig)
@@ -286,11 +289,16 @@ def _symlink(paths: InRoot, op: Symlink, tree: int | None, outcome: Outcome) -> 
     resolved = paths.resolve(op.target, create_dirs=True, follow_last=False)
     try:
         _refuse_kernel_fs(resolved, resolved.parent_fd, f"link {op.link_to}")
-        if resolved.exists and stat.S_ISREG(resolved.mode) and tree is not None:
+        if resolved.exists and stat.S_ISREG(resolved.mode) and op.library:
             outcome.warnings.append(
                 f"the image ships its own {resolved.path}; the driver's {op.link_to} is mounted over it"
             )
-            _attach(resolved, tree, op.library, outcome, on_kernel_fs=False)
+            clone = _clone_source(Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason)) if tree is None else tree
+            try:
+                _attach(resolved, clone, op.library, outcome, on_kernel_fs=False)
+            finally:
+                if clone != tree:
+                    os.close(clone)
             return
         if resolved.exists:
             if not stat.S_ISLNK(resolved.mode):
