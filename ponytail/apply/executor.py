@@ -6,10 +6,7 @@ Order of work:
    planned major:minor, regular file, socket or directory); make it
    read-only/nosuid/nodev there, before anyone can see it. Open the
    container's devices.allow (cgroup v1) and load the replacements of its
-   device programs (cgroup v2) (hook mode; ponytail.apply.cgroup). The copy of a
-   library that a SONAME link's path gets when the image ships a file there is cloned
-   here only when a namespace is entered next; else (a CDI hook, manual mode) when
-   that file is found: mostly never.
+   device programs (cgroup v2) (hook mode; ponytail.apply.cgroup).
 2. Enter the container's mount namespace (hook mode) and open its rootfs.
 3. Resolve each target inside the rootfs (ponytail.inroot: openat2 with
    RESOLVE_IN_ROOT), create the mount point, and attach the detached mount onto
@@ -32,6 +29,7 @@ import stat
 from ponytail.lite.records import field, record
 
 from ponytail.apply import syscalls
+from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup
 from ponytail.apply.ldconfig import LDCONFIG_TIMEOUT_S, run_ldconfig
 from ponytail.apply.rootlock import lock_rootfs
 from ponytail.errors import InjectionError, InputError, PonytailError
@@ -39,10 +37,6 @@ from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
 from ponytail.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
 from ponytail.plan import MOUNT_OPTIONS, AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # ponytail.apply.cgroup is imported for a plan with AllowDevices only (a CDI hook's has none)
-    from ponytail.apply.cgroup import DevicesCgroup
 
 LD_SO_CONF = "/etc/ld.so.conf"
 LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
@@ -74,19 +68,17 @@ def apply_plan(
     outcome = Outcome()
     trees: dict[int, int] = {}  # operation index -> detached mount
     ldconfig_fd = -1
-    devices_cgroup: DevicesCgroup | None = None
+    devices_cgroup = DevicesCgroup()
     try:
         for i, op in enumerate(plan.operations):
             if isinstance(op, Mount):
                 trees[i] = _clone_source(op)
-            elif isinstance(op, Symlink) and op.library and container_pid is not None:
+            elif isinstance(op, Symlink) and op.library:
                 trees[i] = _clone_source(Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason))
             elif isinstance(op, LinkerCache):
                 ldconfig_fd = _open_program(op.ldconfig)
-            elif isinstance(op, AllowDevices):
-                from ponytail.apply import cgroup
-
-                devices_cgroup = cgroup.open_devices_cgroup(container_pid, op) if container_pid is not None else cgroup.DevicesCgroup()
+            elif isinstance(op, AllowDevices) and container_pid is not None:
+                devices_cgroup = open_devices_cgroup(container_pid, op)
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
@@ -106,7 +98,7 @@ def apply_plan(
                     _mask_proc(root_fd, op, outcome)
                 elif isinstance(op, LinkerCache):
                     _linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
-                elif isinstance(op, AllowDevices) and devices_cgroup is not None:
+                elif isinstance(op, AllowDevices):
                     _allow_devices(devices_cgroup, op, outcome)
         except BaseException as e:
             leftover = _undo(outcome.attached)
@@ -119,8 +111,7 @@ def apply_plan(
     finally:
         for fd in outcome.attached:
             os.close(fd)
-        if devices_cgroup is not None:
-            devices_cgroup.close()
+        devices_cgroup.close()
         for fd in trees.values():
             os.close(fd)
         if ldconfig_fd >= 0:
@@ -142,8 +133,6 @@ def _undo(attached: list[int]) -> str:
 
 
 def _allow_devices(devices_cgroup: DevicesCgroup, op: AllowDevices, outcome: Outcome) -> None:
-    from ponytail.apply.cgroup import allow_devices
-
     outcome.done += allow_devices(devices_cgroup, op)
     if devices_cgroup.note:
         outcome.warnings.append(devices_cgroup.note)
@@ -289,16 +278,11 @@ def _symlink(paths: InRoot, op: Symlink, tree: int | None, outcome: Outcome) -> 
     resolved = paths.resolve(op.target, create_dirs=True, follow_last=False)
     try:
         _refuse_kernel_fs(resolved, resolved.parent_fd, f"link {op.link_to}")
-        if resolved.exists and stat.S_ISREG(resolved.mode) and op.library:
+        if resolved.exists and stat.S_ISREG(resolved.mode) and tree is not None:
             outcome.warnings.append(
                 f"the image ships its own {resolved.path}; the driver's {op.link_to} is mounted over it"
             )
-            clone = _clone_source(Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason)) if tree is None else tree
-            try:
-                _attach(resolved, clone, op.library, outcome, on_kernel_fs=False)
-            finally:
-                if clone != tree:
-                    os.close(clone)
+            _attach(resolved, tree, op.library, outcome, on_kernel_fs=False)
             return
         if resolved.exists:
             if not stat.S_ISLNK(resolved.mode):
