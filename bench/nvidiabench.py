@@ -280,7 +280,9 @@ class Host:
         return self.run("ponytail info --json", [*command, "info", "--json", "-config", str(self.bench.config)])
 
     def ponytail_generate_argv(self, command: list[str], output: Path) -> list[str]:
-        return [*command, "cdi", "generate", "--format", "json", "--output", str(output), "-config", str(self.bench.config)]
+        # the spec's hook is the command measured (an -IS launcher is not the install's own 'ponytail')
+        return [*command, "cdi", "generate", "--format", "json", "--output", str(output), "-config", str(self.bench.config),
+                "--hook-path", command[0]]
 
     # -- CDI: a spec's createContainer hooks, one process after the other
     def as_engine_at_create_container(self, label: str, rootfs: Path, enter: tuple[str, ...]) -> None:

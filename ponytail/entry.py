@@ -56,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         from ponytail.cdi.hook import main as cdi_hook
 
         return cdi_hook(args[1:])
+    if args[:2] == ["cdi", "generate"]:  # beside nvidia-ctk on every driver change: a plain command line without click
+        from ponytail.cdi.generatecmd import parse_generate_args, run_generate
+
+        generate = parse_generate_args(args)
+        if generate is not None:
+            return run_generate(**generate)
     from ponytail.options import parse_hook_args
 
     options = parse_hook_args(args)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 from ponytail.lite.records import record
 
-from ponytail.capabilities import CAPABILITIES
-from ponytail.host.mig import mig_access_path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the operations need none of these at run time (a CDI hook loads no probe)
@@ -118,6 +116,8 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
 
     ``mig_gpus`` holds the GPUs named by NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES
     ("config", "monitor"), already resolved."""
+    from ponytail.capabilities import CAPABILITIES  # not on the CDI hook's path, which reads the plan's records only
+
     ops: list[Operation] = []
     warnings = list(host.notes)
     warnings += [f"unknown driver capability {c!r} in {request.capabilities_source} ignored" for c in request.unknown_capabilities]
@@ -198,6 +198,8 @@ def _missing_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
     (with -libs, only those its globs were meant to find)."""
     if not host.libraries:
         return []  # reported once, as no library at all
+    from ponytail.capabilities import CAPABILITIES
+
     missing = []
     for cap in caps:
         for soname in CAPABILITIES[cap].required_libraries:
@@ -218,6 +220,8 @@ def _gpu_why(gpu: Gpu) -> str:
 
 
 def _proc_mask(host: Host, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]]) -> ProcMask:
+    from ponytail.host.mig import mig_access_path
+
     by_index = {g.index: g for g in host.gpus}
     visible = {g.pci_bus_id for g in selection.gpus} | {by_index[m.gpu_index].pci_bus_id for m in selection.migs}
     visible |= {g.pci_bus_id for gpus in mig_gpus.values() for g in gpus}

@@ -11,7 +11,7 @@ import pytest
 from support.cdi_support import generate
 from support.commands import PONYTAIL
 from support.harness import run_ponytail
-from support.fakehost import FakeHost, gpus, make_rootfs
+from support.fakehost import FakeHost, add_stale_libcuda, gpus, make_rootfs
 
 LIB = "/usr/lib/x86_64-linux-gnu"
 
@@ -65,6 +65,19 @@ def test_links_linker_cache_and_a_proc_view_of_only_the_devices_the_engine_creat
     assert (rootfs / "etc/ld.so.conf.d/00-ponytail.conf").read_text() == f"{LIB}\n"
     assert (rootfs / "etc/ld.so.cache").exists()
     assert "cdi-hook in" in shared_host.log.read_text()
+
+
+def test_a_libcuda_the_image_ships_at_the_soname_path_is_covered_by_the_drivers(shared_host: FakeHost, hook_args: list[str], tmp_path: Path) -> None:
+    """The image-shadowing protection, where the hook enters no namespace: the driver's library is
+    cloned when the image's own file is found, and mounted over it (only in the container)."""
+    rootfs, state = container(tmp_path, [(195, 2)])
+    own = add_stale_libcuda(rootfs, "470.82.01", 11040)
+    driver = shared_host.driver / LIB.lstrip("/") / "libcuda.so.550.54.15"
+    out = in_own_namespace(hook_args, state, f"cmp {own} {driver} && echo covered")
+    assert "rc=0" in out and "covered" in out, out
+    assert own.is_file() and not own.is_symlink() and own.read_bytes() != driver.read_bytes()  # the image's file is untouched
+    log = [line for line in shared_host.log.read_text().splitlines() if "warning" in line and "libcuda.so.1" in line]
+    assert any("image ships its own" in line for line in log), log
 
 
 def test_refused_as_a_prestart_hook(shared_host: FakeHost, hook_args: list[str], tmp_path: Path, sleeper) -> None:

@@ -40,29 +40,11 @@ def generate(output: str | None, form: str | None, strategy: str, version: str |
     """Write a CDI spec of this host's GPUs (kind nvidia.com/gpu): one device per GPU, per
     MIG device, and 'all'; the same plan as the hook, rendered as data. The same host always
     gives the same bytes."""
-    import os
+    from ponytail.cdi.generatecmd import run_generate  # a plain command line gets there without click
 
-    from ponytail.cdi.files import form_of, generate as make_spec, render, write_atomically
-    from ponytail.errors import UsageError
-    from ponytail.hooksd import installed_command
-
-    with _errors():
-        loaded = _config(config)
-        command = hook_path or installed_command()
-        if command is None or not os.path.isabs(command):
-            raise UsageError("cannot find this install's ponytail command by an absolute path; pass --hook-path CMD")
-        spec, warnings = make_spec(loaded, command, strategy, capabilities, version)
-        data = render(spec, form_of(output, form))
-        for warning in warnings:
-            click.echo(f"ponytail: warning: {warning}", err=True)
-        if output is None or output == "-":
-            sys.stdout.buffer.write(data)
-            return
-        if not output.endswith((".yaml", ".json")):
-            click.echo(f"ponytail: warning: engines read only .yaml and .json files; {output} will be ignored by them", err=True)
-        write_atomically(output, data)
-    click.echo(f"wrote {output}: cdiVersion {spec['cdiVersion']}, {len(spec['devices'])} device(s): "
-               + ", ".join(f"{spec['kind']}={d['name']}" for d in spec["devices"]), err=True)
+    code = run_generate(output, form, strategy, version, capabilities, hook_path, config)
+    if code:
+        sys.exit(code)
 
 
 @cdi.command("list", context_settings=CONTEXT)

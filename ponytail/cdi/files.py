@@ -26,6 +26,7 @@ DEFAULT_NAME = "nvidia"
 def generate(config: Config, hook_command: str, strategy: str = "index", capabilities: str = "all", version: str | None = None) -> tuple[dict, list[str]]:
     """This host's spec, and the plan's warnings."""
     from ponytail.host.probe import find_ldconfig, probe_host
+    from ponytail.lite.records import replace
     from ponytail.plan import build_plan
     from ponytail.request import Selection, build_request
 
@@ -49,8 +50,11 @@ def generate(config: Config, hook_command: str, strategy: str = "index", capabil
         devices += [(name, Selection((), (mig,))) for name in _names(strategy, mig.name, mig_uuid.get(mig.name))]
     devices.append(("all", Selection(host.gpus, tuple(migs))))
     planned = []
+    # a device's entry is the nodes its plan adds to the shared ones, whatever the capabilities: planned
+    # without them it skips their nodes (shared anyway) and the masked /proc (an 18-GPU spec plans 20 times)
+    nodes_only = replace(request, capabilities=())
     for name, selection in devices:
-        plan = build_plan(host, request, selection, {}, ldconfig)
+        plan = build_plan(host, nodes_only, selection, {}, ldconfig)
         if plan.problems:
             raise ProbeError(f"device {name}: {plan.problems[0]}")
         planned.append((name, plan))

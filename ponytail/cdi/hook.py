@@ -151,7 +151,6 @@ def _check_stage(rootfs: str, pid: int) -> None:
 def _proc_mask(proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> ProcMask | None:
     """The masked /proc/driver/nvidia for the GPUs and MIG devices whose nodes the engine created."""
     from ponytail.host.driver import NVIDIA_MAJOR, read_char_majors, read_gpu_informations, read_proc_files
-    from ponytail.host.mig import mig_access_path, read_access_files, read_mig_devices
     from ponytail.plan import proc_mask
 
     proc_files = read_proc_files(proc_root)
@@ -162,9 +161,15 @@ def _proc_mask(proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> Pro
     caps = {minor for major, minor in char_devices if major == majors.get("nvidia-caps")}
     infos = read_gpu_informations(proc_root).values()
     visible = {i.pci_bus_id for i in infos if (nvidia_major, i.minor) in char_devices}
-    migs = []
-    for info in infos if caps else ():
-        migs += [(info.minor, m) for m in read_mig_devices(proc_root, info.minor, 0)[1] if {m.gi_minor, m.ci_minor} <= caps]
-    access = [p for minor, m in migs for p in mig_access_path(minor, m)]
+    migs: list = []
+    access: list[str] = []
+    access_files: dict[str, bytes] = {}
+    if caps:  # MIG access nodes among the engine's: their MIG devices' access files (ponytail.host.mig only then)
+        from ponytail.host.mig import mig_access_path, read_access_files, read_mig_devices
+
+        for info in infos:
+            migs += [(info.minor, m) for m in read_mig_devices(proc_root, info.minor, 0)[1] if {m.gi_minor, m.ci_minor} <= caps]
+        access = [p for minor, m in migs for p in mig_access_path(minor, m)]
+        access_files = read_access_files(proc_root, migs)
     information = {i.proc_name: i.text for i in infos}
-    return proc_mask(proc_files, information, read_access_files(proc_root, migs), visible, access)
+    return proc_mask(proc_files, information, access_files, visible, access)

@@ -1,0 +1,92 @@
+"""``ponytail cdi generate``, without click.
+
+Run at install time and on every driver change (a systemd unit, a driver's install step,
+a node's boot), where it stands beside ``nvidia-ctk cdi generate``: importing click is
+about a fifth of its run. Its plain command line (the options below, each once, in either
+spelling, ``--name value`` or ``--name=value``) is parsed here, as ``info``'s is
+(ponytail.infocmd); help and anything out of the ordinary (an unknown option, a value
+that is not one of the choices, an option twice) go to the click command in
+ponytail.cdi.commands, which explains it and then ends here too: one implementation, two
+ways in.
+"""
+
+from __future__ import annotations
+
+import sys
+
+FORMATS = ("yaml", "json")
+STRATEGIES = ("index", "uuid", "both")
+# option spelling -> (parameter, the values it may take, or None for any)
+_OPTIONS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "--output": ("output", None), "-output": ("output", None),
+    "--format": ("form", FORMATS), "-format": ("form", FORMATS),
+    "--device-name-strategy": ("strategy", STRATEGIES),
+    "--spec-version": ("version", None),
+    "--capabilities": ("capabilities", None), "-capabilities": ("capabilities", None),
+    "--hook-path": ("hook_path", None),
+    "-config": ("config", None), "--config": ("config", None),
+}
+
+
+def parse_generate_args(args: list[str]) -> dict[str, str] | None:
+    """The parameters of run_generate for a plain ``cdi generate`` command line, else None."""
+    if args[:2] != ["cdi", "generate"]:
+        return None
+    found: dict[str, str] = {}
+    rest = args[2:]
+    i = 0
+    while i < len(rest):
+        name, eq, value = rest[i].partition("=")
+        known = _OPTIONS.get(name)
+        if known is None or known[0] in found:
+            return None
+        if not eq:
+            if i + 1 >= len(rest):
+                return None
+            i += 1
+            value = rest[i]
+        parameter, choices = known
+        if choices is not None and value not in choices:
+            return None
+        found[parameter] = value
+        i += 1
+    return found
+
+
+def run_generate(
+    output: str | None = None, form: str | None = None, strategy: str = "index", version: str | None = None,
+    capabilities: str = "all", hook_path: str | None = None, config: str | None = None,
+) -> int:
+    """Write this host's spec (to ``output``, else stdout); errors as one line. The exit status."""
+    import os
+
+    from ponytail.cdi.files import form_of, generate, render, write_atomically
+    from ponytail.config import config_path, load_config
+    from ponytail.errors import PonytailError, UsageError
+
+    try:
+        loaded = load_config(*config_path(config))
+        command = hook_path
+        if command is None:
+            from ponytail.hooksd import installed_command
+
+            command = installed_command()
+        if command is None or not os.path.isabs(command):
+            raise UsageError("cannot find this install's ponytail command by an absolute path; pass --hook-path CMD")
+        spec, warnings = generate(loaded, command, strategy, capabilities, version)
+        data = render(spec, form_of(output, form))
+        for warning in warnings:
+            print(f"ponytail: warning: {warning}", file=sys.stderr)
+        if output is None or output == "-":
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            return 0
+        if not output.endswith((".yaml", ".json")):
+            print(f"ponytail: warning: engines read only .yaml and .json files; {output} will be ignored by them", file=sys.stderr)
+        write_atomically(output, data)
+    except PonytailError as e:
+        print(f"ponytail: error: {e.message}", file=sys.stderr)
+        return e.exit_code
+    names = ", ".join(f"{spec['kind']}={d['name']}" for d in spec["devices"])
+    print(f"wrote {output}: cdiVersion {spec['cdiVersion']}, {len(spec['devices'])} device(s): {names}", file=sys.stderr)
+    return 0
