@@ -66,8 +66,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import_ms = statistics.median(_import_ms() for _ in range(21))
-    from ponytail.apply import bpf
     from ponytail import devicefilter as ops
+    from ponytail.apply import bpf
     from ponytail.apply.cgroup import allow_devices, open_devices_cgroup
     from ponytail.plan import AllowDevices
 

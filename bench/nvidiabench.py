@@ -51,9 +51,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent

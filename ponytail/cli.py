@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 import click
 
@@ -132,7 +133,8 @@ def install_hook(directory: str | None, config: str | None, command: str | None)
     /usr/share/containers/oci/hooks.d, or the directories given with --hooks-dir.
     """
     from ponytail.errors import UsageError
-    from ponytail.hooksd import DEFAULT_HOOKS_DIR, install_hook as write_hook_file, installed_command
+    from ponytail.hooksd import DEFAULT_HOOKS_DIR, installed_command
+    from ponytail.hooksd import install_hook as write_hook_file
 
     command = command or installed_command()
     with _errors():

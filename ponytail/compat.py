@@ -102,7 +102,7 @@ def decide(
     return Compat(directory, version, True, why, sonames)
 
 
-def apply_compat(plan: "Plan", compat: Compat | None) -> "Plan":
+def apply_compat(plan: Plan, compat: Compat | None) -> Plan:
     """The plan with the compat directory first in the container's linker path, and the
     cache check expecting its libraries; unchanged when the directory is not used."""
     from ponytail.plan import LinkerCache

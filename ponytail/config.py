@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from ponytail.lite.records import field, record
 
 from ponytail.errors import ConfigError
 from ponytail.lite.plaintoml import loads_plain
+from ponytail.lite.records import field, record
 
 DEFAULT_CONFIG_PATH = "/etc/ponytail/config.toml"
 CONFIG_ENV_VAR = "PONYTAIL_CONFIG"
@@ -38,7 +38,7 @@ class Config:
     timeout_ldconfig: float = 10.0
     timeout_lock: float = 10.0
     # [drivers.NAME]: user-mode driver trees a container may select by name (ponytail.umd)
-    drivers: dict[str, "DriverTree"] = field(default_factory=dict, compare=False)
+    drivers: dict[str, DriverTree] = field(default_factory=dict, compare=False)
     cuda_compat: bool = True  # [cuda] compat: honour an image's /usr/local/cuda/compat (ponytail.compat)
     cache_dir: str = "/run/ponytail"  # [cache] dir: the probe cache (ponytail.host.probecache); "" turns it off
 

@@ -330,14 +330,13 @@ def _read_json(path: str) -> object:
 def check_container(config: Config, bundle: str | None, rootfs: str | None) -> list[Finding]:
     """Which libcuda.so.1 and libnvidia-ml.so.1 the container's loader will pick once
     ponytail has injected the driver, and whether their versions match the kernel module."""
-    from ponytail.loaderview import loader_view
-
     from ponytail.errors import PonytailError
+    from ponytail.loaderview import loader_view
 
     env: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if bundle is not None:
-        from ponytail.oci import load_container, State
+        from ponytail.oci import State, load_container
 
         try:
             container = load_container(State("check", 1, os.path.abspath(bundle), "created", {}))

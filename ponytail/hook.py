@@ -112,9 +112,9 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
 
 def make_plan(
-    config: Config, request: "Request", library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True,
+    config: Config, request: Request, library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True,
     driver: tuple[str, str] | None = None, rootfs: str | None = None, env: dict[str, str] | None = None,
-) -> tuple["Plan", "Host"]:
+) -> tuple[Plan, Host]:
     """Probe the host for ``request`` and plan it. A plan with problems is an error,
     except in a dry run, which shows the problems instead. ``driver`` (name, who asked)
     selects a registered driver tree; ``rootfs`` is looked at for a CUDA compat directory."""
@@ -158,8 +158,8 @@ def _driver_tree(config: Config, driver: tuple[str, str] | None) -> tuple[Config
 
 
 def _cuda_compat(
-    plan: "Plan", host: "Host", config: Config, rootfs: str | None, env: dict[str, str] | None, tree_version: str, tree_line: str
-) -> tuple["Plan", "Compat | None"]:
+    plan: Plan, host: Host, config: Config, rootfs: str | None, env: dict[str, str] | None, tree_version: str, tree_line: str
+) -> tuple[Plan, Compat | None]:
     """The plan with the image's CUDA compat directory first when it is used (ponytail.compat),
     and the driver tree and compat choices recorded in it."""
     from ponytail.lite.records import replace
@@ -200,7 +200,7 @@ def _names_driver_tree(container: Container) -> bool:
 
 
 def _unmet_requirement(
-    config: Config, host: "Host", request: "Request", plan: "Plan", tree_version: str = "", compat: "Compat | None" = None
+    config: Config, host: Host, request: Request, plan: Plan, tree_version: str = "", compat: Compat | None = None
 ) -> PonytailError | None:
     if not request.requirements:
         return None
@@ -224,7 +224,7 @@ def _unmet_requirement(
     return None
 
 
-def _mig_uuids(config: Config, host: "Host", tree_version: str = "") -> dict[str, tuple[int, int, int]]:
+def _mig_uuids(config: Config, host: Host, tree_version: str = "") -> dict[str, tuple[int, int, int]]:
     from ponytail.host.mig import mig_uuids
     from ponytail.host.probe import find_driver_library
 

@@ -17,7 +17,7 @@ from ponytail.errors import one_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
-    from typing import Iterable
+    from collections.abc import Iterable
 
 
 class RunLog:

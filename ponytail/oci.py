@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
-from ponytail.lite.records import field, record
 
 from ponytail.errors import InputError
+from ponytail.lite.records import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only

@@ -7,8 +7,8 @@ Pure: no I/O. The executor applies a Plan; ``-debug`` prints the same Plan and
 from __future__ import annotations
 
 import os
-from ponytail.lite.records import record
 
+from ponytail.lite.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the operations need none of these at run time (a CDI hook loads no probe)

@@ -16,7 +16,7 @@ _SECTIONS = (
 )
 
 
-def render_plan(plan: Plan, host: Host, request: "Request", header: list[str]) -> str:
+def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> str:
     """The dry-run report: what a real run would do, per operation, and why."""
     out = ["ponytail -debug: dry run, nothing is changed"]
     out += [f"  {line}" for line in header]

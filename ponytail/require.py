@@ -16,7 +16,7 @@ from ponytail.lite.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
-    from typing import Callable
+    from collections.abc import Callable
 
 _CONSTRAINT = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|!=|==|=|<|>)(\S+)$")
 _VERSION = re.compile(r"^\d+(\.\d+)*$")

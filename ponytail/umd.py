@@ -17,6 +17,7 @@ from ponytail.config import Config, DriverTree
 from ponytail.errors import InputError, ProbeError
 from ponytail.lite.records import record, replace
 from ponytail.trigger import DRIVER_ANNOTATION, DRIVER_VAR
+
 _VERSION_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from support.harness import Sleeper, bundle_for, run_ponytail, state_for, tree_digest
 from support.fakehost import FakeHost, gpus, make_rootfs
+from support.harness import Sleeper, bundle_for, run_ponytail, state_for, tree_digest
 
 MiB = 1 << 20
 

@@ -7,14 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from support.harness import run_ponytail
 from support.engines import console_script
 from support.fakehost import FakeHost, gpus
+from support.harness import run_ponytail
 
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
-    return FakeHost(tmp_path_factory.mktemp("cdi-fast") / "host", gpu_list=gpus(2))
+HOST_SHAPE = {"gpu_list": gpus(2)}
 
 
 def imported(result) -> set[str]:  # type: ignore[no-untyped-def]
@@ -25,8 +22,8 @@ def imported(result) -> set[str]:  # type: ignore[no-untyped-def]
     ["--output", "{out}", "-config", "{config}", "--hook-path", "{hook}"],
     ["-output={out}", "--config={config}", "--hook-path={hook}", "--format=yaml", "--device-name-strategy", "both"],
 ])
-def test_a_plain_generate_imports_no_click_and_writes_what_click_writes(host: FakeHost, tmp_path: Path, spelling: list[str]) -> None:
-    config, hook = str(host.write_config()), console_script("ponytail")
+def test_a_plain_generate_imports_no_click_and_writes_what_click_writes(shared_host: FakeHost, tmp_path: Path, spelling: list[str]) -> None:
+    config, hook = str(shared_host.write_config()), console_script("ponytail")
     fast_out, click_out = tmp_path / "fast.yaml", tmp_path / "click.yaml"
     args = ["cdi", "generate", *(a.format(out=fast_out, config=config, hook=hook) for a in spelling)]
     fast = run_ponytail(args, env={"PYTHONPROFILEIMPORTTIME": "1"})
@@ -49,8 +46,8 @@ def test_a_plain_generate_imports_no_click_and_writes_what_click_writes(host: Fa
     (["--no-such-option"], "No such option"),
     (["--help"], "Usage:"),
 ])
-def test_what_is_not_plain_gets_clicks_help_and_errors(host: FakeHost, args: list[str], expected: str) -> None:
-    result = run_ponytail(["cdi", "generate", "-config", str(host.write_config()), *args])
+def test_what_is_not_plain_gets_clicks_help_and_errors(shared_host: FakeHost, args: list[str], expected: str) -> None:
+    result = run_ponytail(["cdi", "generate", "-config", str(shared_host.write_config()), *args])
     text = (result.stdout + result.stderr).decode()
     assert expected in text, text
     assert result.returncode == (0 if args == ["--help"] else 2), text

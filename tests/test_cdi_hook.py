@@ -10,8 +10,8 @@ import pytest
 
 from support.cdi_support import generate
 from support.commands import PONYTAIL
-from support.harness import run_ponytail
 from support.fakehost import FakeHost, add_stale_libcuda, gpus, make_rootfs
+from support.harness import run_ponytail
 
 LIB = "/usr/lib/x86_64-linux-gnu"
 

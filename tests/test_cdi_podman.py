@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_hostile_images import CASES, WORKS, Case
 
 from support.cdi_support import CdiPodman, generate
 from support.engines import console_script
 from support.fakehost import FakeHost, gpus, make_rootfs
 from support.harness import tree_digest
 from support.hostile import CUDA_OK, Stage
-from test_hostile_images import CASES, WORKS, Case
 
 NODES = ["/dev/nvidia2", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap145", "/dev/nvidia-caps/nvidia-cap150", "/dev/nvidiactl", "/dev/nvidia-uvm"]
 CHECK = ["sh", "-c", f"/usr/local/bin/cudacheck {' '.join(NODES)}; nvidia-smi; echo visible=$NVIDIA_VISIBLE_DEVICES"]

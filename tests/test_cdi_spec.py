@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from ponytail.cdi.spec import problems, required_version
+
 from support.cdi_support import generate
-from support.harness import run_ponytail
 from support.engines import console_script
 from support.fakehost import FakeHost, gpus
-from ponytail.cdi.spec import problems, required_version
+from support.harness import run_ponytail
 
 V = "550.54.15"
 LIB = "/usr/lib/x86_64-linux-gnu"

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import FakeHost
-
-from support.harness import Sleeper, bundle_for, run_ponytail, state_for
-from support.fakehost import make_rootfs
 from ponytail.apply.cgroup import devices_cgroup_path, devices_directory
 from ponytail.errors import InjectionError
+
+from support.fakehost import FakeHost, make_rootfs
+from support.harness import Sleeper, bundle_for, run_ponytail, state_for
 
 HYBRID_RUNC = """12:pids:/eng-test-3
 11:devices:/eng-test-3

@@ -15,16 +15,27 @@ from pathlib import Path
 
 import pytest
 
-from support.commands import PONYTAIL
-
-from support.fakehost import FakeHost
-
-from support.harness import Sleeper, bundle_for, run_ponytail, state_for
-from support.fakehost import make_rootfs
 from ponytail.apply import bpf
 from ponytail.apply.cgroup import cgroup2_directory, unified_cgroup_path
-from ponytail.devicefilter import CALL, EXIT, JNE_K, LDX_W, MOV32_X, MOV64_K, RSH32_K, AND32_K, allow_block, extend, insn, why_not_extensible
+from ponytail.devicefilter import (
+    AND32_K,
+    CALL,
+    EXIT,
+    JNE_K,
+    LDX_W,
+    MOV32_X,
+    MOV64_K,
+    RSH32_K,
+    allow_block,
+    extend,
+    insn,
+    why_not_extensible,
+)
 from ponytail.errors import InjectionError
+
+from support.commands import PONYTAIL
+from support.fakehost import FakeHost, make_rootfs
+from support.harness import Sleeper, bundle_for, run_ponytail, state_for
 
 UNIFIED = Path("/sys/fs/cgroup/unified")
 GPU0 = ((195, 2), (195, 255), (511, 0), (511, 1))  # what NVIDIA_VISIBLE_DEVICES=0 injects on conftest's host

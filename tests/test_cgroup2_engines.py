@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import FakeHost
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, Podman, console_script, hook_entry, oci_bundle, run_bundle, unique
-from support.fakehost import make_rootfs
+from support.fakehost import FakeHost, make_rootfs
 
 # c 195:200 is a GPU minor nobody injected: the engine's program denies it, and so must ponytail's
 DENIED = "/denied-nvidia200"

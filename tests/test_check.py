@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import FakeHost
-
-from support.harness import bundle_for, run_ponytail
 from support.engines import console_script
-from support.fakehost import NVIDIA_MAJOR, add_stale_libcuda, gpus, install_driver_tree, make_rootfs
+from support.fakehost import NVIDIA_MAJOR, FakeHost, add_stale_libcuda, gpus, install_driver_tree, make_rootfs
+from support.harness import bundle_for, run_ponytail
 
 KERNEL = "550.54.15"
 

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from support.commands import PONYTAIL, shell
-from support.fakehost import FakeHost
+from support.fakehost import FakeGpu, FakeHost
 from support.harness import bundle_for, run_ponytail, state_for, tree_digest
-from support.fakehost import FakeGpu
 
 
 def one_line_error(result) -> str:

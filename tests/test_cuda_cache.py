@@ -7,8 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
-from support.fakehost import LIB_DIR, FakeHost, compile_library
 from ponytail.host.cuda import CACHE_ENTRIES, cuda_driver_version
+
+from support.fakehost import LIB_DIR, FakeHost, compile_library
 
 
 def libcuda(host: FakeHost) -> str:

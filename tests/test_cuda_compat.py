@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import FakeHost
-
-from support.harness import bundle_for, run_ponytail, state_for
 from support.engines import hook_entry, oci_bundle, run_bundle
-from support.fakehost import add_cuda_compat, add_stale_libcuda, gpus, make_rootfs
+from support.fakehost import FakeHost, add_cuda_compat, add_stale_libcuda, gpus, make_rootfs
+from support.harness import bundle_for, run_ponytail, state_for
 
 NEWER = ("570.86.10", 12080)
 OLDER = ("535.104.05", 12020)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support.fakehost import FakeHost
-
-from support.harness import bundle_for, run_ponytail, state_for
 from ponytail.shim.edit import spec_asks_for_gpus
+
+from support.fakehost import FakeHost
+from support.harness import bundle_for, run_ponytail, state_for
 
 DEVICES = "/var/run/nvidia-container-devices"
 STRICT = "[request]\naccept_env_when_unprivileged = false\n"

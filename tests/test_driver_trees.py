@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import FakeHost
-
-from support.harness import bundle_for, run_ponytail, state_for
 from support.engines import hook_entry, oci_bundle, unique
-from support.fakehost import gpus
+from support.fakehost import FakeHost, gpus
+from support.harness import bundle_for, run_ponytail, state_for
 
 BUILD_A = ("560.28.03", 12060)
 BUILD_B = ("570.86.10", 12080)

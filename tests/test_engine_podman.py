@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import FakeHost
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, Podman, console_script
-from support.fakehost import make_rootfs
+from support.fakehost import FakeHost, make_rootfs
 
 SHIPPED = Path(__file__).parent.parent / "hooks.d" / "ponytail.json"
 

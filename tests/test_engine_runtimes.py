@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import FakeHost
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, hook_entry, oci_bundle, run_bundle, unique
+from support.fakehost import FakeHost
 
 
 @pytest.mark.parametrize("stage", ["prestart", "createRuntime"])

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from support.commands import PONYTAIL, shell
-from support.harness import bundle_for, in_private_mount_ns, run_ponytail, state_for, tree_digest
 from support.fakehost import FakeHost, gpus, make_rootfs
+from support.harness import bundle_for, in_private_mount_ns, run_ponytail, state_for, tree_digest
 from support.hostile import CUDA_OK, Stage
 
 PY = shell(PONYTAIL)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from support.harness import Sleeper, bundle_for, in_private_mount_ns, run_ponytail, state_for
 from support.engines import RUNTIMES, console_script, hook_entry, oci_bundle, processes_naming, unique
 from support.fakehost import FakeHost, gpus, make_rootfs
+from support.harness import Sleeper, bundle_for, in_private_mount_ns, run_ponytail, state_for
 
 
 def processes_mapping(path: Path) -> list[int]:

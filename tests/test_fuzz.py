@@ -28,15 +28,16 @@ from ponytail.config import load_config, parse_config
 from ponytail.errors import ConfigError, InputError, PonytailError
 from ponytail.hook import run_hook
 from ponytail.host.ldcache import _NEW_ENTRY, _NEW_HEADER, NEW_MAGIC, OLD_MAGIC, parse_ld_cache_entries
-from ponytail.inroot import UnsafePath, resolve_in_root
 from ponytail.host.probe import Host, probe_host
+from ponytail.inroot import UnsafePath, resolve_in_root
 from ponytail.oci import load_container, parse_env, parse_json_object, parse_state
 from ponytail.options import HookOptions
 from ponytail.request import build_request, select_devices
 from ponytail.require import Facts, check_requirements
 
-from support.harness import tree_digest
 from support.fakehost import FakeHost, gpus
+from support.harness import tree_digest
+
 
 def fuzz(examples: int) -> settings:
     return settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support.harness import bundle_for, in_private_mount_ns, mounts_under, run_ponytail, state_for
 from support.engines import console_script
 from support.fakehost import FakeHost, make_rootfs
+from support.harness import bundle_for, in_private_mount_ns, mounts_under, run_ponytail, state_for
 
 HEAVY = {"dataclasses", "tomllib", "tomli", "subprocess", "typing", "click"}
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from support.engines import console_script
 from ponytail.hooksd import hook_file_text
+
+from support.engines import console_script
 
 SHIPPED = Path(__file__).parent.parent / "hooks.d" / "ponytail.json"
 SHIPPED_COMMAND = "/usr/local/bin/ponytail"  # where the README installs the binary, and `pip install` as root puts the command
@@ -51,8 +52,8 @@ def test_install_hook_replaces_the_file_and_warns_about_a_missing_config(tmp_pat
 def test_registration_works_on_defaults_alone(tmp_path: Path) -> None:
     """No --config: no warning, no -config in the file, and the hook it registers runs
     with no config file at all (the built-in defaults)."""
-    from support.harness import bundle_for, state_for
     from support.fakehost import make_rootfs
+    from support.harness import bundle_for, state_for
 
     if os.path.exists("/etc/ponytail/config.toml"):
         pytest.skip("this machine has /etc/ponytail/config.toml")

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import FakeHost, compile_library, gpus
 from ponytail.errors import ProbeError
 from ponytail.host.driver import canonical_bus_id, parse_char_majors, parse_driver_version, parse_information
 from ponytail.host.elf import EM_X86_64, NotElf, read_elf_info
 from ponytail.host.ldcache import parse_ld_cache, read_ld_cache
-from ponytail.host.pci import is_nvidia_gpu, pci_functions_pyudev, pci_functions_sysfs, PciFunction
+from ponytail.host.pci import PciFunction, is_nvidia_gpu, pci_functions_pyudev, pci_functions_sysfs
+
+from support.fakehost import FakeHost, compile_library, gpus
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from support.commands import PONYTAIL
-from support.harness import run_ponytail
 from support.fakehost import FakeHost, compile_library, compile_program, gpus
+from support.harness import run_ponytail
 from support.hostile import CUDA_OK, Stage, evil_library
 
 WORKS, REFUSED, SAFE = "works", "refused", "safe"  # SAFE: either outcome, the host untouched

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from support.fakehost import FakeHost
-
 from support.harness import run_ponytail
+
+
 def imported_modules(result) -> set[str]:
     """The modules a run imported, from PYTHONPROFILEIMPORTTIME's report on stderr."""
     names = set()

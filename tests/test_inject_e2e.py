@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from support.commands import PONYTAIL, shell
-from support.fakehost import FakeHost, gpus
+from support.fakehost import FakeHost, gpus, make_rootfs
 from support.harness import bundle_for, in_private_mount_ns, mounts_under, run_ponytail, state_for
-from support.fakehost import make_rootfs
 
 PY = shell(PONYTAIL)
 

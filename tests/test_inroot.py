@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from support.harness import mounts_under, run_ponytail
+from ponytail.inroot import InRoot, UnsafePath, real_path_in_root, resolve_in_root
+
 from support.engines import console_script
 from support.fakehost import FakeHost, compile_program, gpus, make_rootfs
-from ponytail.inroot import InRoot, UnsafePath, real_path_in_root, resolve_in_root
+from support.harness import mounts_under, run_ponytail
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import LIB_DIR, FakeHost, gpus
 from ponytail.host.files import LibrarySearch, find_libraries
 from ponytail.host.ldcache import read_ld_cache
 
+from support.fakehost import LIB_DIR, FakeHost, gpus
 
 HOST_SHAPE = {"gpu_list": gpus(1), "lib_dir": "/usr/local/nvidia/lib64"}  # shared_host's
 

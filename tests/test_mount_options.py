@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from support.commands import PONYTAIL, shell
-from support.harness import in_private_mount_ns, run_ponytail
-from support.fakehost import FakeHost, gpus
 from ponytail.capabilities import CAPABILITIES, CONTROL_NODES
 from ponytail.plan import MOUNT_OPTIONS
+
+from support.commands import PONYTAIL, shell
+from support.fakehost import FakeHost, gpus
+from support.harness import in_private_mount_ns, run_ponytail
 
 V = "550.54.15"
 LIB = "/usr/lib/x86_64-linux-gnu"

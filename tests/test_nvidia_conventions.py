@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from support.commands import PONYTAIL, shell
-from support.fakehost import FakeHost
+from support.fakehost import LIB_DIR, FakeHost, compile_library, gpus, make_rootfs
 from support.harness import bundle_for, in_private_mount_ns, run_ponytail, state_for
-from support.fakehost import LIB_DIR, compile_library, gpus, make_rootfs
 
 PY = shell(PONYTAIL)
 V = "550.54.15"

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from support.fakehost import FakeHost, gpus
 from ponytail.lite.plaintoml import loads_plain
+
+from support.fakehost import FakeHost, gpus
 
 try:
     import tomllib

@@ -12,14 +12,14 @@ import shutil
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from conftest import in_private_mount_ns, mounts_under, run_ponytail
-from engines import console_script
-from fakehost import CAPS_MAJOR, LIB_DIR, NVIDIA_MAJOR, FakeHost, compile_library, gpus
+from support.engines import console_script
+from support.fakehost import CAPS_MAJOR, LIB_DIR, NVIDIA_MAJOR, FakeHost, compile_library, gpus
+from support.harness import in_private_mount_ns, mounts_under, run_ponytail
 
 VERSION = "550.54.15"
 

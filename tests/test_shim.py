@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from support.fakehost import FakeHost
-from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script, oci_bundle, unique
 from ponytail.shim.argv import RuntimeCall, parse_runtime_args
 from ponytail.shim.edit import add_gpu_hook, spec_asks_for_gpus
+
+from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script, oci_bundle, unique
+from support.fakehost import FakeHost
 
 CONTAINERD_CREATE = [
     "--root", "/var/run/docker/runtime-runc/moby", "--log", "/run/x/log.json", "--log-format", "json",

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from support.commands import PONYTAIL, PONYTAIL_RUNTIME, REPO, VENV_BIN
-from support.guard import BARE_PYTHON_EXIT, BARE_PYTHON_MESSAGE
 from support.fakehost import BUILD_DIR, C_DIR, copy_program, make_rootfs
+from support.guard import BARE_PYTHON_EXIT, BARE_PYTHON_MESSAGE
 
 
 def test_a_bare_python3_from_path_fails_loudly(tmp_path: Path) -> None:

@@ -6,19 +6,6 @@ Pure: no root, no files (pytest -m unit runs these as any user)."""
 from __future__ import annotations
 
 import pytest
-from support.hostdata import (
-    DRIVER,
-    LDCONFIG,
-    LIB_DIR,
-    LIBCUDA,
-    LIBNVML,
-    MAJORS,
-    env_request,
-    gpu_list,
-    library,
-    make_host,
-    selection,
-)
 
 from ponytail.host.probe import Gpu, Host
 from ponytail.plan import (
@@ -31,6 +18,20 @@ from ponytail.plan import (
     ProcMask,
     Symlink,
     build_plan,
+)
+
+from support.hostdata import (
+    DRIVER,
+    LDCONFIG,
+    LIB_DIR,
+    LIBCUDA,
+    LIBNVML,
+    MAJORS,
+    env_request,
+    gpu_list,
+    library,
+    make_host,
+    selection,
 )
 
 pytestmark = pytest.mark.unit

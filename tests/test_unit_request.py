@@ -6,10 +6,11 @@ records (support.hostdata); no root, no files (pytest -m unit runs these as any 
 from __future__ import annotations
 
 import pytest
-from support.hostdata import gpu_list, uuid
 
 from ponytail.errors import InputError
 from ponytail.request import DeviceRequest, build_request, device_request, select_devices, select_gpus
+
+from support.hostdata import gpu_list, uuid
 
 pytestmark = pytest.mark.unit
 

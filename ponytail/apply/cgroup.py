@@ -17,10 +17,10 @@ there, and the root is never edited (that would widen every process on the host)
 from __future__ import annotations
 
 import os
-from ponytail.lite.records import record
 
 from ponytail.errors import InjectionError, InputError
 from ponytail.kernelfs import unescape_mountinfo
+from ponytail.lite.records import record
 from ponytail.plan import AllowDevices
 
 TYPE_CHECKING = False
@@ -36,7 +36,7 @@ class DevicesCgroup:
     fd: int = -1
     note: str = ""  # a warning: rules that could not be written
     info: str = ""  # why there was nothing to do somewhere (no program attached, rootless)
-    programs: "DevicePrograms | None" = None
+    programs: DevicePrograms | None = None
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from ponytail.lite.records import field, record
 
 from ponytail.apply import syscalls
 from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup
@@ -38,6 +37,7 @@ from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
 from ponytail.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
+from ponytail.lite.records import field, record
 from ponytail.plan import MOUNT_OPTIONS, AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 LD_SO_CONF = "/etc/ld.so.conf"
@@ -327,7 +327,7 @@ def _clone_library(op: Symlink, host_ns: int) -> int:
         finally:
             syscalls.setns_mount(here)
     except OSError as e:
-        raise InjectionError(f"cannot clone {op.library} for {op.target}: {e.strerror}")
+        raise InjectionError(f"cannot clone {op.library} for {op.target}: {e.strerror}") from e
     finally:
         os.close(here)
 

@@ -54,7 +54,8 @@ def generate(output: str | None, form: str | None, strategy: str, version: str |
 @_CONFIG
 def list_devices(spec_file: str | None, strategy: str, config: str | None) -> None:
     """The device names a spec FILE offers, or (without FILE) this host would offer."""
-    from ponytail.cdi.files import generate as make_spec, qualified_names, read_spec
+    from ponytail.cdi.files import generate as make_spec
+    from ponytail.cdi.files import qualified_names, read_spec
 
     with _errors():
         if spec_file is not None:

@@ -23,7 +23,8 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not imported on the hook's path (tests/test_hook_imports.py)
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
 PR_SET_PDEATHSIG = 1
 SIGKILL = 9

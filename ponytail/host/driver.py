@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from ponytail.lite.records import record
 
 from ponytail.errors import ProbeError
+from ponytail.lite.records import record
 
 NVIDIA_MAJOR = 195
 PROC_FILES = ("params", "version", "registry")

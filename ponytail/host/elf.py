@@ -7,6 +7,7 @@ maps or loads the library.
 from __future__ import annotations
 
 import struct
+
 from ponytail.lite.records import record
 
 TYPE_CHECKING = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+
 from ponytail.lite.records import field, record
 
 # glob, fnmatch, bisect, ponytail.host.elf, .ldcache and ponytail.inroot are imported where
@@ -43,11 +44,11 @@ class LibrarySearch:
     bits: int = 64
 
     @classmethod
-    def for_name(cls, name: str, why: str, bits: int = 64) -> "LibrarySearch":
+    def for_name(cls, name: str, why: str, bits: int = 64) -> LibrarySearch:
         return cls(f"{name}.so.*", library_dirs(bits), why, bits)
 
     @classmethod
-    def for_glob(cls, path_glob: str, why: str) -> "LibrarySearch":
+    def for_glob(cls, path_glob: str, why: str) -> LibrarySearch:
         directory, pattern = os.path.split(path_glob)
         return cls(pattern, (directory,), why)
 

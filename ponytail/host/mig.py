@@ -7,9 +7,9 @@ and only when a MIG UUID is requested.
 from __future__ import annotations
 
 import os
-from ponytail.lite.records import record
 
 from ponytail.errors import ProbeError
+from ponytail.lite.records import record
 
 
 @record(frozen=True)

@@ -7,6 +7,7 @@ On the live ``/sys`` the bus is enumerated with pyudev; under a relocated sys ro
 from __future__ import annotations
 
 import os
+
 from ponytail.lite.records import record
 
 NVIDIA_VENDOR = 0x10DE

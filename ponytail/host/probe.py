@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import stat
-from ponytail.lite.records import record
 
 from ponytail.capabilities import CAPABILITIES, CONTROL_NODES
 from ponytail.config import Config
@@ -35,6 +34,7 @@ from ponytail.host.files import (
 )
 from ponytail.host.mig import MigDevice, caps_dir, read_access_files, read_access_minor, read_mig_devices
 from ponytail.host.pci import PciFunction, nvidia_gpus
+from ponytail.lite.records import record
 
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/bin/ldconfig")
 

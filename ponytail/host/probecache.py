@@ -49,7 +49,7 @@ RACY_NS = 20_000_000
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable
+    from collections.abc import Callable
 
     from ponytail.host.files import DriverFile, SearchReport, SkippedFile
 
@@ -57,8 +57,8 @@ if TYPE_CHECKING:
 
 
 def cached_search(
-    cache_dir: str, driver_root: str, key: tuple, search_dirs: tuple[str, ...], search: "Callable[[], Found]"
-) -> "Found":
+    cache_dir: str, driver_root: str, key: tuple, search_dirs: tuple[str, ...], search: Callable[[], Found]
+) -> Found:
     """``search()``'s result, from the cache when its key and witnesses still hold; else
     searched and remembered. ``search_dirs``: the in-root directories the search lists
     (and globs); ``key``: everything else the result depends on."""
@@ -72,7 +72,7 @@ def cached_search(
     started = time.time_ns()
     found = search()
     libraries, reports, skipped, binaries, files = found
-    in_root = {"/etc/ld.so.cache", *search_dirs, *(f.path for f in (*libraries, *binaries, *files, *skipped))}
+    in_root = {"/etc/ld.so.cache", *search_dirs, *(f.path for f in (*libraries, *binaries, *files)), *(s.path for s in skipped)}
     in_root.update(f.target for f in files)  # found by a glob: the path that matched
     in_root.update(p for r in reports for p in (*r.matches, *r.from_cache))
     paths: set[str] = set()
@@ -259,7 +259,7 @@ def _unlink(name: str, dir_fd: int) -> None:
 # -- what is stored: plain tuples of strings and numbers, checked before use -------------
 
 
-def _encode(found: "Found") -> tuple:
+def _encode(found: Found) -> tuple:
     libraries, reports, skipped, binaries, files = found
     return (
         tuple(_file(f) for f in libraries),
@@ -270,11 +270,11 @@ def _encode(found: "Found") -> tuple:
     )
 
 
-def _file(f: "DriverFile") -> tuple:
+def _file(f: DriverFile) -> tuple:
     return (f.path, f.host_path, f.target, f.soname, f.found_by, f.bits)
 
 
-def _decode(payload: tuple) -> "Found":
+def _decode(payload: tuple) -> Found:
     from ponytail.host.files import DriverFile, SearchReport, SkippedFile
 
     libraries, reports, skipped, binaries, files = payload

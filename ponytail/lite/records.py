@@ -17,7 +17,8 @@ from operator import attrgetter
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time: for type checkers only
-    from typing import Any, Callable
+    from collections.abc import Callable
+    from typing import Any
 
     from typing_extensions import dataclass_transform
 else:

@@ -5,6 +5,7 @@ gets the arguments unchanged."""
 from __future__ import annotations
 
 import os
+
 from ponytail.lite.records import record
 
 # Global flags that take a value (runc 1.1, crun 1.8); every other flag is a switch.

@@ -55,10 +55,9 @@ def device_rules(config: Config, spec: dict) -> tuple[tuple[tuple[int, int], ...
     """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
 
     The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
-    from ponytail.lite.records import replace
-
     from ponytail.deviceplugin import plugin_devices
     from ponytail.hook import make_plan
+    from ponytail.lite.records import replace
     from ponytail.plan import AllowDevices
     from ponytail.request import build_request
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from support.harness import run_ponytail
 from support.engines import TIMEOUT, Podman, console_script, unique
 from support.fakehost import FakeHost
+from support.harness import run_ponytail
 
 
 def generate(host: FakeHost, out: Path, *options: str) -> dict:

@@ -55,7 +55,7 @@ NON_GPU_FUNCTIONS = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compile_library(
     source: str, soname: str, filename: str, driver_version: str, cuda_version: int = 12040, m32: bool = False, nvml_table: str = "",
     defines: tuple[str, ...] = (),
@@ -91,7 +91,7 @@ EXTRA_LIBRARIES = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compile_program(source: str, defines: tuple[str, ...] = ()) -> Path:
     out = BUILD_DIR / "bin" / Path(source).stem
     out.parent.mkdir(parents=True, exist_ok=True)

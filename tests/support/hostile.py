@@ -15,8 +15,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from support.harness import Sleeper, bundle_for, mounts_under, run_ponytail, state_for, tree_digest
 from support.fakehost import FakeHost, compile_library, make_rootfs
+from support.harness import Sleeper, bundle_for, mounts_under, run_ponytail, state_for, tree_digest
 
 CUDA_OK = "cuDriverGetVersion 12040"
 

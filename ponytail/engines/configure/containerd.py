@@ -9,8 +9,8 @@ table without the default runtime in it makes containerd's CRI plugin fail to lo
 
 from __future__ import annotations
 
-from ponytail.errors import ConfigError
 from ponytail.engines.configure.model import Edit, Settings
+from ponytail.errors import ConfigError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from ponytail.errors import ConfigError
 from ponytail.engines.configure.model import Edit, Settings
+from ponytail.errors import ConfigError
 
 DEFAULT_PATH = "/etc/crio/crio.conf"
 DROP_IN = "99-ponytail.conf"

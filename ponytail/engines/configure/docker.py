@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 
-from ponytail.errors import ConfigError
 from ponytail.engines.configure.model import Edit, Settings
+from ponytail.errors import ConfigError
 
 DEFAULT_PATH = "/etc/docker/daemon.json"
 RESTART = "systemctl restart docker   (or: kill -HUP $(pidof dockerd) to reload runtimes only)"
