@@ -323,6 +323,7 @@ class Relayout:
             self.warnings.append(f"{row.old}: not found (renamed or removed?); left alone, and so are its references")
         self.rows = [r for r in self.rows if r not in missing]
         print(f"relayout: {len(pending)} module(s) and package(s) to move, in {self.root}")
+        self.readme_before = readme_section(self.root / "README.md")
         self.absolute_imports()
         self.move(pending)
         self.rewrite()
@@ -401,7 +402,7 @@ class Relayout:
                     self.changed_py.add(name)
                 if not self.dry_run:
                     path.write_text(new, encoding="utf-8")
-        print(f"relayout: {total} reference(s) rewritten")
+        print(f"relayout: {total} reference(s) {'to rewrite' if self.dry_run else 'rewritten'}")
 
     # 4. __init__.py files
     def packages(self) -> None:
@@ -456,21 +457,20 @@ class Relayout:
         if not readme.is_file() or not section.is_file():
             self.warnings.append(f"README.md or {README_TEXT} missing: architecture section not replaced")
             return
-        text, new = readme.read_text(), section.read_text()
-        lines = text.split("\n")
-        try:
-            start = lines.index(README_SECTION)
-        except ValueError:
+        new = section.read_text()
+        found = readme_section(readme)
+        if found is None:
             self.warnings.append(f"README.md has no '{README_SECTION}' line: put {README_TEXT} in by hand")
             return
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        old = "\n".join(lines[start:end]) + ("\n" if end < len(lines) else "")
-        if old.rstrip("\n") == new.rstrip("\n"):
+        lines, start, end = found
+        if "\n".join(lines[start:end]).rstrip("\n") == new.rstrip("\n"):
             return
         self.say(f"replace README.md's '{README_SECTION}' section ({end - start} lines) with {README_TEXT}")
-        digest = hashlib.sha256(old.encode()).hexdigest()[:16]
-        if digest != README_SECTION_SHA256 and not self.dry_run:
-            self.warnings.append(f"README.md's '{README_SECTION}' had changed since this script was written; what it said:\n{old}")
+        if self.readme_before is not None and not self.dry_run:
+            before, first, last = self.readme_before
+            old = "\n".join(before[first:last]) + "\n"
+            if hashlib.sha256(old.encode()).hexdigest()[:16] != README_SECTION_SHA256:
+                self.warnings.append(f"README.md's '{README_SECTION}' had changed since this script was written; it said:\n{old}")
         if not self.dry_run:
             body = new if new.endswith("\n\n") or end == len(lines) else new.rstrip("\n") + "\n\n"
             readme.write_text("\n".join(lines[:start]) + "\n" + body + "\n".join(lines[end:]))
@@ -606,6 +606,18 @@ def split_make_plan(source: str, target: str, docstring: str) -> tuple[str, str,
         new_lines[at] = f"{new_lines[at]}\nfrom {target} import {', '.join(from_kept)}"
     hook = re.sub(r"\n{4,}", "\n\n\n", "\n".join(line for line in new_lines if line is not None)).rstrip("\n") + "\n"
     return hook, make, moved
+
+
+def readme_section(readme: Path) -> tuple[list[str], int, int] | None:
+    """README.md's lines, and where the architecture section starts and ends (the next '## ')."""
+    if not readme.is_file():
+        return None
+    lines = readme.read_text().split("\n")
+    if README_SECTION not in lines:
+        return None
+    start = lines.index(README_SECTION)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return lines, start, end
 
 
 def start_line(node: ast.stmt, lines: list[str]) -> int:
