@@ -133,7 +133,9 @@ def read_spec(spec: dict, where: str) -> Spec:
     left to the caller. Malformed sections are one-line InputErrors."""
     process = _section(spec, "process", where)
     env = parse_env(process.get("env"), f"{where}: 'process.env'")
-    capabilities = process.get("capabilities") if isinstance(process.get("capabilities"), dict) else {}
+    capabilities = process.get("capabilities")
+    if not isinstance(capabilities, dict):
+        capabilities = {}
     bounding = capabilities.get("bounding")
     annotations = _string_map(spec.get("annotations"), f"{where}: 'annotations'")
     linux = _section(spec, "linux", where)
