@@ -3,6 +3,7 @@
 
     python3 scripts/relayout.py --table     # the layout decision: old module -> new module
     python3 scripts/relayout.py --dry-run   # what it would move and rewrite; changes nothing
+    python3 scripts/relayout.py --check     # only the report of step 8 (any tree, before or after)
     python3 scripts/relayout.py             # do it (refuses a dirty tree); then: make setup,
                                             # the suite, make binary, review `git status`, commit
 
@@ -132,12 +133,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="say what would be done; change nothing")
     parser.add_argument("--table", action="store_true", help="print the mapping table and exit")
+    parser.add_argument("--check", action="store_true", help="only the report: imports that point up the layers, cycles")
     args = parser.parse_args()
     if args.table:
         print_table()
         return 0
     root = Path(git(Path(__file__).resolve().parent, "rev-parse", "--show-toplevel").strip())
     os.chdir(root)
+    if args.check:
+        Relayout(root, dry_run=True).report()
+        return 0
     if not args.dry_run:
         dirty = git(root, "status", "--porcelain")
         if dirty.strip():
@@ -516,7 +521,7 @@ class Relayout:
             cycles = find_cycles({m: {t for t, lazy in ts.items() if not (eager_only and lazy)} for m, ts in graph.items()})
             print(f"relayout: import cycles {title}: " + ("none" if not cycles else "; ".join(" <-> ".join(c) for c in cycles)))
         if top:
-            print("relayout: top-level modules not in LAYERS (add them to LAYOUT and run again?): " + ", ".join(sorted(top)))
+            print("relayout: top-level modules and packages in no layer (add a row to LAYOUT and run again?): " + ", ".join(sorted(top)))
 
 
 # -- moving make_plan -----------------------------------------------------------------------------
