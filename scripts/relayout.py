@@ -17,7 +17,8 @@ the other branches are merged). What it does, in order:
    match first (``ponytail.hooksd`` is never read as ``ponytail.hook``): ``from ponytail.X import``,
    ``from ponytail import X``, ``import ponytail.X``, dotted names in strings and prose (mock
    targets, ``-m`` calls, lists of module names, entry points in pyproject.toml) and source
-   paths (``ponytail/plan.py``, ``ponytail/shim/``);
+   paths (``ponytail/plan.py``, ``ponytail/shim/``); for make_plan only ``from ponytail.hook import
+   make_plan`` changes (``ponytail.hook.make_plan`` stays right: the hook imports it);
 4. the new folders get an ``__init__.py`` with a one-line docstring; the packages whose contents
    changed get a new docstring (only when theirs is still the one this script knows);
 5. ``make_plan`` and the helpers only it uses move from hook.py to plan/make.py (hook.py imports
@@ -202,7 +203,7 @@ class Rewriter:
 
     def _match(self, parts: list[str]) -> tuple[Row, int] | None:
         """The longest row whose old name is a prefix of ``parts`` (whole components), unless the
-        name is a new one already (after the move, ponytail.plan.render is the new package's module)."""
+        name is a new one already."""
         for n in range(len(parts), 1, -1):
             row = self.rows.get(".".join(parts[:n]))
             if row is None:
@@ -213,7 +214,8 @@ class Rewriter:
         return None
 
     def _is_new(self, row: Row, parts: list[str], n: int) -> bool:
-        return row.collides and not row.pending and n < len(parts) and self._is_new_module(row.old, parts[n])
+        """After the move, ponytail.plan alone is the package, ponytail.plan.render its module."""
+        return row.collides and not row.pending and (n == len(parts) or self._is_new_module(row.old, parts[n]))
 
     def _is_new_module(self, package: str, name: str) -> bool:
         base = self.root / _path(package) / name
@@ -222,7 +224,7 @@ class Rewriter:
     def dotted(self, name: str) -> str:
         parts = name.split(".")
         found = self._match(parts)
-        if found is None:
+        if found is None or found[0].kind == "function":  # hook.py still has make_plan: a mock target stays right
             return name
         row, n = found
         return ".".join([row.new, *parts[n:]])
@@ -255,8 +257,9 @@ class Rewriter:
                 bound = alias or name
                 groups.setdefault(target, []).append(imported if imported == bound else f"{imported} as {bound}")
                 renamed = True
-            else:
-                groups.setdefault(self.dotted(module), []).append(name if alias is None else f"{name} as {alias}")
+            else:  # the module it is in moved (or nothing did)
+                target = module if found is None else ".".join([found[0].new, *parts[found[1] : -1]])
+                groups.setdefault(target, []).append(name if alias is None else f"{name} as {alias}")
         if not renamed and len(groups) == 1:
             target = next(iter(groups))
             return None if target == module else target  # only the module's name changes: keep the layout
@@ -327,6 +330,11 @@ class Relayout:
         for row in missing:
             self.warnings.append(f"{row.old}: not found (renamed or removed?); left alone, and so are its references")
         self.rows = [r for r in self.rows if r not in missing]
+        for folder in sorted({_path(r.new).split("/")[1] for r in self.rows}):  # a new module of that name meanwhile?
+            clash = self.root / "ponytail" / f"{folder}.py"
+            if clash.is_file() and not any(r.pending and r.old == f"ponytail.{folder}" for r in self.rows):
+                print(f"relayout: ponytail/{folder}.py is in the way of the folder ponytail/{folder}/: rename it or add a row for it", file=sys.stderr)
+                return 1
         print(f"relayout: {len(pending)} module(s) and package(s) to move, in {self.root}")
         self.readme_before = readme_section(self.root / "README.md")
         self.absolute_imports()
