@@ -17,12 +17,13 @@ the other branches are merged). What it does, in order:
    match first (``ponytail.hooksd`` is never read as ``ponytail.hook``): ``from ponytail.X import``,
    ``from ponytail import X``, ``import ponytail.X``, dotted names in strings and prose (mock
    targets, ``-m`` calls, lists of module names, entry points in pyproject.toml) and source
-   paths (``ponytail/plan.py``, ``ponytail/shim/``); for make_plan only ``from ponytail.hook import
-   make_plan`` changes (``ponytail.hook.make_plan`` stays right: the hook imports it);
+   paths (``ponytail/plan.py``, ``ponytail/shim/``), and ("module", "attribute") string pairs
+   (bench/phaselib.py's list of functions to time);
 4. the new folders get an ``__init__.py`` with a one-line docstring; the packages whose contents
    changed get a new docstring (only when theirs is still the one this script knows);
 5. ``make_plan`` and the helpers only it uses move from hook.py to plan/make.py (hook.py imports
-   it from there, so ``ponytail.hook.make_plan`` still names the function the hook calls);
+   it where it calls it, as it imports the rest of the plan: a run for a container without GPUs
+   imports none of it);
 6. README.md's architecture section ("## How it works") is replaced by scripts/relayout-readme.md;
 7. import order is fixed with ruff when pyproject.toml selects ruff's isort rules ("I");
 8. a report: imports that point up the layers, import cycles, modules left at the top level.
@@ -48,8 +49,8 @@ from pathlib import Path
 # old dotted name -> new dotted name. A row is a module (a .py file), a package (a folder, moved with
 # everything in it, new files included) or, for a row under a package, one file taken out of it.
 LAYOUT: list[tuple[str, str]] = [
-    # cli/: the front ends (argv, click, the read-only commands)
-    ("ponytail.entry", "ponytail.cli.entry"),  # the console script: the hook's fast path or click
+    # cli/: the front ends (click and the read-only commands). entry.py (the console script: the hook's
+    # own command line, else click) stays beside __main__.py: a folder costs every hook run its import
     ("ponytail.cli", "ponytail.cli.commands"),  # the click commands
     ("ponytail.infocmd", "ponytail.cli.info"),  # `ponytail info` without click
     ("ponytail.doctor", "ponytail.cli.check"),  # `ponytail check`
@@ -77,13 +78,13 @@ LAYOUT: list[tuple[str, str]] = [
     ("ponytail.inroot", "ponytail.fs.inroot"),  # paths inside the rootfs (openat2)
     ("ponytail.kernelfs", "ponytail.fs.kernelfs"),  # proc, sysfs, cgroup: never written
 ]
-# Stay where they are: __main__, hook (the hook run), config, logfile, options, capabilities, errors
-# (read by every layer), host/, apply/, lite/, engines/configure/.
+# Stay where they are: __main__ and entry (how ponytail starts), hook (the hook run), config, logfile,
+# options, capabilities, errors (read by every layer), host/, apply/, lite/, engines/configure/.
 
 # the new folders' __init__.py, and new docstrings for packages whose contents change (only replaced
 # when the package's docstring is still the old one given here)
 NEW_PACKAGES = {
-    "ponytail/cli": "The front ends: the console script, the click commands, `info`, `check` and `cdi`.",
+    "ponytail/cli": "The front ends: the click commands, `info`, `check` and `cdi` (ponytail/entry.py sends the hook's own command line past them).",
     "ponytail/container": "What the container asks for: OCI state and bundle, NVIDIA_* variables, requirements, the device plugin's list, a driver tree.",
     "ponytail/plan": "The plan as plain data (each operation with its reason), how it is made, and its renderings (-debug text, a CDI spec, a device program).",
     "ponytail/fs": "Low-level file system helpers: paths inside the rootfs (openat2), kernel file systems (never written).",
@@ -125,7 +126,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ponytail.hook",),
     ("ponytail.engines",),
     ("ponytail.cli",),
-    ("ponytail.__main__",),
+    ("ponytail.__main__", "ponytail.entry"),
 ]
 SELF = ("scripts/relayout.py", README_TEXT)  # never rewritten: they hold the old names on purpose
 
@@ -193,7 +194,8 @@ FROM_IMPORT = (
 )
 SOURCE_PATH = r"(?P<path>(?:(?<![\w.\-/])|(?<=(?<![\w.])\./))ponytail/(?P<dirs>(?:\w+/)*)(?:(?P<file>\w+)\.py\b|(?P<last>\w+)(?![\w/\-]|\.\w))?)"
 DOTTED = r"(?P<dotted>(?<![\w.\-/])ponytail(?:\.[A-Za-z_]\w*)+)"
-TOKEN = re.compile("|".join((FROM_IMPORT, SOURCE_PATH, DOTTED)))
+PAIR = r"(?P<pair>(?P<q1>[\"'])(?P<pmod>ponytail(?:\.\w+)*)(?P=q1)(?P<sep>[ \t]*,[ \t]*)(?P<q2>[\"'])(?P<pattr>\w+)(?P=q2))"
+TOKEN = re.compile("|".join((PAIR, FROM_IMPORT, SOURCE_PATH, DOTTED)))
 
 
 class Rewriter:
@@ -224,7 +226,7 @@ class Rewriter:
     def dotted(self, name: str) -> str:
         parts = name.split(".")
         found = self._match(parts)
-        if found is None or found[0].kind == "function":  # hook.py still has make_plan: a mock target stays right
+        if found is None:
             return name
         row, n = found
         return ".".join([row.new, *parts[n:]])
@@ -288,7 +290,16 @@ class Rewriter:
 
         def replace(match: re.Match[str]) -> str:
             nonlocal count
-            if match["from"] is not None:
+            if match["pair"] is not None:  # ("ponytail.hook", "make_plan"): a module and one of its names
+                module, attribute = match["pmod"], match["pattr"]
+                found = self._match(f"{module}.{attribute}".split("."))
+                if found is not None and found[0].kind == "function" and found[1] == len(module.split(".")) + 1:
+                    module = found[0].new.rsplit(".", 1)[0]
+                else:
+                    module = self.dotted(module)
+                q1, q2 = match["q1"], match["q2"]
+                out = f"{q1}{module}{q1}{match['sep']}{q2}{attribute}{q2}"
+            elif match["from"] is not None:
                 new = self.from_import(match["mod"], match["names"])
                 if new is None:
                     return match[0]
@@ -615,8 +626,22 @@ def split_make_plan(source: str, target: str, docstring: str) -> tuple[str, str,
     at = last_import.end_lineno - 1  # type: ignore[operator]
     while new_lines[at] is None:
         at -= 1
-    if from_kept:
-        new_lines[at] = f"{new_lines[at]}\nfrom {target} import {', '.join(from_kept)}"
+    # where kept code calls moved code: imported there, just before the first statement that uses it
+    # (a run that never gets there imports nothing of the plan), or at the top if used at import time
+    at_top = set()
+    for node in kept_nodes:
+        wanted = sorted(used_names(node) & set(from_kept))
+        if not wanted or isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            at_top |= set(wanted)
+            continue
+        first = next(n for n in node.body if used_names(n) & set(wanted))
+        indent = " " * first.col_offset
+        line = first.lineno - 1
+        new_lines[line] = f"{indent}from {target} import {', '.join(wanted)}\n\n{new_lines[line]}"
+    if at_top:
+        new_lines[at] = f"{new_lines[at]}\nfrom {target} import {', '.join(sorted(at_top))}"
     hook = re.sub(r"\n{4,}", "\n\n\n", "\n".join(line for line in new_lines if line is not None)).rstrip("\n") + "\n"
     return hook, make, moved
 
