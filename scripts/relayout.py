@@ -31,6 +31,13 @@ the other branches are merged). What it does, in order:
 Modules that are not in LAYOUT (added by other branches meanwhile) stay where they are; their
 references to moved modules are rewritten like any other. A second run changes nothing; a run after
 adding rows to LAYOUT moves only the new rows. Standard library only.
+
+Not handled: module names built at run time (f"ponytail.{name}", import_module), paths split over
+strings ("ponytail", "plan.py") or absolute (/src/ponytail/plan.py), files outside the repository
+(/work/shared/DESIGN.md) or untracked. Comments inside a parenthesized import that has to be split
+are dropped. Code merged after the run that still says ``from ponytail import plan`` or
+``import ponytail.cli`` gets the new package, not the old module (run the script again: every other
+old name is rewritten then too).
 """
 
 from __future__ import annotations
@@ -373,7 +380,7 @@ class Relayout:
             package = module[:-1] if rel.name != "__init__.py" else module[:-1]
             text = path.read_text()
 
-            def absolute(match: re.Match[str]) -> str:
+            def absolute(match: re.Match[str], package: list[str] = package) -> str:
                 up = len(match[2]) - 1
                 base = package[: len(package) - up] if up else package
                 return f"{match[1]}from {'.'.join(base + ([match[3]] if match[3] else []))} import"
@@ -578,7 +585,8 @@ def split_make_plan(source: str, target: str, docstring: str) -> tuple[str, str,
         return alias.asname or alias.name.split(".")[0]
 
     # the new module: the imports the moved code uses, then the code
-    eager, lazy = [], []
+    eager: list[str] = []
+    lazy: list[str] = []
     for node, type_only in imports:
         aliases = [a for a in node.names if bound(a) in moved_use]
         if aliases:
@@ -593,7 +601,7 @@ def split_make_plan(source: str, target: str, docstring: str) -> tuple[str, str,
     if lazy:
         chunks.append("TYPE_CHECKING = False\nif TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only\n"
                       + "".join(f"    {s}\n" for s in lazy))
-    code = ["\n".join(lines[start_line(n, lines) - 1 : n.end_lineno]) for n in moved_nodes]  # type: ignore[operator]
+    code = ["\n".join(lines[start_line(n, lines) - 1 : n.end_lineno]) for n in moved_nodes]
     make = "\n".join(chunks) + "\n\n" + "\n\n\n".join(code) + "\n"
 
     # hook.py: the moved code out, the imports only it used out, make_plan (and the like) imported
@@ -601,7 +609,7 @@ def split_make_plan(source: str, target: str, docstring: str) -> tuple[str, str,
     for node in moved_nodes:
         edits.append((start_line(node, lines), node.end_lineno, None))  # type: ignore[arg-type]
     emptied_blocks = []
-    for node, type_only in imports:
+    for node, _ in imports:
         keep = [a for a in node.names if not (bound(a) in moved_use and bound(a) not in kept_use)]
         if len(keep) == len(node.names):
             continue
@@ -609,7 +617,7 @@ def split_make_plan(source: str, target: str, docstring: str) -> tuple[str, str,
         edits.append((node.lineno, node.end_lineno, indent + import_text(node, keep) if keep else None))  # type: ignore[arg-type]
     for block in type_checking_blocks:
         if all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in block.body) and all(
-            all(bound(a) in moved_use and bound(a) not in kept_use for a in n.names) for n in block.body  # type: ignore[union-attr]
+            all(bound(a) in moved_use and bound(a) not in kept_use for a in n.names) for n in block.body if isinstance(n, (ast.Import, ast.ImportFrom))
         ):
             emptied_blocks.append(block)
     if emptied_blocks:
@@ -636,9 +644,9 @@ def split_make_plan(source: str, target: str, docstring: str) -> tuple[str, str,
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             at_top |= set(wanted)
             continue
-        first = next(n for n in node.body if used_names(n) & set(wanted))
-        indent = " " * first.col_offset
-        line = first.lineno - 1
+        user = next(n for n in node.body if used_names(n) & set(wanted))
+        indent = " " * user.col_offset
+        line = user.lineno - 1
         new_lines[line] = f"{indent}from {target} import {', '.join(wanted)}\n\n{new_lines[line]}"
     if at_top:
         new_lines[at] = f"{new_lines[at]}\nfrom {target} import {', '.join(sorted(at_top))}"
@@ -660,7 +668,8 @@ def readme_section(readme: Path) -> tuple[list[str], int, int] | None:
 
 def start_line(node: ast.stmt, lines: list[str]) -> int:
     """The node's first line, with its decorators and the comment lines right above it."""
-    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    decorators: list[ast.expr] = getattr(node, "decorator_list", [])
+    first = min([node.lineno] + [d.lineno for d in decorators])
     while first > 1 and lines[first - 2].lstrip().startswith("#"):
         first -= 1
     return first
@@ -706,28 +715,27 @@ def import_graph(root: Path) -> dict[str, dict[str, bool]]:
     graph: dict[str, dict[str, bool]] = {}
     for name, path in modules.items():
         edges: dict[str, bool] = {}
-        tree = ast.parse(path.read_text())
-
-        def visit(node: ast.AST, lazy: bool) -> None:
-            for child in ast.iter_child_nodes(node):
-                inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) or (
-                    isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING"
-                )
-                targets: list[str] = []
-                if isinstance(child, ast.Import):
-                    targets = [a.name for a in child.names]
-                elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
-                    targets = [f"{child.module}.{a.name}" if f"{child.module}.{a.name}" in modules else child.module for a in child.names]
-                for target in targets:
-                    while target not in modules and "." in target:
-                        target = target.rsplit(".", 1)[0]
-                    if target in modules and target != name and target.startswith("ponytail"):
-                        edges[target] = edges.get(target, True) and lazy
-                visit(child, inner)
-
-        visit(tree, False)
+        _imports(ast.parse(path.read_text()), False, name, modules, edges)
         graph[name] = edges
     return graph
+
+
+def _imports(node: ast.AST, lazy: bool, name: str, modules: dict[str, Path], edges: dict[str, bool]) -> None:
+    for child in ast.iter_child_nodes(node):
+        inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) or (
+            isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING"
+        )
+        targets: list[str] = []
+        if isinstance(child, ast.Import):
+            targets = [a.name for a in child.names]
+        elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+            targets = [f"{child.module}.{a.name}" if f"{child.module}.{a.name}" in modules else child.module for a in child.names]
+        for target in targets:
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != name and target.startswith("ponytail"):
+                edges[target] = edges.get(target, True) and lazy
+        _imports(child, inner, name, modules, edges)
 
 
 def layer(module: str) -> int:
