@@ -24,7 +24,8 @@ the other branches are merged). What it does, in order:
 5. ``make_plan`` and the helpers only it uses move from hook.py to plan/make.py (hook.py imports
    it where it calls it, as it imports the rest of the plan: a run for a container without GPUs
    imports none of it);
-6. README.md's architecture section ("## How it works") is replaced by scripts/relayout-readme.md;
+6. README.md's architecture section ("## How it works", its text up to the next heading: subsections
+   stay) is replaced by scripts/relayout-readme.md;
 7. import order is fixed with ruff when pyproject.toml selects ruff's isort rules ("I");
 8. a report: imports that point up the layers, import cycles, modules left at the top level.
 
@@ -63,6 +64,7 @@ LAYOUT: list[tuple[str, str]] = [
     ("ponytail.doctor", "ponytail.cli.check"),  # `ponytail check`
     ("ponytail.loaderview", "ponytail.cli.loaderview"),  # part of `check` (imports its Finding)
     ("ponytail.cdi.commands", "ponytail.cli.cdi"),  # `ponytail cdi`: click commands
+    ("ponytail.cdi.generatecmd", "ponytail.cli.cdigenerate"),  # `ponytail cdi generate` without click (branch issue-12)
     # engines/: how container engines run ponytail (configure/ is there already)
     ("ponytail.hooksd", "ponytail.engines.hooksd"),  # podman and CRI-O: the hooks.d file
     ("ponytail.shim", "ponytail.engines.shim"),  # package: ponytail-runtime, for Docker
@@ -655,14 +657,15 @@ def split_make_plan(source: str, target: str, docstring: str) -> tuple[str, str,
 
 
 def readme_section(readme: Path) -> tuple[list[str], int, int] | None:
-    """README.md's lines, and where the architecture section starts and ends (the next '## ')."""
+    """README.md's lines, and where the architecture section's own text starts and ends: at the next
+    heading, so that subsections other branches added under it (### ...) stay."""
     if not readme.is_file():
         return None
     lines = readme.read_text().split("\n")
     if README_SECTION not in lines:
         return None
     start = lines.index(README_SECTION)
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"#{2,6} ", lines[i])), len(lines))
     return lines, start, end
 
 
