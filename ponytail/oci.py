@@ -94,38 +94,62 @@ def parse_state(raw_state: bytes, lowest_pid: int = 1) -> State:
 def load_container(state: State) -> Container:
     """The container ``state`` names: its bundle's config.json read and validated."""
     bundle = state.bundle
-    spec = read_bundle_config(bundle)
-    root = _section(spec, "root", bundle, required=True)
+    raw = read_bundle_config(bundle)
+    root = _section(raw, "root", f"{bundle}/config.json", required=True)
     root_path = root.get("path")
     if not isinstance(root_path, str) or not root_path or "\0" in root_path:
         raise InputError(f"{bundle}/config.json: 'root.path' is missing or not a string")
-    rootfs = os.path.normpath(os.path.join(bundle, root_path))
-    process = _section(spec, "process", bundle)
-    env = parse_env(process.get("env"), f"{bundle}/config.json: 'process.env'")
-    capabilities = process.get("capabilities")
-    if not isinstance(capabilities, dict):
-        capabilities = {}
-    bounding = capabilities.get("bounding")
-    privileged = isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
-    spec_annotations = _string_map(spec.get("annotations"), f"{bundle}/config.json: 'annotations'")
-    linux = _section(spec, "linux", bundle)
-    cgroups_path = linux.get("cgroupsPath")
+    spec = read_spec(raw, f"{bundle}/config.json")
     from ponytail.deviceplugin import plugin_devices
 
-    annotations = {**spec_annotations, **state.annotations}
+    annotations = {**spec.annotations, **state.annotations}
     return Container(
         id=state.id,
         pid=state.pid,
         bundle=bundle,
-        rootfs=rootfs,
+        rootfs=os.path.normpath(os.path.join(bundle, root_path)),
         status=state.status,
+        env=spec.env,
+        annotations=annotations,
+        cgroups_path=spec.cgroups_path,
+        privileged=spec.privileged,
+        plugin_devices=plugin_devices(spec.mounts, annotations),
+        char_devices=spec.char_devices,
+    )
+
+
+@record(frozen=True)
+class Spec:
+    """What ponytail reads of a bundle's config.json (the OCI runtime spec), validated: the
+    hook's container and ponytail-runtime's bundle edit both read it here."""
+
+    env: dict[str, str]
+    annotations: dict[str, str]
+    privileged: bool  # CAP_SYS_ADMIN in the process's bounding set
+    mounts: object  # 'mounts' as found: ponytail.deviceplugin reads the device plugin's list from it
+    cgroups_path: str | None
+    char_devices: tuple[tuple[int, int], ...]  # major:minor of linux.devices' character devices
+
+
+def read_spec(spec: dict, where: str) -> Spec:
+    """``spec`` (a parsed config.json, named ``where`` in errors) read into a Spec; the root is
+    left to the caller. Malformed sections are one-line InputErrors."""
+    process = _section(spec, "process", where)
+    env = parse_env(process.get("env"), f"{where}: 'process.env'")
+    capabilities = process.get("capabilities")
+    if not isinstance(capabilities, dict):
+        capabilities = {}
+    bounding = capabilities.get("bounding")
+    annotations = _string_map(spec.get("annotations"), f"{where}: 'annotations'")
+    linux = _section(spec, "linux", where)
+    cgroups_path = linux.get("cgroupsPath")
+    return Spec(
         env=env,
         annotations=annotations,
+        privileged=isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding,
+        mounts=spec.get("mounts"),
         cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
-        privileged=privileged,
-        plugin_devices=plugin_devices(spec.get("mounts"), annotations),
-
-        char_devices=_char_devices(linux.get("devices"), f"{bundle}/config.json: 'linux.devices'"),
+        char_devices=_char_devices(linux.get("devices"), f"{where}: 'linux.devices'"),
     )
 
 
@@ -174,12 +198,12 @@ def _char_devices(value: object, what: str) -> tuple[tuple[int, int], ...]:
     return tuple(found)
 
 
-def _section(spec: dict, key: str, bundle: str, required: bool = False) -> dict:
+def _section(spec: dict, key: str, where: str, required: bool = False) -> dict:
     value = spec.get(key)
     if value is None and not required:
         return {}
     if not isinstance(value, dict):
-        raise InputError(f"{bundle}/config.json: '{key}' must be an object")
+        raise InputError(f"{where}: '{key}' must be an object")
     return value
 
 

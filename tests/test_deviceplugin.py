@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ponytail.oci import read_spec
 from ponytail.shim.edit import spec_asks_for_gpus
 
 from support.fakehost import FakeHost
@@ -91,16 +92,16 @@ def test_strict_policy_refuses_an_unprivileged_containers_env(host: FakeHost, tm
 
 def test_shim_asks_only_for_what_the_policy_lets_through() -> None:
     unprivileged = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"], "capabilities": {"bounding": ["CAP_CHOWN"]}}}
-    assert spec_asks_for_gpus(unprivileged) is True
-    assert spec_asks_for_gpus(unprivileged, accept_env_when_unprivileged=False) is False
+    assert spec_asks_for_gpus(read_spec(unprivileged, "config.json")) is True
+    assert spec_asks_for_gpus(read_spec(unprivileged, "config.json"), accept_env_when_unprivileged=False) is False
     privileged = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"], "capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}}
-    assert spec_asks_for_gpus(privileged, accept_env_when_unprivileged=False) is True
+    assert spec_asks_for_gpus(read_spec(privileged, "config.json"), accept_env_when_unprivileged=False) is True
     listed = {"process": {"env": []}, "mounts": [device_mount("0")]}
-    assert spec_asks_for_gpus(listed, accept_env_when_unprivileged=False) is True
+    assert spec_asks_for_gpus(read_spec(listed, "config.json"), accept_env_when_unprivileged=False) is True
     annotated = {"process": {"env": []}, "annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=0"}}
-    assert spec_asks_for_gpus(annotated, accept_env_when_unprivileged=False) is True
+    assert spec_asks_for_gpus(read_spec(annotated, "config.json"), accept_env_when_unprivileged=False) is True
     for plain in ({"process": {"env": ["PATH=/bin"]}}, {"process": {"env": [f"NVIDIA_VISIBLE_DEVICES={DEVICES}"]}}):
-        assert spec_asks_for_gpus(plain) is False
+        assert spec_asks_for_gpus(read_spec(plain, "config.json")) is False
 
 
 def test_policy_must_be_a_boolean(host: FakeHost, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ponytail.oci import Spec, read_spec
 from ponytail.shim.argv import RuntimeCall, parse_runtime_args
 from ponytail.shim.edit import add_gpu_hook, spec_asks_for_gpus
 
@@ -46,8 +47,8 @@ def test_runtime_command_lines(args: list[str], expected: RuntimeCall) -> None:
 
 
 def test_what_asks_for_gpus() -> None:
-    def spec(env: list[str], annotations: dict | None = None) -> dict:
-        return {"process": {"env": ["PATH=/bin", *env]}, "annotations": annotations or {}}
+    def spec(env: list[str], annotations: dict | None = None) -> Spec:
+        return read_spec({"process": {"env": ["PATH=/bin", *env]}, "annotations": annotations or {}}, "config.json")
 
     assert spec_asks_for_gpus(spec(["NVIDIA_VISIBLE_DEVICES=0"]))
     assert spec_asks_for_gpus(spec(["NVIDIA_VISIBLE_DEVICES=none"]))  # driver files, no GPU: still the hook's job
@@ -56,7 +57,7 @@ def test_what_asks_for_gpus() -> None:
     assert not spec_asks_for_gpus(spec(["NVIDIA_VISIBLE_DEVICES=void"]))
     assert not spec_asks_for_gpus(spec(["NVIDIA_VISIBLE_DEVICES= "]))
     assert not spec_asks_for_gpus(spec([], {"com.example.gpu": "yes"}))
-    assert not spec_asks_for_gpus({})
+    assert not spec_asks_for_gpus(read_spec({}, "config.json"))
 
 
 def test_add_gpu_hook_is_idempotent_and_keeps_the_input() -> None:

@@ -9,14 +9,15 @@ import os
 from ponytail.config import Config
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.logfile import RunLog
-from ponytail.oci import parse_env, read_bundle_config
-from ponytail.shim.edit import add_gpu_hook, spec_asks_for_gpus, spec_privileged
+from ponytail.oci import Spec, read_bundle_config, read_spec
+from ponytail.shim.edit import add_gpu_hook, spec_asks_for_gpus
 
 
 def prepare_bundle(bundle: str, container_id: str | None, config: Config, config_error: PonytailError | None) -> None:
     """Edit ``bundle``/config.json for a GPU container; leave every other bundle untouched."""
     try:
-        spec = read_bundle_config(bundle)
+        raw = read_bundle_config(bundle)
+        spec = read_spec(raw, f"{bundle}/config.json")
         wanted = spec_asks_for_gpus(spec, config.accept_env_when_unprivileged)
         refused = not wanted and not config.accept_env_when_unprivileged and spec_asks_for_gpus(spec)
     except InputError:
@@ -38,7 +39,7 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
         raise InjectionError("cannot find the ponytail command beside ponytail-runtime; reinstall ponytail")
     args = ["ponytail", "-config", config.path] if config.path else ["ponytail"]
     devices, note = device_rules(config, spec)
-    write_bundle_config(bundle, add_gpu_hook(spec, {"path": command, "args": args}, devices))
+    write_bundle_config(bundle, add_gpu_hook(raw, {"path": command, "args": args}, devices))
     log = RunLog(config.log_file)
     log.context = container_id or "-"
     if note:
@@ -51,7 +52,7 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
     log.close()
 
 
-def device_rules(config: Config, spec: dict) -> tuple[tuple[tuple[int, int], ...], str]:
+def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...], str]:
     """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
 
     The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
@@ -62,14 +63,8 @@ def device_rules(config: Config, spec: dict) -> tuple[tuple[tuple[int, int], ...
     from ponytail.request import build_request
 
     try:
-        process = spec.get("process")
-        if not isinstance(process, dict):
-            process = {}
-        env = parse_env(process.get("env"), "config.json: 'process.env'")
-        annotations = spec.get("annotations")
-        strings = {k: v for k, v in annotations.items() if isinstance(v, str)} if isinstance(annotations, dict) else {}
-        plugin = plugin_devices(spec.get("mounts"), strings)
-        request = build_request(None, None, env, spec_privileged(spec), plugin, config.accept_env_when_unprivileged)
+        plugin = plugin_devices(spec.mounts, spec.annotations)
+        request = build_request(None, None, spec.env, spec.privileged, plugin, config.accept_env_when_unprivileged)
         if request.devices.is_void:
             return (), ""
         plan, _ = make_plan(config, replace(request, requirements=()), None, dry_run=True, udev=False)

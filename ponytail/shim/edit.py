@@ -12,34 +12,21 @@ from __future__ import annotations
 import copy
 
 from ponytail.errors import InputError
-from ponytail.oci import parse_env
+from ponytail.oci import Spec
 from ponytail.trigger import asks_for_gpus
 
 
-def spec_asks_for_gpus(spec: dict, accept_env_when_unprivileged: bool = True) -> bool:
+def spec_asks_for_gpus(spec: Spec, accept_env_when_unprivileged: bool = True) -> bool:
     """The device plugin's list (volume mounts, CDI annotations); else, unless the policy refuses
     an unprivileged container's env, NVIDIA_VISIBLE_DEVICES in process.env (set, not void/empty)
     or the GPU annotation."""
     from ponytail.deviceplugin import plugin_devices
 
-    process = spec.get("process")
-    env = parse_env(process.get("env") if isinstance(process, dict) else None, "config.json: 'process.env'")
-    annotations = spec.get("annotations")
-    if not isinstance(annotations, dict):
-        annotations = {}
-    if plugin_devices(spec.get("mounts"), annotations) is not None:
+    if plugin_devices(spec.mounts, spec.annotations) is not None:
         return True
-    if not accept_env_when_unprivileged and not spec_privileged(spec):
+    if not accept_env_when_unprivileged and not spec.privileged:
         return False
-    return asks_for_gpus(env, annotations)
-
-
-def spec_privileged(spec: dict) -> bool:
-    """CAP_SYS_ADMIN in the process's bounding set (as ponytail.oci reads it)."""
-    process = spec.get("process")
-    capabilities = process.get("capabilities") if isinstance(process, dict) else None
-    bounding = capabilities.get("bounding") if isinstance(capabilities, dict) else None
-    return isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
+    return asks_for_gpus(spec.env, spec.annotations)
 
 
 def add_gpu_hook(spec: dict, hook: dict, devices: tuple[tuple[int, int], ...]) -> dict:
