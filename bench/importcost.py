@@ -38,7 +38,7 @@ PAIRS = {
     ),
     "lite.argv / click": (
         "from ponytail.options import parse_hook_args\nparse_hook_args(['-config', '/etc/ponytail/config.toml'])\n",
-        "from ponytail.cli import cli\ncli.make_context('ponytail', ['-config', '/etc/ponytail/config.toml'])\n",
+        "from ponytail.cli.commands import cli\ncli.make_context('ponytail', ['-config', '/etc/ponytail/config.toml'])\n",
     ),
     "plaintoml / tomllib": (
         f"from ponytail.lite.plaintoml import loads_plain\nloads_plain({CONFIG!r})\n",

@@ -33,8 +33,8 @@ PHASES = ("interpreter", "imports", "config", "container", "request", "probe", "
 WRAP = (
     ("ponytail.hook", "_load_config", "config"),
     ("ponytail.hook", "_container", "container"),
-    ("ponytail.request", "build_request", "request"),
-    ("ponytail.hook", "make_plan", "plan"),
+    ("ponytail.container.request", "build_request", "request"),
+    ("ponytail.plan.make", "make_plan", "plan"),
     ("ponytail.host.probe", "probe_host", "probe"),
     ("ponytail.apply.executor", "apply_plan", "mounts"),
     ("ponytail.apply.executor", "_linker_cache", "ldconfig"),

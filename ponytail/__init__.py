@@ -1,7 +1,7 @@
 """ponytail: an OCI prestart hook that gives a container the host's NVIDIA GPUs.
 
 The flow is probe -> plan -> apply: ``ponytail.host`` reads the host (read-only),
-``ponytail.plan`` turns what was found and what the container asks for into plain
+``ponytail.plan.operations`` turns what was found and what the container asks for into plain
 data, and ``ponytail.apply`` is the only code that changes anything.
 """
 

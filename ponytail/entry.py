@@ -2,7 +2,7 @@
 
 The hook's own command line (the hot path on every container start) and a plain
 ``info`` are parsed without importing click; everything else (help, the other
-subcommands, errors in the command line) goes to the click command in ponytail.cli.
+subcommands, errors in the command line) goes to the click command in ponytail.cli.commands.
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ def _open_standard_descriptors() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["cdi-hook"]:  # a CDI spec's createContainer hook: its own fast path, no click
-        from ponytail.cdi.hook import main as cdi_hook
+        from ponytail.engines.cdi.hook import main as cdi_hook
 
         return cdi_hook(args[1:])
     if args[:2] == ["cdi", "generate"]:  # beside nvidia-ctk on every driver change: a plain command line without click
-        from ponytail.cdi.generatecmd import parse_generate_args, run_generate
+        from ponytail.cli.cdigenerate import parse_generate_args, run_generate
 
         generate = parse_generate_args(args)
         if generate is not None:
@@ -69,13 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         from ponytail.hook import run_hook
 
         return run_hook(options)
-    from ponytail.infocmd import parse_info_args
+    from ponytail.cli.info import parse_info_args
 
     info = parse_info_args(args)
     if info is not None:  # read-only and frequent: no click either
-        from ponytail.infocmd import run_info
+        from ponytail.cli.info import run_info
 
         return run_info(*info)
-    from ponytail.cli import cli
+    from ponytail.cli.commands import cli
 
     return cli.main(args=args, prog_name="ponytail", standalone_mode=True)

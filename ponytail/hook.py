@@ -10,19 +10,16 @@ import os
 import sys
 
 from ponytail.config import Config, config_path, load_config
-from ponytail.errors import EXIT_INJECTION_FAILED, ConfigError, InputError, PonytailError, ProbeError, UsageError, one_line
+from ponytail.container.oci import MAX_STATE_BYTES, Container, load_container, parse_state, read_bounded
+from ponytail.errors import EXIT_INJECTION_FAILED, ConfigError, InputError, PonytailError, UsageError, one_line
 from ponytail.logfile import RunLog
-from ponytail.oci import MAX_STATE_BYTES, Container, load_container, parse_state, read_bounded
 from ponytail.options import HookOptions
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from typing import BinaryIO, TextIO
 
-    from ponytail.compat import Compat
-    from ponytail.host.probe import Host
-    from ponytail.plan import Plan
-    from ponytail.request import Request
+    from ponytail.container.request import Request
 
 
 def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
@@ -60,7 +57,7 @@ def _load_config(options: HookOptions) -> Config:
 def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, log: RunLog) -> int:
     log.context = f"manual:{options.root}" if options.root else "-"
     container = _container(options, stdin, log)
-    from ponytail.request import build_request
+    from ponytail.container.request import build_request
 
     request = build_request(
         options.device, options.capabilities, container.env if container else None, container.privileged if container else True,
@@ -76,15 +73,17 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     rootfs = container.rootfs if container else options.root
     driver = None
     if container is not None and _names_driver_tree(container):
-        from ponytail.umd import requested_tree
+        from ponytail.container.umd import requested_tree
 
         driver = requested_tree(container.env, container.annotations)
+    from ponytail.plan.make import make_plan
+
     plan, host = make_plan(
         config, request, _library_globs(options.libs), dry_run=options.debug, udev=options.debug,
         driver=driver, rootfs=rootfs, env=container.env if container else None,
     )
     if options.debug:
-        from ponytail.render import render_plan
+        from ponytail.plan.render import render_plan
 
         stdout.write(render_plan(plan, host, request, _header(options, config, container, request)))
         log.write("info", f"dry run: {len(plan.operations)} operation(s) planned, {len(plan.problems)} problem(s)")
@@ -111,124 +110,10 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     return 0
 
 
-def make_plan(
-    config: Config, request: Request, library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True,
-    driver: tuple[str, str] | None = None, rootfs: str | None = None, env: dict[str, str] | None = None,
-) -> tuple[Plan, Host]:
-    """Probe the host for ``request`` and plan it. A plan with problems is an error,
-    except in a dry run, which shows the problems instead. ``driver`` (name, who asked)
-    selects a registered driver tree; ``rootfs`` is looked at for a CUDA compat directory."""
-    from ponytail.host.probe import find_ldconfig, probe_host
-    from ponytail.plan import build_plan
-    from ponytail.request import select_devices, select_gpus
-
-    config, tree_version, tree_line = _driver_tree(config, driver)
-    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version)
-    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree_version))
-    mig_gpus = {
-        what: select_gpus(host.gpus, wanted)
-        for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
-        if wanted is not None
-    }
-    plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
-    plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
-    unmet = _unmet_requirement(config, host, request, plan, tree_version, compat)
-    if unmet is not None:
-        if not dry_run:
-            raise unmet
-        from ponytail.lite.records import replace
-
-        plan = replace(plan, problems=plan.problems + (unmet.message,))
-    if plan.problems and not dry_run:
-        more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
-        raise ProbeError(plan.problems[0] + more)
-    return plan, host
-
-
-def _driver_tree(config: Config, driver: tuple[str, str] | None) -> tuple[Config, str, str]:
-    """The config to probe with (a registered tree's root as driver root), the tree's
-    version ("" for the host's driver root) and what was chosen and why (ponytail.umd)."""
-    if driver is None:
-        return config, "", f"host driver root {config.driver_root} (no driver tree requested)"
-    from ponytail.host.driver import read_driver_version
-    from ponytail.umd import choose_tree
-
-    config, tree = choose_tree(config, driver, read_driver_version(config.proc_root))
-    return config, tree.version, tree.describe()
-
-
-def _cuda_compat(
-    plan: Plan, host: Host, config: Config, rootfs: str | None, env: dict[str, str] | None, tree_version: str, tree_line: str
-) -> tuple[Plan, Compat | None]:
-    """The plan with the image's CUDA compat directory first when it is used (ponytail.compat),
-    and the driver tree and compat choices recorded in it."""
-    from ponytail.lite.records import replace
-
-    compat = None
-    if rootfs is not None and host.library("libcuda.so.1") is not None and _may_have_cuda(rootfs):
-        from ponytail.compat import apply_compat, find_compat  # resolves the path safely inside the rootfs
-
-        compat = find_compat(rootfs, env, tree_version or host.driver_version, config.cuda_compat)
-        plan = apply_compat(plan, compat)
-    choices: tuple[str, ...] = (f"user-mode driver: {tree_line}",)
-    if compat is not None:
-        choices += (f"CUDA compat {compat.directory}: {'used' if compat.used else 'not used'}, {compat.why}",)
-    return replace(plan, choices=choices), compat
-
-
-def _may_have_cuda(rootfs: str) -> bool:
-    """False only when the image surely has no /usr/local/cuda (most images): then the CUDA
-    compat module is not even imported. Never follows a link: one means 'maybe'."""
-    import stat
-
-    path = rootfs
-    for name in ("usr", "local", "cuda"):
-        path = f"{path}/{name}"
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            return False
-        if not stat.S_ISDIR(mode):
-            return stat.S_ISLNK(mode)
-    return True
-
-
 def _names_driver_tree(container: Container) -> bool:
-    from ponytail.trigger import DRIVER_ANNOTATION, DRIVER_VAR
+    from ponytail.container.trigger import DRIVER_ANNOTATION, DRIVER_VAR
 
     return DRIVER_VAR in container.env or DRIVER_ANNOTATION in container.annotations
-
-
-def _unmet_requirement(
-    config: Config, host: Host, request: Request, plan: Plan, tree_version: str = "", compat: Compat | None = None
-) -> PonytailError | None:
-    if not request.requirements:
-        return None
-    from ponytail.host.cuda import cuda_driver_version, format_cuda_version
-    from ponytail.host.probe import find_driver_library
-    from ponytail.require import Facts, RequirementNotMet, check_requirements
-
-    def cuda() -> str:  # the CUDA of the libcuda the container will load
-        if compat is not None and compat.used:
-            from ponytail.compat import cuda_version_of_driver
-
-            return cuda_version_of_driver(compat.version) or "0.0"
-        version = tree_version or host.driver_version
-        libcuda = find_driver_library(config, version, "libcuda", "libcuda.so.1", host)
-        return format_cuda_version(cuda_driver_version(libcuda, timeout_s=config.timeout_probe))
-
-    try:
-        check_requirements(request.requirements, Facts(host.driver_version, cuda, tuple(g.model for g in plan.gpus)))
-    except RequirementNotMet as e:
-        return e
-    return None
-
-
-def _mig_uuids(config: Config, host: Host, tree_version: str = "") -> dict[str, tuple[int, int, int]]:
-    from ponytail.host.mig import mig_uuids
-    from ponytail.host.probe import find_driver_library
-
-    return mig_uuids(find_driver_library(config, tree_version or host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host), config.timeout_probe)
 
 
 def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container | None:

@@ -29,8 +29,8 @@ def test_a_plain_generate_imports_no_click_and_writes_what_click_writes(shared_h
     fast = run_ponytail(args, env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert fast.returncode == 0, fast.stderr
     modules = imported(fast)
-    assert "ponytail.cdi.generatecmd" in modules and not {m for m in modules if m.split(".")[0] == "click"}, modules
-    assert "ponytail.cli" not in modules
+    assert "ponytail.cli.cdigenerate" in modules and not {m for m in modules if m.split(".")[0] == "click"}, modules
+    assert "ponytail.cli.commands" not in modules
     # the same options, one of them twice: not plain, so click parses them, and ends in the same code
     twice = ["cdi", "generate", *(a.format(out=click_out, config=config, hook=hook) for a in spelling), "--capabilities", "all", "--capabilities", "all"]
     via_click = run_ponytail(twice, env={"PYTHONPROFILEIMPORTTIME": "1"})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ponytail.cdi.spec import problems, required_version
+from ponytail.plan.cdi import problems, required_version
 
 from support.cdi_support import generate
 from support.engines import console_script

@@ -17,7 +17,8 @@ import pytest
 
 from ponytail.apply import bpf
 from ponytail.apply.cgroup import cgroup2_directory, unified_cgroup_path
-from ponytail.devicefilter import (
+from ponytail.errors import InjectionError
+from ponytail.plan.devicefilter import (
     AND32_K,
     CALL,
     EXIT,
@@ -31,7 +32,6 @@ from ponytail.devicefilter import (
     insn,
     why_not_extensible,
 )
-from ponytail.errors import InjectionError
 
 from support.commands import PONYTAIL
 from support.fakehost import FakeHost, make_rootfs

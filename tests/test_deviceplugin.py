@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ponytail.oci import read_spec
-from ponytail.shim.edit import spec_asks_for_gpus
+from ponytail.container.oci import read_spec
+from ponytail.engines.shim.edit import spec_asks_for_gpus
 
 from support.fakehost import FakeHost
 from support.harness import bundle_for, run_ponytail, state_for

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ponytail.hooksd import hook_file_text
+from ponytail.engines.hooksd import hook_file_text
 
 from support.engines import console_script
 

@@ -34,9 +34,9 @@ def test_plain_info_does_not_import_click(host: FakeHost, args: list[str]) -> No
     result = run_ponytail([a.format(config=config) for a in args], env={"PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
     modules = imported_modules(result)
-    assert "ponytail.infocmd" in modules  # the report is there
+    assert "ponytail.cli.info" in modules  # the report is there
     assert not {m for m in modules if m == "click" or m.startswith("click.")}
-    assert "ponytail.cli" not in modules
+    assert "ponytail.cli.commands" not in modules
 
 
 def test_info_answers_the_same_with_and_without_click(host: FakeHost) -> None:

@@ -1,4 +1,4 @@
-"""In-root resolution (ponytail.inroot): the kernel's openat2(RESOLVE_IN_ROOT) plus the few
+"""In-root resolution (ponytail.fs.inroot): the kernel's openat2(RESOLVE_IN_ROOT) plus the few
 steps of ours: creating missing directories (never on a kernel filesystem), following a last
 symlink, naming what was found by its canonical path. Runs without root, but for the last test."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ponytail.inroot import InRoot, UnsafePath, real_path_in_root, resolve_in_root
+from ponytail.fs.inroot import InRoot, UnsafePath, real_path_in_root, resolve_in_root
 
 from support.engines import console_script
 from support.fakehost import FakeHost, compile_program, gpus, make_rootfs

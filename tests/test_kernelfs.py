@@ -1,4 +1,4 @@
-"""ponytail.kernelfs reads statfs through a structure with named fields: each agrees with what
+"""ponytail.fs.kernelfs reads statfs through a structure with named fields: each agrees with what
 os.statvfs and stat(1) report for the same filesystem."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ponytail.kernelfs import KERNEL_FS_MAGIC, fstatfs, kernel_filesystem
+from ponytail.fs.kernelfs import KERNEL_FS_MAGIC, fstatfs, kernel_filesystem
 
 PATHS = ["/", "/tmp", "/proc", "/sys", "/dev", "/dev/pts", "/dev/shm", "/sys/fs/cgroup", "/run"]
 

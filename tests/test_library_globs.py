@@ -61,8 +61,8 @@ def test_a_glob_in_the_directory_part(lookalike_host: FakeHost) -> None:
 
 
 def test_candidates_resolve_as_real_path_in_root_does(tmp_path: Path) -> None:
+    from ponytail.fs.inroot import real_path_in_root
     from ponytail.host.files import _real_path, _Scan
-    from ponytail.inroot import real_path_in_root
 
     root = tmp_path / "root"
     lib = root / "usr/lib/x86_64-linux-gnu"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ponytail.cli import cli
+from ponytail.cli.commands import cli
 from ponytail.options import HookOptions, parse_hook_args
 
 TOKENS = (

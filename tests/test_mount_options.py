@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ponytail.capabilities import CAPABILITIES, CONTROL_NODES
-from ponytail.plan import MOUNT_OPTIONS
+from ponytail.plan.operations import MOUNT_OPTIONS
 
 from support.commands import PONYTAIL, shell
 from support.fakehost import FakeHost, gpus

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ponytail.host.probe import Gpu, Host
-from ponytail.plan import (
+from ponytail.plan.operations import (
     LD_CONF_FILE,
     MOUNT_OPTIONS,
     AllowDevices,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from ponytail.container.request import DeviceRequest, build_request, device_request, select_devices, select_gpus
 from ponytail.errors import InputError
-from ponytail.request import DeviceRequest, build_request, device_request, select_devices, select_gpus
 
 from support.hostdata import gpu_list, uuid
 

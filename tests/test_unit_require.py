@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from ponytail.container.request import requirements_from_env
+from ponytail.container.require import Facts, RequirementNotMet, arch_of, brand_of, check_requirements
 from ponytail.errors import InputError
-from ponytail.request import requirements_from_env
-from ponytail.require import Facts, RequirementNotMet, arch_of, brand_of, check_requirements
 
 pytestmark = pytest.mark.unit
 

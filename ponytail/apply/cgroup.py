@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 
 from ponytail.errors import InjectionError, InputError
-from ponytail.kernelfs import unescape_mountinfo
+from ponytail.fs.kernelfs import unescape_mountinfo
 from ponytail.lite.records import record
-from ponytail.plan import AllowDevices
+from ponytail.plan.operations import AllowDevices
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ replaced. Two phases, as the executor works:
 - ``prepare_device_programs`` (host side, before ponytail enters the container's mount
   namespace): open the cgroup directory under the cgroup2 mount, list the device
   programs attached to it, read each one's instructions and load its replacement
-  (ponytail.devicefilter: the allow block in front of the unchanged old instructions).
+  (ponytail.plan.devicefilter: the allow block in front of the unchanged old instructions).
   Nothing is changed yet; a program that cannot be read or extended is an error here,
   before any mount is made.
 - ``replace_device_programs`` (after the mounts): attach each replacement in place of
@@ -29,9 +29,9 @@ import errno
 import os
 
 from ponytail.apply import bpf
-from ponytail.devicefilter import extend, why_not_extensible
 from ponytail.errors import InjectionError
-from ponytail.kernelfs import filesystem_magic
+from ponytail.fs.kernelfs import filesystem_magic
+from ponytail.plan.devicefilter import extend, why_not_extensible
 
 PROGRAM_NAME = "ponytail_dev"
 CGROUP2_MAGIC = 0x63677270

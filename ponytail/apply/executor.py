@@ -8,7 +8,7 @@ Order of work:
    container's devices.allow (cgroup v1) and load the replacements of its
    device programs (cgroup v2) (hook mode; ponytail.apply.cgroup).
 2. Enter the container's mount namespace (hook mode) and open its rootfs.
-3. Resolve each target inside the rootfs (ponytail.inroot: openat2 with
+3. Resolve each target inside the rootfs (ponytail.fs.inroot: openat2 with
    RESOLVE_IN_ROOT), create the mount point, and attach the detached mount onto
    the target's descriptor.
 4. Create SONAME links (where the image has a file of its own instead, the library
@@ -18,7 +18,7 @@ Order of work:
 5. Allow the injected device nodes in the container's devices cgroup (v1) and
    swap in its new device programs (v2).
 Nothing is ever created or written on a kernel filesystem (proc, sysfs, cgroup...
-see ponytail.kernelfs), wherever a symlink in the image points; the one mount
+see ponytail.fs.kernelfs), wherever a symlink in the image points; the one mount
 made onto one is the tmpfs that masks /proc/driver/nvidia. When a step fails,
 the mounts this run attached are detached again before the error is reported.
 """
@@ -34,11 +34,11 @@ from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgr
 from ponytail.apply.ldconfig import LDCONFIG_TIMEOUT_S, run_ldconfig
 from ponytail.apply.rootlock import lock_rootfs
 from ponytail.errors import InjectionError, InputError, PonytailError
+from ponytail.fs.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
+from ponytail.fs.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
-from ponytail.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
-from ponytail.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
 from ponytail.lite.records import field, record
-from ponytail.plan import MOUNT_OPTIONS, AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
+from ponytail.plan.operations import MOUNT_OPTIONS, AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 LD_SO_CONF = "/etc/ld.so.conf"
 LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"

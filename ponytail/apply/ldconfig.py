@@ -28,7 +28,7 @@ import os
 from ponytail.apply import syscalls
 from ponytail.apply.program import run_program
 from ponytail.errors import InjectionError
-from ponytail.kernelfs import kernel_mounts_under
+from ponytail.fs.kernelfs import kernel_mounts_under
 
 LDCONFIG_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 LDCONFIG_TIMEOUT_S = 10.0  # the default of [timeouts] ldconfig

@@ -12,7 +12,7 @@ import stat
 
 from ponytail.lite.records import field, record
 
-# glob, fnmatch, bisect, ponytail.host.elf, .ldcache and ponytail.inroot are imported where
+# glob, fnmatch, bisect, ponytail.host.elf, .ldcache and ponytail.fs.inroot are imported where
 # a search runs: a hook served from the probe cache (ponytail.host.probecache) needs only
 # the records below
 
@@ -120,7 +120,7 @@ def find_libraries(
 
 def find_binary(driver_root: str, name: str, why: str) -> DriverFile | None:
     """The first ``name`` in the driver root's bin directories, injected as /usr/bin/<name>."""
-    from ponytail.inroot import real_path_in_root
+    from ponytail.fs.inroot import real_path_in_root
 
     root_fd = _open_root(driver_root)
     if root_fd is None:
@@ -139,7 +139,7 @@ def find_files(driver_root: str, patterns: tuple[str, ...], why: str) -> list[Dr
     """Regular files under the driver root matching path globs, injected at the same path."""
     import glob
 
-    from ponytail.inroot import real_path_in_root
+    from ponytail.fs.inroot import real_path_in_root
 
     root_fd = _open_root(driver_root)
     if root_fd is None:
@@ -214,7 +214,7 @@ def _driver_like(version: str) -> bool:
 def _real_path(scan: _Scan, path: str) -> str | None:
     """``real_path_in_root(path)``, with each directory resolved once: the candidates of a
     search are mostly plain files in directories that other candidates share."""
-    from ponytail.inroot import real_path_in_root
+    from ponytail.fs.inroot import real_path_in_root
 
     directory, name = os.path.split(path)
     if name in ("", ".", ".."):

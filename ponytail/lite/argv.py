@@ -5,7 +5,7 @@ command costs before it does anything (bench/importcost.py). Its command line is
 one of a few options, so this reads exactly that: each option once, as ``-name``,
 ``--name``, ``-name VALUE``, ``--name VALUE`` or ``--name=VALUE``; a flag takes no value.
 Anything else (help, a subcommand, an unknown, repeated or malformed option) gives None,
-and the click command (ponytail.cli), built from the same table, parses it and words
+and the click command (ponytail.cli.commands), built from the same table, parses it and words
 the error. tests/test_lite_argv.py holds it to click.
 """
 

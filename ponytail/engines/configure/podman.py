@@ -14,7 +14,7 @@ RESTART = "nothing to restart: podman reads hooks.d at every run"
 
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False) -> Edit:
-    from ponytail.hooksd import hook_file_text
+    from ponytail.engines.hooksd import hook_file_text
 
     if remove:
         return Edit(path, text, None, (f"removed {path}",) if text is not None else ())

@@ -6,14 +6,14 @@ from __future__ import annotations
 GPU_ANNOTATION = "com.example.gpu"
 GPU_ANNOTATION_VALUE = "true"
 VISIBLE_DEVICES_VAR = "NVIDIA_VISIBLE_DEVICES"
-DRIVER_VAR = "PONYTAIL_DRIVER"  # a registered [drivers.NAME] tree (ponytail.umd)
+DRIVER_VAR = "PONYTAIL_DRIVER"  # a registered [drivers.NAME] tree (ponytail.container.umd)
 DRIVER_ANNOTATION = "com.example.gpu.driver"
 
 
 def is_void(selector: str) -> bool:
     """NVIDIA_VISIBLE_DEVICES=void or empty: not a GPU container at all; also the device
     plugin's /var/run/nvidia-container-devices, which means "the list is in the volume mounts"
-    (read from there, ponytail.deviceplugin) and, without them, no GPUs."""
+    (read from there, ponytail.container.deviceplugin) and, without them, no GPUs."""
     return selector.strip().lower() in ("", "void", "/var/run/nvidia-container-devices")
 
 

@@ -14,8 +14,8 @@ import os
 import sys
 
 from ponytail.config import Config
+from ponytail.engines.shim.argv import RuntimeCall, parse_runtime_args
 from ponytail.errors import InjectionError, PonytailError
-from ponytail.shim.argv import RuntimeCall, parse_runtime_args
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         config, config_error = _load_config()
         runtime = find_runtime(config.runtime_path, config.path)
         if call.bundle is not None:
-            from ponytail.shim.bundle import prepare_bundle
+            from ponytail.engines.shim.bundle import prepare_bundle
 
             prepare_bundle(call.bundle, call.container_id, config, config_error)
     except PonytailError as e:
@@ -74,7 +74,7 @@ def _fail(call: RuntimeCall, message: str, exit_code: int) -> int:
     line = f"ponytail-runtime: {message}"
     print(line, file=sys.stderr)
     if call.log:
-        from ponytail.shim.runtimelog import append_error
+        from ponytail.engines.shim.runtimelog import append_error
 
         append_error(call.log, call.log_format, line)
     return exit_code

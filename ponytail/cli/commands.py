@@ -71,7 +71,7 @@ def info(as_json: bool, config: str | None) -> None:
     The index is the GPU's position in PCI bus order (what nvidia-smi shows);
     the minor is the N of /dev/nvidiaN, which need not equal the index.
     """
-    from ponytail.infocmd import run_info
+    from ponytail.cli.info import run_info
 
     code = run_info(as_json, config)
     if code:
@@ -88,8 +88,8 @@ def list_paths(config: str | None, device: str, capabilities: str | None, driver
     binaries, driver files and firmware, daemons' sockets (like nvidia-container-cli list).
     Which driver tree they come from, and why, is said on stderr."""
     from ponytail.config import config_path, load_config
-    from ponytail.hook import make_plan
-    from ponytail.request import build_request
+    from ponytail.container.request import build_request
+    from ponytail.plan.make import make_plan
 
     with _errors():
         loaded = load_config(*config_path(config))
@@ -132,9 +132,9 @@ def install_hook(directory: str | None, config: str | None, command: str | None)
     whose path does not exist. Podman 4.3 on Debian reads only
     /usr/share/containers/oci/hooks.d, or the directories given with --hooks-dir.
     """
+    from ponytail.engines.hooksd import DEFAULT_HOOKS_DIR, installed_command
+    from ponytail.engines.hooksd import install_hook as write_hook_file
     from ponytail.errors import UsageError
-    from ponytail.hooksd import DEFAULT_HOOKS_DIR, installed_command
-    from ponytail.hooksd import install_hook as write_hook_file
 
     command = command or installed_command()
     with _errors():
@@ -195,8 +195,8 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
     Container: which libcuda.so.1 and libnvidia-ml.so.1 its loader will pick.
     Exit status: 0 all is well, 1 something needs attention, 2 bad usage or config.
     """
+    from ponytail.cli.check import run_check
     from ponytail.config import config_path, load_config
-    from ponytail.doctor import run_check
 
     with _errors():
         report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json)
@@ -204,6 +204,6 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
     sys.exit(status)
 
 
-from ponytail.cdi.commands import cdi  # noqa: E402 - the cdi group beside the commands above
+from ponytail.cli.cdi import cdi  # noqa: E402 - the cdi group beside the commands above
 
 cli.add_command(cdi)

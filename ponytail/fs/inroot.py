@@ -8,7 +8,7 @@ rename racing with a '..' is detected (EAGAIN: tried again; EXDEV: refused). We 
 the descriptors the kernel gives, never on a path string it could walk out of the root.
 
 Three things are ours: creating the directories a mount point needs (never on a kernel
-filesystem, ponytail.kernelfs: a mkdir in a cgroup makes a cgroup); following a symlink
+filesystem, ponytail.fs.kernelfs: a mkdir in a cgroup makes a cgroup); following a symlink
 in the last component, so that a result is always a directory we hold and a name in it;
 and naming what was found by its canonical path (the path itself when the kernel met no
 symlink on the way, asked with RESOLVE_NO_SYMLINKS first; else as /proc/self/fd names
@@ -24,7 +24,7 @@ import os
 import stat
 
 from ponytail.errors import InjectionError
-from ponytail.kernelfs import kernel_filesystem
+from ponytail.fs.kernelfs import kernel_filesystem
 from ponytail.lite.records import record
 
 MAX_SYMLINKS = 40

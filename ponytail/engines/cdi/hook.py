@@ -25,7 +25,7 @@ from ponytail.logfile import RunLog
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
     from ponytail.config import Config
-    from ponytail.plan import Operation, ProcMask
+    from ponytail.plan.operations import Operation, ProcMask
 
 USAGE = (
     "usage: ponytail cdi-hook [-config FILE] [--driver-version V] [--link PATH TARGET LIBRARY]... [--mask-proc]\n"
@@ -85,7 +85,7 @@ def parse_args(args: list[str]) -> dict[str, list[list[str]]] | None:
 
 
 def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> int:
-    from ponytail.oci import MAX_STATE_BYTES, load_container, parse_state, read_bounded
+    from ponytail.container.oci import MAX_STATE_BYTES, load_container, parse_state, read_bounded
 
     state = parse_state(read_bounded(sys.stdin.buffer, MAX_STATE_BYTES, "OCI state on stdin"), lowest_pid=0)
     log.context = state.id
@@ -101,7 +101,7 @@ def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> in
                 f"the CDI spec was generated for NVIDIA driver {made_for} but {running} is running: "
                 "run 'ponytail cdi generate' again (see 'ponytail cdi check')"
             )
-    from ponytail.plan import LD_CONF_FILE, LinkerCache, Plan, Symlink
+    from ponytail.plan.operations import LD_CONF_FILE, LinkerCache, Plan, Symlink
 
     ops: list[Operation] = [Symlink(target, link_to, f"SONAME of {link_to}", library) for target, link_to, library in options.get("--link", [])]
     mask = _proc_mask(proc_root, container.char_devices) if "--mask-proc" in options else None
@@ -151,7 +151,7 @@ def _check_stage(rootfs: str, pid: int) -> None:
 def _proc_mask(proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> ProcMask | None:
     """The masked /proc/driver/nvidia for the GPUs and MIG devices whose nodes the engine created."""
     from ponytail.host.driver import NVIDIA_MAJOR, read_char_majors, read_gpu_informations, read_proc_files
-    from ponytail.plan import proc_mask
+    from ponytail.plan.operations import proc_mask
 
     proc_files = read_proc_files(proc_root)
     if "params" not in proc_files:  # no driver parameters to mask (as build_plan)

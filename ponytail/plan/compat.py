@@ -5,7 +5,7 @@ branch (libcuda.so.560.28.03, libnvidia-ptxjitcompiler.so.1, ...) so that a newe
 runs on an older kernel module. When that libcuda's major version is newer than the
 driver's, its directory is put first in the container's linker path (as NVIDIA's
 enable-cuda-compat hook does). The directory lies in the untrusted rootfs: it is resolved
-with ponytail.inroot (a symlink never leads out), and versions come from file names and
+with ponytail.fs.inroot (a symlink never leads out), and versions come from file names and
 ELF headers only; nothing of the image is ever run. An image whose compat libcuda is as
 old as or older than the driver keeps the injected one (and the check that the image's
 copies do not shadow it). Opt out per container with PONYTAIL_DISABLE_CUDA_COMPAT=true,
@@ -22,7 +22,7 @@ from ponytail.lite.records import record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
-    from ponytail.plan import Plan
+    from ponytail.plan.operations import Plan
 
 COMPAT_DIR = "/usr/local/cuda/compat"
 DISABLE_VAR = "PONYTAIL_DISABLE_CUDA_COMPAT"
@@ -53,7 +53,7 @@ def find_compat(rootfs: str | None, env: dict[str, str] | None, driver_version: 
     """The image's compat directory, or None when it has none (or no rootfs is known)."""
     if rootfs is None:
         return None
-    from ponytail.inroot import UnsafePath, resolve_in_root
+    from ponytail.fs.inroot import UnsafePath, resolve_in_root
 
     try:
         root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -105,7 +105,7 @@ def decide(
 def apply_compat(plan: Plan, compat: Compat | None) -> Plan:
     """The plan with the compat directory first in the container's linker path, and the
     cache check expecting its libraries; unchanged when the directory is not used."""
-    from ponytail.plan import LinkerCache
+    from ponytail.plan.operations import LinkerCache
 
     if compat is None or not compat.used:
         return plan

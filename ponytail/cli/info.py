@@ -4,7 +4,7 @@ A read-only command people and scripts run often (``ponytail info --json`` in a
 monitoring loop, say): its plain command line (``info``, ``--json``, ``-config FILE``,
 in either spelling and any order) is parsed here as the hook's is, so it does not
 pay for importing click. Help and anything out of the ordinary go to the click
-command (ponytail.cli), whose ``info`` ends here too: one implementation, two ways in.
+command (ponytail.cli.commands), whose ``info`` ends here too: one implementation, two ways in.
 """
 
 from __future__ import annotations
@@ -75,13 +75,13 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
             }
             for g in found.gpus
         ]
-        from ponytail.umd import trees_json
+        from ponytail.container.umd import trees_json
 
         document = {"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus}
         stdout.write(json.dumps({**document, "driver_trees": trees_json(loaded, found.driver_version)}, indent=2) + "\n")
     else:
-        from ponytail.render import render_gpus
-        from ponytail.umd import render_trees
+        from ponytail.container.umd import render_trees
+        from ponytail.plan.render import render_gpus
 
         stdout.write(render_gpus(found.driver_version, cuda, found.gpus, found.notes) + render_trees(loaded, found.driver_version))
     return 0

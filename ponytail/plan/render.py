@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ponytail.host.probe import Gpu, Host
-from ponytail.plan import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
+from ponytail.plan.operations import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 if TYPE_CHECKING:
-    from ponytail.request import Request
+    from ponytail.container.request import Request
 
 _SECTIONS = (
     ("libraries, binaries and driver files:", ("library", "binary", "file")),
@@ -63,7 +63,7 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
     out.append("device cgroup (hook mode; the container's cgroups are in the header):")
     for op in plan.operations:
         if isinstance(op, AllowDevices):
-            from ponytail.devicefilter import describe
+            from ponytail.plan.devicefilter import describe
 
             out.append(f"  allow {', '.join(op.rules)}  ({op.reason})")
             out.append("  cgroup v1: write each rule to the container's devices.allow")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ponytail.plan import LinkerCache, Mount, Plan, ProcMask, Symlink
+from ponytail.plan.operations import LinkerCache, Mount, Plan, ProcMask, Symlink
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

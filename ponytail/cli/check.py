@@ -80,7 +80,7 @@ def check_host(config: Config) -> list[Finding]:
     out += [Finding("host", "gpus", WARN, note) for note in host.notes]
     out.append(_persistenced(config))
     out.append(_cgroup(config))
-    from ponytail.umd import describe_trees
+    from ponytail.container.umd import describe_trees
 
     for tree, version, problem in describe_trees(config, kernel):
         if problem is None:
@@ -93,8 +93,8 @@ def check_host(config: Config) -> list[Finding]:
 def _library_versions(config: Config, kernel: str) -> list[Finding]:
     """What libcuda.so.1 and libnvidia-ml.so.1 of the driver root lead to must be the kernel
     module's version: anything else is NVML's 'Driver/library version mismatch'."""
+    from ponytail.container.umd import soname_version
     from ponytail.host.files import host_path
-    from ponytail.umd import soname_version
 
     out = []
     for soname in EXPECTED_SONAMES:
@@ -270,7 +270,7 @@ def _cdi_specs(root: str, config: Config) -> list[Finding]:
     """Each NVIDIA GPU spec in the engines' CDI directories (ponytail's or another
     generator's), checked against the running driver and GPUs with the same test as
     ``ponytail cdi check``: a driver upgrade leaves a spec naming libraries that are gone."""
-    from ponytail.cdi.files import read_spec, stale
+    from ponytail.engines.cdi.files import read_spec, stale
     from ponytail.errors import PonytailError
 
     out = []
@@ -330,13 +330,13 @@ def _read_json(path: str) -> object:
 def check_container(config: Config, bundle: str | None, rootfs: str | None) -> list[Finding]:
     """Which libcuda.so.1 and libnvidia-ml.so.1 the container's loader will pick once
     ponytail has injected the driver, and whether their versions match the kernel module."""
+    from ponytail.cli.loaderview import loader_view
     from ponytail.errors import PonytailError
-    from ponytail.loaderview import loader_view
 
     env: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if bundle is not None:
-        from ponytail.oci import State, load_container
+        from ponytail.container.oci import State, load_container
 
         try:
             container = load_container(State("check", 1, os.path.abspath(bundle), "created", {}))

@@ -4,9 +4,9 @@ Run at install time and on every driver change (a systemd unit, a driver's insta
 a node's boot), where it stands beside ``nvidia-ctk cdi generate``: importing click is
 about a fifth of its run. Its plain command line (the options below, each once, in either
 spelling, ``--name value`` or ``--name=value``) is parsed here, as ``info``'s is
-(ponytail.infocmd); help and anything out of the ordinary (an unknown option, a value
+(ponytail.cli.info); help and anything out of the ordinary (an unknown option, a value
 that is not one of the choices, an option twice) go to the click command in
-ponytail.cdi.commands, which explains it and then ends here too: one implementation, two
+ponytail.cli.cdi, which explains it and then ends here too: one implementation, two
 ways in.
 """
 
@@ -60,15 +60,15 @@ def run_generate(
     """Write this host's spec (to ``output``, else stdout); errors as one line. The exit status."""
     import os
 
-    from ponytail.cdi.files import form_of, generate, render, write_atomically
     from ponytail.config import config_path, load_config
+    from ponytail.engines.cdi.files import form_of, generate, render, write_atomically
     from ponytail.errors import PonytailError, UsageError
 
     try:
         loaded = load_config(*config_path(config))
         command = hook_path
         if command is None:
-            from ponytail.hooksd import installed_command
+            from ponytail.engines.hooksd import installed_command
 
             command = installed_command()
         if command is None or not os.path.isabs(command):

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import copy
 
+from ponytail.container.oci import Spec
+from ponytail.container.trigger import asks_for_gpus
 from ponytail.errors import InputError
-from ponytail.oci import Spec
-from ponytail.trigger import asks_for_gpus
 
 
 def spec_asks_for_gpus(spec: Spec, accept_env_when_unprivileged: bool = True) -> bool:
     """The device plugin's list (volume mounts, CDI annotations); else, unless the policy refuses
     an unprivileged container's env, NVIDIA_VISIBLE_DEVICES in process.env (set, not void/empty)
     or the GPU annotation."""
-    from ponytail.deviceplugin import plugin_devices
+    from ponytail.container.deviceplugin import plugin_devices
 
     if plugin_devices(spec.mounts, spec.annotations) is not None:
         return True

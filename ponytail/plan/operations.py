@@ -12,9 +12,9 @@ from ponytail.lite.records import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the operations need none of these at run time (a CDI hook loads no probe)
+    from ponytail.container.request import Request, Selection
     from ponytail.host.files import SkippedFile
     from ponytail.host.probe import DeviceNode, Gpu, Host
-    from ponytail.request import Request, Selection
 
 LD_CONF_FILE = "/etc/ld.so.conf.d/00-ponytail.conf"
 PROC_DRIVER_DIR = "/proc/driver/nvidia"
@@ -80,7 +80,7 @@ class LinkerCache:
 class AllowDevices:
     """Allow the container to read and write these character devices, in hook mode: on
     cgroup v1 in its devices.allow, on cgroup v2 in each eBPF device program attached to its
-    cgroup (``ponytail.devicefilter`` builds the block of instructions from ``devices``)."""
+    cgroup (``ponytail.plan.devicefilter`` builds the block of instructions from ``devices``)."""
 
     devices: tuple[tuple[int, int], ...]  # (major, minor) of every injected node
     reason: str
@@ -101,7 +101,7 @@ class Plan:
     skipped: tuple[SkippedFile, ...]
     warnings: tuple[str, ...]
     problems: tuple[str, ...]  # a real run refuses to start when any are present
-    choices: tuple[str, ...] = ()  # which driver tree and CUDA compat directory, and why (ponytail.umd, .compat)
+    choices: tuple[str, ...] = ()  # which driver tree and CUDA compat directory, and why (ponytail.container.umd, .compat)
 
     def count(self, kind: str) -> int:
         return sum(1 for op in self.operations if isinstance(op, Mount) and op.kind == kind)

@@ -27,7 +27,7 @@ class Container:
     annotations: dict[str, str] = field(default_factory=dict)
     cgroups_path: str | None = None
     privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
-    plugin_devices: tuple[str, str] | None = None  # (selector, source): the device plugin's list, ponytail.deviceplugin
+    plugin_devices: tuple[str, str] | None = None  # (selector, source): the device plugin's list, ponytail.container.deviceplugin
 
     char_devices: tuple[tuple[int, int], ...] = ()  # major:minor of linux.devices' character devices
 
@@ -100,7 +100,7 @@ def load_container(state: State) -> Container:
     if not isinstance(root_path, str) or not root_path or "\0" in root_path:
         raise InputError(f"{bundle}/config.json: 'root.path' is missing or not a string")
     spec = read_spec(raw, f"{bundle}/config.json")
-    from ponytail.deviceplugin import plugin_devices
+    from ponytail.container.deviceplugin import plugin_devices
 
     annotations = {**spec.annotations, **state.annotations}
     return Container(
@@ -126,7 +126,7 @@ class Spec:
     env: dict[str, str]
     annotations: dict[str, str]
     privileged: bool  # CAP_SYS_ADMIN in the process's bounding set
-    mounts: object  # 'mounts' as found: ponytail.deviceplugin reads the device plugin's list from it
+    mounts: object  # 'mounts' as found: ponytail.container.deviceplugin reads the device plugin's list from it
     cgroups_path: str | None
     char_devices: tuple[tuple[int, int], ...]  # major:minor of linux.devices' character devices
 

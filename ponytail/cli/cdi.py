@@ -40,7 +40,7 @@ def generate(output: str | None, form: str | None, strategy: str, version: str |
     """Write a CDI spec of this host's GPUs (kind nvidia.com/gpu): one device per GPU, per
     MIG device, and 'all'; the same plan as the hook, rendered as data. The same host always
     gives the same bytes."""
-    from ponytail.cdi.generatecmd import run_generate  # a plain command line gets there without click
+    from ponytail.cli.cdigenerate import run_generate  # a plain command line gets there without click
 
     code = run_generate(output, form, strategy, version, capabilities, hook_path, config)
     if code:
@@ -54,8 +54,8 @@ def generate(output: str | None, form: str | None, strategy: str, version: str |
 @_CONFIG
 def list_devices(spec_file: str | None, strategy: str, config: str | None) -> None:
     """The device names a spec FILE offers, or (without FILE) this host would offer."""
-    from ponytail.cdi.files import generate as make_spec
-    from ponytail.cdi.files import qualified_names, read_spec
+    from ponytail.engines.cdi.files import generate as make_spec
+    from ponytail.engines.cdi.files import qualified_names, read_spec
 
     with _errors():
         if spec_file is not None:
@@ -72,7 +72,7 @@ def list_devices(spec_file: str | None, strategy: str, config: str | None) -> No
 def check(spec_file: str | None, config: str | None) -> None:
     """Is the spec FILE (default: nvidia.yaml or .json in /etc/cdi, /var/run/cdi) still true for
     the running driver? Exit 0 yes, 1 stale (generate it again), 2 no valid spec."""
-    from ponytail.cdi.files import default_spec_path, read_spec, stale
+    from ponytail.engines.cdi.files import default_spec_path, read_spec, stale
 
     with _errors():
         path = spec_file or default_spec_path()
@@ -92,6 +92,6 @@ def _config(path: str | None) -> Config:
 
 
 def _errors() -> AbstractContextManager[None]:
-    from ponytail.cli import _errors as errors
+    from ponytail.cli.commands import _errors as errors
 
     return errors()

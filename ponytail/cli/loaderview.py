@@ -6,7 +6,7 @@ rebuilds that cache with its own directories first (after the image's CUDA compa
 directory, when that one is used), so the libraries named by LD_LIBRARY_PATH are the
 ones that can still shadow the injected driver; copies the image lists in its cache or
 ld.so.conf directories are what a start without ponytail would load. Everything is read
-inside the rootfs with ponytail.inroot, never following a link out of it.
+inside the rootfs with ponytail.fs.inroot, never following a link out of it.
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ from __future__ import annotations
 import os
 import stat
 
+from ponytail.cli.check import FAIL, OK, WARN, Finding
 from ponytail.config import Config
-from ponytail.doctor import FAIL, OK, WARN, Finding
+from ponytail.fs.inroot import UnsafePath, real_path_in_root, resolve_in_root
 from ponytail.host.files import library_dirs, library_version
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
-from ponytail.inroot import UnsafePath, real_path_in_root, resolve_in_root
 
 SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 MAX_CONF_FILES = 64
 
 
 def loader_view(config: Config, rootfs: str, env: dict[str, str], annotations: dict[str, str]) -> list[Finding]:
-    from ponytail.compat import find_compat
+    from ponytail.container.umd import choose_tree, requested_tree
     from ponytail.host.driver import read_driver_version
     from ponytail.host.probe import probe_host
-    from ponytail.umd import choose_tree, requested_tree
+    from ponytail.plan.compat import find_compat
 
     kernel = read_driver_version(config.proc_root)
     tree_config, tree = choose_tree(config, requested_tree(env, annotations), kernel)

@@ -14,8 +14,8 @@ import re
 import sys
 import sysconfig
 
+from ponytail.container.trigger import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
 from ponytail.errors import UsageError
-from ponytail.trigger import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
 
 FILE_NAME = "ponytail.json"
 DEFAULT_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"  # what Debian 12's podman 4.3.1 reads

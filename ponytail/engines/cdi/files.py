@@ -1,6 +1,6 @@
 """CDI specs from this host's plans, written, read, listed and checked.
 
-The spec is what ``ponytail.plan.build_plan`` plans for this host, once for no GPU (the
+The spec is what ``ponytail.plan.operations.build_plan`` plans for this host, once for no GPU (the
 shared edits) and once per device (its own nodes): the same probe, capabilities, library
 search and driver root as a hook run, never a second discovery path.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 
-from ponytail.cdi.spec import VERSIONS, build_spec, problems
 from ponytail.config import Config
 from ponytail.errors import InputError, ProbeError, UsageError
+from ponytail.plan.cdi import VERSIONS, build_spec, problems
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,10 +25,10 @@ DEFAULT_NAME = "nvidia"
 
 def generate(config: Config, hook_command: str, strategy: str = "index", capabilities: str = "all", version: str | None = None) -> tuple[dict, list[str]]:
     """This host's spec, and the plan's warnings."""
+    from ponytail.container.request import Selection, build_request
     from ponytail.host.probe import find_ldconfig, probe_host
     from ponytail.lite.records import replace
-    from ponytail.plan import build_plan
-    from ponytail.request import Selection, build_request
+    from ponytail.plan.operations import build_plan
 
     if strategy not in STRATEGIES:
         raise UsageError(f"--device-name-strategy {strategy!r}: one of {', '.join(STRATEGIES)}")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from ponytail.container.trigger import VISIBLE_DEVICES_VAR, is_void
 from ponytail.errors import InputError, quoted
 from ponytail.host.driver import canonical_bus_id
 from ponytail.host.mig import MigDevice
 from ponytail.host.probe import Gpu
 from ponytail.lite.records import record
-from ponytail.trigger import VISIBLE_DEVICES_VAR, is_void
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only

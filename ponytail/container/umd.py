@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 
 from ponytail.config import Config, DriverTree
+from ponytail.container.trigger import DRIVER_ANNOTATION, DRIVER_VAR
 from ponytail.errors import InputError, ProbeError
 from ponytail.lite.records import record, replace
-from ponytail.trigger import DRIVER_ANNOTATION, DRIVER_VAR
 
 _VERSION_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 
@@ -90,9 +90,9 @@ def soname_version(root: str, soname: str) -> tuple[str, str] | None:
     """(version, in-root path) of the first ``soname`` under ``root`` that resolves to a file
     named by a driver version, looked up in the usual library directories, then its
     ld.so.cache; symlinks are resolved inside ``root``."""
+    from ponytail.fs.inroot import real_path_in_root
     from ponytail.host.files import host_path, library_dirs, library_version
     from ponytail.host.ldcache import read_ld_cache
-    from ponytail.inroot import real_path_in_root
 
     try:
         root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -7,10 +7,10 @@ import json
 import os
 
 from ponytail.config import Config
+from ponytail.container.oci import Spec, read_bundle_config, read_spec
+from ponytail.engines.shim.edit import add_gpu_hook, spec_asks_for_gpus
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.logfile import RunLog
-from ponytail.oci import Spec, read_bundle_config, read_spec
-from ponytail.shim.edit import add_gpu_hook, spec_asks_for_gpus
 
 
 def prepare_bundle(bundle: str, container_id: str | None, config: Config, config_error: PonytailError | None) -> None:
@@ -32,7 +32,7 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
         return
     if config_error is not None:
         raise config_error
-    from ponytail.hooksd import installed_command
+    from ponytail.engines.hooksd import installed_command
 
     command = installed_command("ponytail")
     if command is None:
@@ -56,11 +56,11 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
     """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
 
     The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
-    from ponytail.deviceplugin import plugin_devices
-    from ponytail.hook import make_plan
+    from ponytail.container.deviceplugin import plugin_devices
+    from ponytail.container.request import build_request
     from ponytail.lite.records import replace
-    from ponytail.plan import AllowDevices
-    from ponytail.request import build_request
+    from ponytail.plan.make import make_plan
+    from ponytail.plan.operations import AllowDevices
 
     try:
         plugin = plugin_devices(spec.mounts, spec.annotations)

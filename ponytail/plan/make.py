@@ -1,0 +1,135 @@
+"""make_plan: the host probed for one request, and the plan for it.
+
+The one way a plan is made: by the hook run, by ``ponytail list`` and by ponytail-runtime (for the
+device rules it writes). The driver tree a container names, the image's CUDA compat directory and
+the container's NVIDIA_REQUIRE_* are decided here too. A plan with problems is an error, except in
+a dry run, which shows them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ponytail.config import Config
+from ponytail.errors import PonytailError, ProbeError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
+    from ponytail.container.request import Request
+    from ponytail.host.probe import Host
+    from ponytail.plan.compat import Compat
+    from ponytail.plan.operations import Plan
+
+
+def make_plan(
+    config: Config, request: Request, library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True,
+    driver: tuple[str, str] | None = None, rootfs: str | None = None, env: dict[str, str] | None = None,
+) -> tuple[Plan, Host]:
+    """Probe the host for ``request`` and plan it. A plan with problems is an error,
+    except in a dry run, which shows the problems instead. ``driver`` (name, who asked)
+    selects a registered driver tree; ``rootfs`` is looked at for a CUDA compat directory."""
+    from ponytail.container.request import select_devices, select_gpus
+    from ponytail.host.probe import find_ldconfig, probe_host
+    from ponytail.plan.operations import build_plan
+
+    config, tree_version, tree_line = _driver_tree(config, driver)
+    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version)
+    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree_version))
+    mig_gpus = {
+        what: select_gpus(host.gpus, wanted)
+        for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
+        if wanted is not None
+    }
+    plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
+    plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
+    unmet = _unmet_requirement(config, host, request, plan, tree_version, compat)
+    if unmet is not None:
+        if not dry_run:
+            raise unmet
+        from ponytail.lite.records import replace
+
+        plan = replace(plan, problems=plan.problems + (unmet.message,))
+    if plan.problems and not dry_run:
+        more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
+        raise ProbeError(plan.problems[0] + more)
+    return plan, host
+
+
+def _driver_tree(config: Config, driver: tuple[str, str] | None) -> tuple[Config, str, str]:
+    """The config to probe with (a registered tree's root as driver root), the tree's
+    version ("" for the host's driver root) and what was chosen and why (ponytail.container.umd)."""
+    if driver is None:
+        return config, "", f"host driver root {config.driver_root} (no driver tree requested)"
+    from ponytail.container.umd import choose_tree
+    from ponytail.host.driver import read_driver_version
+
+    config, tree = choose_tree(config, driver, read_driver_version(config.proc_root))
+    return config, tree.version, tree.describe()
+
+
+def _cuda_compat(
+    plan: Plan, host: Host, config: Config, rootfs: str | None, env: dict[str, str] | None, tree_version: str, tree_line: str
+) -> tuple[Plan, Compat | None]:
+    """The plan with the image's CUDA compat directory first when it is used (ponytail.plan.compat),
+    and the driver tree and compat choices recorded in it."""
+    from ponytail.lite.records import replace
+
+    compat = None
+    if rootfs is not None and host.library("libcuda.so.1") is not None and _may_have_cuda(rootfs):
+        from ponytail.plan.compat import apply_compat, find_compat  # resolves the path safely inside the rootfs
+
+        compat = find_compat(rootfs, env, tree_version or host.driver_version, config.cuda_compat)
+        plan = apply_compat(plan, compat)
+    choices: tuple[str, ...] = (f"user-mode driver: {tree_line}",)
+    if compat is not None:
+        choices += (f"CUDA compat {compat.directory}: {'used' if compat.used else 'not used'}, {compat.why}",)
+    return replace(plan, choices=choices), compat
+
+
+def _may_have_cuda(rootfs: str) -> bool:
+    """False only when the image surely has no /usr/local/cuda (most images): then the CUDA
+    compat module is not even imported. Never follows a link: one means 'maybe'."""
+    import stat
+
+    path = rootfs
+    for name in ("usr", "local", "cuda"):
+        path = f"{path}/{name}"
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return False
+        if not stat.S_ISDIR(mode):
+            return stat.S_ISLNK(mode)
+    return True
+
+
+def _unmet_requirement(
+    config: Config, host: Host, request: Request, plan: Plan, tree_version: str = "", compat: Compat | None = None
+) -> PonytailError | None:
+    if not request.requirements:
+        return None
+    from ponytail.container.require import Facts, RequirementNotMet, check_requirements
+    from ponytail.host.cuda import cuda_driver_version, format_cuda_version
+    from ponytail.host.probe import find_driver_library
+
+    def cuda() -> str:  # the CUDA of the libcuda the container will load
+        if compat is not None and compat.used:
+            from ponytail.plan.compat import cuda_version_of_driver
+
+            return cuda_version_of_driver(compat.version) or "0.0"
+        version = tree_version or host.driver_version
+        libcuda = find_driver_library(config, version, "libcuda", "libcuda.so.1", host)
+        return format_cuda_version(cuda_driver_version(libcuda, timeout_s=config.timeout_probe))
+
+    try:
+        check_requirements(request.requirements, Facts(host.driver_version, cuda, tuple(g.model for g in plan.gpus)))
+    except RequirementNotMet as e:
+        return e
+    return None
+
+
+def _mig_uuids(config: Config, host: Host, tree_version: str = "") -> dict[str, tuple[int, int, int]]:
+    from ponytail.host.mig import mig_uuids
+    from ponytail.host.probe import find_driver_library
+
+    return mig_uuids(find_driver_library(config, tree_version or host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host), config.timeout_probe)
