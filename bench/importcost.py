@@ -15,6 +15,7 @@ each, and what the stand-in saves against its standard equivalent (ponytail/lite
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -23,8 +24,35 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = (REPO / "config" / "config.toml").read_text()
 CLASSES = 34  # ponytail's record classes
-BASE = "import re, enum, collections, functools, operator, struct, ctypes, bisect, select"
-ALREADY = BASE + ", json, glob, fnmatch, signal\n"
+# what a warm hook run imports anyway (the probe cache hit: no glob; plain JSON: no json, re or enum)
+BASE = "import operator, struct, ctypes, bisect, select"
+ALREADY = BASE + "\n"
+# an OCI state and a config.json as runc writes them (`runc spec`, two GPUs asked for)
+STATE = json.dumps({"ociVersion": "1.0.2", "id": "c" * 64, "status": "created", "pid": 4242, "bundle": "/run/b/" + "c" * 64})
+SPEC = json.dumps({
+    "ociVersion": "1.0.2",
+    "process": {
+        "terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["sh"], "cwd": "/",
+        "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm",
+                "NVIDIA_VISIBLE_DEVICES=0,1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+                "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471"],
+        "capabilities": {k: ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]
+                         for k in ("bounding", "effective", "permitted", "ambient")},
+        "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}], "noNewPrivileges": True,
+    },
+    "root": {"path": "rootfs", "readonly": True}, "hostname": "runc",
+    "mounts": [{"destination": d, "type": t, "source": t, "options": ["nosuid", "noexec", "nodev"]}
+               for d, t in (("/proc", "proc"), ("/dev", "tmpfs"), ("/dev/pts", "devpts"), ("/dev/shm", "tmpfs"),
+                            ("/dev/mqueue", "mqueue"), ("/sys", "sysfs"), ("/sys/fs/cgroup", "cgroup"))],
+    "hooks": {"prestart": [{"path": "/usr/bin/ponytail", "args": ["ponytail"]}]},
+    "linux": {
+        "resources": {"devices": [{"allow": False, "access": "rwm"}]},
+        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")],
+        "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"],
+        "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+    },
+}, indent="\t").encode()
 FIELDS = "\n".join(f"    f{i}: int = {i}" for i in range(5))
 CLASS_BODY = f"class C{{i}}:\n{FIELDS}\n"
 
@@ -40,6 +68,15 @@ PAIRS = {
         "from ponytail.options import parse_hook_args\nparse_hook_args(['-config', '/etc/ponytail/config.toml'])\n",
         "from ponytail.cli.commands import cli\ncli.make_context('ponytail', ['-config', '/etc/ponytail/config.toml'])\n",
     ),
+    "plainjson / json (the OCI state and config.json)": (
+        f"from ponytail.lite.plainjson import loads_plain\nloads_plain({STATE.encode()!r})\nloads_plain({SPEC!r})\n",
+        f"import json\njson.loads({STATE.encode()!r})\njson.loads({SPEC!r})\n",
+    ),
+    "require without re / with re": (
+        "from ponytail.container.require import _parse_constraint\n_parse_constraint('driver>=470')\n",
+        "import re\nre.compile(r'^(cuda|driver|arch|brand)(>=|<=|!=|==|=|<|>)(\\S+)$').match('driver>=470')\n"
+        "re.compile(r'^\\d+(\\.\\d+)*$').match('470')\n",
+    ),
     "plaintoml / tomllib": (
         f"from ponytail.lite.plaintoml import loads_plain\nloads_plain({CONFIG!r})\n",
         f"import tomllib\ntomllib.loads({CONFIG!r})\n",
@@ -49,7 +86,6 @@ PAIRS = {
 
 # standard modules a hook imports where it once had a stand-in (nothing to save: what they cost)
 STANDARD = {
-    "json (the OCI state, config.json)": "import json\njson.loads(b'{\"id\": \"x\", \"pid\": 1}')\n",
     "glob, fnmatch, contextlib (driver files)": "import glob\nglob.glob('/lib/firmware/nvidia/*/gsp*.bin')\n",
     "signal (ldconfig's signal dispositions)": "from signal import SIGKILL, SIGPIPE, SIGXFSZ\n",
 }

@@ -5,7 +5,11 @@ any user)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ponytail.container.request import requirements_from_env
 from ponytail.container.require import Facts, RequirementNotMet, arch_of, brand_of, check_requirements
@@ -192,3 +196,45 @@ def test_a_legacy_cuda_image_on_a_host_that_is_too_old_is_refused() -> None:
     with pytest.raises(RequirementNotMet) as raised:
         check_requirements(requirements, facts())
     assert raised.value.message.startswith("this host does not meet CUDA_VERSION='cuda>=12.6': unmet cuda>=12.6")
+
+
+CONSTRAINT_RE = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|!=|==|=|<|>)(\S+)$")
+VERSION_RE = re.compile(r"^\d+(\.\d+)*$")
+
+
+def outcome(constraint: str) -> str:
+    """What checking one constraint does: "ok" (met or unmet), or which bad input."""
+    try:
+        check_requirements((("NVIDIA_REQUIRE_X", constraint),), facts(("Tesla A100",)))
+    except RequirementNotMet:
+        return "ok"
+    except InputError as e:
+        message = str(e)
+        if "cannot parse constraint" in message:
+            return "cannot parse"
+        return "not a version" if "is not a version" in message else "brand operator"
+    return "ok"
+
+
+def outcome_by_regex(constraint: str) -> str:
+    """The same, by the regular expressions the constraint syntax was first written with."""
+    m = CONSTRAINT_RE.match(constraint)
+    if not m:
+        return "cannot parse"
+    key, op, wanted = m.groups()
+    if key == "brand":
+        return "ok" if op in ("=", "==", "!=") else "brand operator"
+    return "ok" if VERSION_RE.match(wanted) else "not a version"
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from(["cuda", "driver", "arch", "brand", "cud", "Driver", "x", ""]),
+    st.text(alphabet="<>=!", max_size=3),
+    st.text(alphabet=list(".0123456789٣xtesla=<"), max_size=8),
+)
+def test_constraints_parse_as_the_regular_expressions_did(key: str, op: str, value: str) -> None:
+    constraint = key + op + value
+    if not constraint:
+        return
+    assert outcome(constraint) == outcome_by_regex(constraint), constraint

@@ -51,11 +51,17 @@ def read_bounded(stream: BinaryIO, limit: int, what: str) -> bytes:
 
 
 def parse_json_object(raw: bytes, what: str) -> dict:
-    """``json.loads(raw)``, which must be an object, and no lone surrogate in it."""
-    import json  # hook mode only: a manual run reads no JSON
-
+    """``json.loads(raw)``, which must be an object, and no lone surrogate in it. Plain JSON (what
+    engines write) is read by ``loads_plain`` without importing ``json``; anything else by json."""
     if not raw.strip():
         raise InputError(f"{what} is empty")
+    from ponytail.lite.plainjson import loads_plain
+
+    value = loads_plain(raw)
+    if isinstance(value, dict):
+        return value  # valid UTF-8 and no \uD8xx escape: no lone surrogate
+    import json  # anything but plain JSON, and every error's wording
+
     try:
         value = json.loads(raw)
     except RecursionError:

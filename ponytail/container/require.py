@@ -9,8 +9,6 @@ Example (every nvidia/cuda image has one):
 
 from __future__ import annotations
 
-import re
-
 from ponytail.errors import InputError, PonytailError, quoted
 from ponytail.lite.records import record
 
@@ -18,8 +16,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from collections.abc import Callable
 
-_CONSTRAINT = re.compile(r"^(cuda|driver|arch|brand)(>=|<=|!=|==|=|<|>)(\S+)$")
-_VERSION = re.compile(r"^\d+(\.\d+)*$")
+_KEYS = ("cuda", "driver", "arch", "brand")
+_OPERATORS = (">=", "<=", "!=", "==", "=", "<", ">")  # longest first: "driver>=4" is >= 4
 
 # Compute capability and NVML-style brand by model name, most specific first. The
 # probe never loads NVML, so these come from the model name the driver reports.
@@ -70,17 +68,17 @@ def check_requirements(requirements: tuple[tuple[str, str], ...], facts: Facts) 
 
 
 def _holds(var: str, constraint: str, facts: Facts, cache: dict[str, str]) -> bool:
-    m = _CONSTRAINT.match(constraint.strip())
-    if not m:
+    parsed = _parse_constraint(constraint.strip())
+    if parsed is None:
         raise InputError(
             f"{var}: cannot parse constraint {quoted(constraint)} (expected cuda|driver|arch|brand, an operator, a value)"
         )
-    key, op, wanted = m.groups()
+    key, op, wanted = parsed
     if key == "brand":
         if op not in ("=", "==", "!="):
             raise InputError(f"{var}: brand only compares with = or != ({constraint!r})")
         return all((brand_of(model) == wanted.lower()) == (op != "!=") for model in facts.models)
-    if not _VERSION.match(wanted):
+    if not all(part.isdecimal() for part in wanted.split(".")):  # digits, dot-separated
         raise InputError(f"{var}: {wanted!r} in {constraint!r} is not a version")
     if key == "arch":
         archs = [arch_of(model) for model in facts.models]
@@ -90,6 +88,20 @@ def _holds(var: str, constraint: str, facts: Facts, cache: dict[str, str]) -> bo
             cache["cuda"] = facts.cuda()
         return _compare(cache["cuda"], op, wanted)
     return _compare(facts.driver, op, wanted)
+
+
+def _parse_constraint(text: str) -> tuple[str, str, str] | None:
+    """(key, operator, value) of "driver>=470", or None; the value is one word. (Plain string
+    work: the hook does not import ``re`` for this.)"""
+    key = next((k for k in _KEYS if text.startswith(k)), None)
+    if key is None:
+        return None
+    rest = text[len(key):]
+    for op in _OPERATORS:
+        value = rest[len(op):]
+        if rest.startswith(op) and value and not any(c.isspace() for c in value):
+            return key, op, value
+    return None
 
 
 def _compare(actual: str, op: str, wanted: str) -> bool:

@@ -16,10 +16,11 @@ A wedged GPU can make such a call block for ever, so the child:
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import time
+
+from ponytail.lite.plainjson import loads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not imported on the hook's path (tests/test_hook_imports.py)
@@ -57,9 +58,12 @@ def run_in_child(function: Callable[..., Any], *args: Any, timeout_s: float = 5.
         raise ChildTimeout(f"did not answer within {timeout_s:g} s (killed)")
     wait_status = _kill_group(pid)  # anything it left running in its group goes with it
     try:
-        return json.loads(output)["ok"]
-    except (ValueError, KeyError, TypeError):
-        return f"the probe process failed (wait status {wait_status})"
+        answer = loads(output)
+    except ValueError:
+        answer = None
+    if isinstance(answer, dict) and "ok" in answer:
+        return answer["ok"]
+    return f"the probe process failed (wait status {wait_status})"
 
 
 def _child(function: Callable[..., Any], args: tuple, read_fd: int, write_fd: int, parent: int) -> None:
@@ -69,6 +73,8 @@ def _child(function: Callable[..., Any], args: tuple, read_fd: int, write_fd: in
         os.setpgid(0, 0)
         _die_with_parent(parent)
         _detach_standard_descriptors()
+        import json  # in the child only: the parent reads the answer with plainjson
+
         payload = json.dumps({"ok": function(*args)}).encode()
         while payload:
             payload = payload[os.write(write_fd, payload):]

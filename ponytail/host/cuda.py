@@ -8,10 +8,10 @@ ignored (and the file rewritten), and a write that fails leaves no temporary fil
 
 from __future__ import annotations
 
-import json
 import os
 
 from ponytail.errors import ProbeError
+from ponytail.lite.plainjson import loads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
@@ -79,8 +79,8 @@ def _ask_libcuda(path: str) -> int | str:
 
 def _read_cache(path: str) -> dict:
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.loads(f.read(65536))
+        with open(path, "rb") as f:
+            data = loads(f.read(65536))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
@@ -91,6 +91,8 @@ def _write_cache(path: str, data: dict) -> None:
     tmp = f"{path}.{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        import json  # writing: a cache miss only
+
         content = json.dumps(data).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:

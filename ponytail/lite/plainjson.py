@@ -1,0 +1,190 @@
+"""Plain JSON: the subset of JSON that OCI states and config.json files are written in, read
+without importing ``json`` (whose decoder imports ``re`` and ``enum``: most of a hook run's
+import time once nothing else needs them).
+
+``loads_plain`` reads objects, arrays, strings (every escape but a lone surrogate ``\\uD8xx``),
+integers, ``true``, ``false`` and ``null``, nested at most ``MAX_DEPTH`` deep. Anything else (a
+fraction or an exponent, a control character or a lone surrogate in a string, deeper nesting,
+invalid UTF-8, or any syntax error) returns None: the caller then reads the same bytes with
+``json.loads``, which also words the error. So the result is always what ``json.loads`` would
+return, or None. Held to ``json.loads`` by tests/test_plainjson.py."""
+
+from __future__ import annotations
+
+MAX_DEPTH = 64
+_SPACE = " \t\n\r"
+_DIGITS = "0123456789"
+_NUMBER_CHARS = "-0123456789"
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_HEX = "0123456789abcdefABCDEF"
+
+
+class _NotPlain(Exception):
+    """Outside the subset (or not JSON): json.loads decides."""
+
+
+def loads_plain(raw: bytes) -> object | None:
+    """``json.loads(raw)`` for plain JSON; None when ``raw`` is anything else."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if text.startswith("\ufeff"):  # json.loads refuses a byte-order mark in a str, not in bytes
+        return None
+    try:
+        i = _skip_space(text, 0)
+        value, i = _value(text, i, 0)
+        i = _skip_space(text, i)
+    except (_NotPlain, IndexError, ValueError):
+        return None
+    return value if i == len(text) else None
+
+
+def _skip_space(text: str, i: int) -> int:
+    n = len(text)
+    while i < n and text[i] in _SPACE:
+        i += 1
+    return i
+
+
+def _value(text: str, i: int, depth: int) -> tuple[object, int]:
+    c = text[i]
+    if c == '"':
+        return _string(text, i + 1)
+    if c == "{":
+        return _object(text, i + 1, depth + 1)
+    if c == "[":
+        return _array(text, i + 1, depth + 1)
+    if c in _NUMBER_CHARS:
+        return _integer(text, i)
+    if text.startswith("true", i):
+        return True, i + 4
+    if text.startswith("false", i):
+        return False, i + 5
+    if text.startswith("null", i):
+        return None, i + 4
+    raise _NotPlain
+
+
+def _object(text: str, i: int, depth: int) -> tuple[dict[str, object], int]:
+    if depth > MAX_DEPTH:
+        raise _NotPlain
+    result: dict[str, object] = {}
+    i = _skip_space(text, i)
+    if text[i] == "}":
+        return result, i + 1
+    while True:
+        if text[i] != '"':
+            raise _NotPlain
+        key, i = _string(text, i + 1)
+        i = _skip_space(text, i)
+        if text[i] != ":":
+            raise _NotPlain
+        value, i = _value(text, _skip_space(text, i + 1), depth)
+        result[key] = value
+        done, i = _after_item(text, i, "}")
+        if done:
+            return result, i
+
+
+def _array(text: str, i: int, depth: int) -> tuple[list[object], int]:
+    if depth > MAX_DEPTH:
+        raise _NotPlain
+    result: list[object] = []
+    i = _skip_space(text, i)
+    if text[i] == "]":
+        return result, i + 1
+    while True:
+        value, i = _value(text, i, depth)
+        result.append(value)
+        done, i = _after_item(text, i, "]")
+        if done:
+            return result, i
+
+
+def _after_item(text: str, i: int, close: str) -> tuple[bool, int]:
+    """After an object's or array's item: (True, past ``close``), or (False, the next item)."""
+    i = _skip_space(text, i)
+    c = text[i]
+    if c == close:
+        return True, i + 1
+    if c != ",":
+        raise _NotPlain
+    return False, _skip_space(text, i + 1)
+
+
+def _string(text: str, i: int) -> tuple[str, int]:
+    """The string whose first character is at ``i`` (after the opening quote)."""
+    end = text.index('"', i)
+    backslash = text.find("\\", i, end)
+    if backslash < 0:
+        chunk = text[i:end]
+        _check_chunk(chunk)
+        return chunk, end + 1
+    parts: list[str] = []
+    while True:
+        backslash = text.find("\\", i)
+        end = text.index('"', i)
+        if backslash < 0 or end < backslash:
+            chunk = text[i:end]
+            _check_chunk(chunk)
+            parts.append(chunk)
+            return "".join(parts), end + 1
+        chunk = text[i:backslash]
+        _check_chunk(chunk)
+        parts.append(chunk)
+        c = text[backslash + 1]
+        if c == "u":
+            digits = text[backslash + 2 : backslash + 6]
+            if len(digits) != 4 or any(d not in _HEX for d in digits):
+                raise _NotPlain
+            code = int(digits, 16)
+            i = backslash + 6
+            if 0xD800 <= code <= 0xDBFF and text.startswith("\\u", i):  # a surrogate pair: one character
+                low = text[i + 2 : i + 6]
+                if len(low) == 4 and all(d in _HEX for d in low) and 0xDC00 <= int(low, 16) <= 0xDFFF:
+                    code = 0x10000 + ((code - 0xD800) << 10) + (int(low, 16) - 0xDC00)
+                    i += 6
+            if 0xD800 <= code <= 0xDFFF:  # a lone surrogate is no text: json.loads keeps it, the caller refuses it
+                raise _NotPlain
+            parts.append(chr(code))
+        else:
+            escaped = _ESCAPES.get(c)
+            if escaped is None:
+                raise _NotPlain
+            parts.append(escaped)
+            i = backslash + 2
+
+
+def _check_chunk(chunk: str) -> None:
+    """A raw control character is not JSON; a lone surrogate cannot come from valid UTF-8."""
+    if not chunk.isprintable() and any(ord(c) < 0x20 for c in chunk):
+        raise _NotPlain
+
+
+def _integer(text: str, i: int) -> tuple[int, int]:
+    start = i
+    n = len(text)
+    if text[i] == "-":
+        i += 1
+    digits_start = i
+    while i < n and text[i] in _DIGITS:
+        i += 1
+    digits = text[digits_start:i]
+    if not digits or (len(digits) > 1 and digits[0] == "0"):
+        raise _NotPlain
+    if i < n and text[i] in ".eE":  # a fraction or an exponent: json.loads makes the float
+        raise _NotPlain
+    if len(digits) > 4000:  # int()'s digit limit: json.loads words it
+        raise _NotPlain
+    return int(text[start:i]), i
+
+
+def loads(raw: bytes | str) -> object:
+    """``json.loads(raw)``, importing ``json`` only when ``raw`` is not plain JSON."""
+    value = loads_plain(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw)
+    if value is None:
+        import json
+
+        return json.loads(raw)
+    return value
