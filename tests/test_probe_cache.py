@@ -261,9 +261,11 @@ def test_the_cache_keeps_the_newest_entries_and_no_orphaned_temporary_file(host:
     dead.wait()
     orphan = cache_dir / f".probe-{dead.pid}"  # a writer SIGKILLed before its rename
     orphan.write_bytes(b"half")
-    for i in range(10):  # ten configs, ten keys
+    from ponytail.host.probecache import MAX_ENTRIES
+
+    for i in range(MAX_ENTRIES + 2):  # as many configs, as many keys
         listed(cached_config(host, tmp_path, f'[library]\npaths = ["/opt/extra{i}/lib*.so"]\n'))
-    assert len(list(cache_dir.glob("probe-*.cache"))) == 8
+    assert len(list(cache_dir.glob("probe-*.cache"))) == MAX_ENTRIES == 32
     assert not orphan.exists()
 
 

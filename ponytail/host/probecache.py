@@ -40,7 +40,7 @@ import time
 PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
 MAX_BYTES = 1 << 20
-MAX_ENTRIES = 8  # the most recent keys (driver roots, capability sets) remembered
+MAX_ENTRIES = 32  # the most recent keys remembered: driver roots × capability sets × ponytail installs (pip, binary)
 _PRIME = (1 << 61) - 1  # the file name's hash: the key's bytes as a number, modulo this
 _MAGIC = "*?["
 # a file system stamps a change with a clock that may lag by a tick (1-10 ms): a witness changed
