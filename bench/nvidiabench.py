@@ -592,6 +592,11 @@ def main() -> int:
     try:
         hb.build_measure(work)
         pip = Path(args.pip).absolute() if args.pip else hb.pip_install(work)
+        interpreter = pip.parent / "python"
+        if interpreter.exists():
+            version = subprocess.run([str(interpreter), "-c", "import platform; print(platform.python_version())"],
+                                     capture_output=True, text=True, check=False).stdout.strip()
+            tools_note += f"; pip: a venv of {interpreter.resolve()} (Python {version})"
         ponytails = {"pip": [str(pip)]}
         binary = None if args.no_binary else (Path(args.binary) if args.binary else REPO / "dist/ponytail/ponytail")
         if binary is not None and binary.is_file():

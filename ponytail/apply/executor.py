@@ -30,7 +30,6 @@ import os
 import stat
 
 from ponytail.apply import syscalls
-from ponytail.apply.cgroup import DevicesCgroup, allow_devices, open_devices_cgroup
 from ponytail.apply.ldconfig import LDCONFIG_TIMEOUT_S, run_ldconfig
 from ponytail.apply.rootlock import lock_rootfs
 from ponytail.errors import InjectionError, InputError, PonytailError
@@ -39,6 +38,10 @@ from ponytail.fs.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesyste
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.lite.records import field, record
 from ponytail.plan.operations import MOUNT_OPTIONS, AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ponytail.apply.cgroup import DevicesCgroup  # imported when a plan has device rules (not a CDI hook's)
 
 LD_SO_CONF = "/etc/ld.so.conf"
 LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
@@ -71,7 +74,7 @@ def apply_plan(
     trees: dict[int, int] = {}  # operation index -> detached mount
     ldconfig_fd = -1
     host_ns = -1  # to clone a library for a SONAME link only if the image has a file there (_symlink)
-    devices_cgroup = DevicesCgroup()
+    devices_cgroup: DevicesCgroup | None = None  # hook mode with device rules only (not a CDI hook's plan)
     try:
         for i, op in enumerate(plan.operations):
             if isinstance(op, Mount):
@@ -81,6 +84,8 @@ def apply_plan(
             elif isinstance(op, LinkerCache):
                 ldconfig_fd = _open_program(op.ldconfig)
             elif isinstance(op, AllowDevices) and container_pid is not None:
+                from ponytail.apply.cgroup import open_devices_cgroup
+
                 devices_cgroup = open_devices_cgroup(container_pid, op)
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
@@ -101,7 +106,7 @@ def apply_plan(
                     _mask_proc(root_fd, op, outcome)
                 elif isinstance(op, LinkerCache):
                     _linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
-                elif isinstance(op, AllowDevices):
+                elif isinstance(op, AllowDevices) and devices_cgroup is not None:
                     _allow_devices(devices_cgroup, op, outcome)
         except BaseException as e:
             leftover = _undo(outcome.attached)
@@ -114,7 +119,8 @@ def apply_plan(
     finally:
         for fd in outcome.attached:
             os.close(fd)
-        devices_cgroup.close()
+        if devices_cgroup is not None:
+            devices_cgroup.close()
         for fd in trees.values():
             os.close(fd)
         for fd in (ldconfig_fd, host_ns):
@@ -137,6 +143,8 @@ def _undo(attached: list[int]) -> str:
 
 
 def _allow_devices(devices_cgroup: DevicesCgroup, op: AllowDevices, outcome: Outcome) -> None:
+    from ponytail.apply.cgroup import allow_devices
+
     outcome.done += allow_devices(devices_cgroup, op)
     if devices_cgroup.note:
         outcome.warnings.append(devices_cgroup.note)
