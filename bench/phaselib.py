@@ -39,7 +39,7 @@ WRAP = (
     ("ponytail.apply.executor", "apply_plan", "mounts"),
     ("ponytail.apply.executor", "_linker_cache", "ldconfig"),
     ("ponytail.apply.executor", "_check_cache", "ldconfig"),
-    ("ponytail.apply.executor", "open_devices_cgroup", "cgroup"),
+    ("ponytail.apply.cgroup", "open_devices_cgroup", "cgroup"),  # imported by the executor when it needs it
     ("ponytail.apply.executor", "_allow_devices", "cgroup"),
 )
 LOG_METHODS = ("open", "write", "write_all", "close")

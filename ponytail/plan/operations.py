@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from ponytail.lite.records import record
+from ponytail.lite.records import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the operations need none of these at run time (a CDI hook loads no probe)
@@ -112,17 +112,50 @@ class Plan:
 
 
 def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]], ldconfig: str | None) -> Plan:
-    """Every operation that gives the container what ``request`` asks for on ``host``.
+    """Every operation that gives the container what ``request`` asks for on ``host``, family
+    by family: device nodes, libraries with their SONAME links, binaries and files, the masked
+    /proc/driver/nvidia, the linker cache, the device rules. Each family adds its operations,
+    and the problems (a real run refuses) and warnings it finds.
 
     ``mig_gpus`` holds the GPUs named by NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES
     ("config", "monitor"), already resolved."""
-    from ponytail.capabilities import CAPABILITIES  # not on the CDI hook's path, which reads the plan's records only
-
-    ops: list[Operation] = []
-    warnings = list(host.notes)
-    warnings += [f"unknown driver capability {c!r} in {request.capabilities_source} ignored" for c in request.unknown_capabilities]
-    problems: list[str] = []
+    plan = _Draft(warnings=list(host.notes))
+    plan.warnings += [f"unknown driver capability {c!r} in {request.capabilities_source} ignored" for c in request.unknown_capabilities]
     caps = request.capabilities
+    _device_nodes(plan, host, caps, selection, mig_gpus)
+    sonames = _libraries(plan, host, caps)
+    for binary in host.binaries:
+        plan.ops.append(_mount("binary", binary.host_path, binary.target, binary.found_by))
+    for f in host.files:
+        plan.ops.append(_mount("file", f.host_path, f.target, f.found_by))
+    for ipc in host.ipc:
+        plan.ops.append(_mount("ipc", ipc.host_path, ipc.target, f"{ipc.why}: driver daemon IPC", is_dir=ipc.is_dir))
+    if caps and "params" in host.proc_files:
+        plan.ops.append(_proc_mask(host, selection, mig_gpus))
+    _linker_cache(plan, host, sonames, ldconfig)
+    rules = tuple(op.rdev for op in plan.ops if isinstance(op, Mount) and op.rdev is not None)
+    if rules:
+        plan.ops.append(AllowDevices(rules, "let the container open exactly the injected device nodes"))
+    by_index = {g.index: g for g in host.gpus}
+    gpus = tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
+    return Plan(tuple(plan.ops), gpus, selection, host.skipped, tuple(plan.warnings), tuple(plan.problems))
+
+
+@record
+class _Draft:
+    """A plan being built: its operations so far, and what was found wrong on the way."""
+
+    ops: list[Operation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _device_nodes(
+    plan: _Draft, host: Host, caps: tuple[str, ...], selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]]
+) -> None:
+    """A device mount per node: the selected GPUs (and MIG devices' parents and access nodes),
+    MIG config/monitor access, the control node and each capability's nodes."""
+    from ponytail.capabilities import CAPABILITIES  # not on the CDI hook's path, which reads the plan's records only
 
     nodes: dict[str, tuple[DeviceNode, str, bool]] = {}  # name -> (node, why, fatal)
     by_index = {g.index: g for g in host.gpus}
@@ -136,7 +169,7 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
     for what, gpus in mig_gpus.items():
         minor = host.mig_global_minors.get(what)
         if minor is None:
-            problems.append(f"MIG {what} access requested but {what} has no DeviceFileMinor under /proc/driver/nvidia/capabilities/mig")
+            plan.problems.append(f"MIG {what} access requested but {what} has no DeviceFileMinor under /proc/driver/nvidia/capabilities/mig")
             continue
         nodes[f"mig-{what}"] = (host.caps_node(minor), f"MIG {what} access (privileged container)", True)
         for gpu in gpus:
@@ -147,50 +180,48 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
             nodes.setdefault(name, (host.control_nodes[name], cap, name in CAPABILITIES[cap].required_nodes))  # every one is in CONTROL_NODES
     for node, why, fatal in nodes.values():
         if node.problem is None:
-            ops.append(_mount("device", node.host_path, f"/dev/{node.name}", why, (node.major, node.minor)))
+            plan.ops.append(_mount("device", node.host_path, f"/dev/{node.name}", why, (node.major, node.minor)))
         elif fatal:
-            problems.append(f"{why}: {node.problem}")
+            plan.problems.append(f"{why}: {node.problem}")
         else:
-            warnings.append(f"/dev/{node.name} not injected: {node.problem}")
+            plan.warnings.append(f"/dev/{node.name} not injected: {node.problem}")
 
+
+def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:
+    """A library mount per driver library, then one SONAME link per SONAME that is not a
+    library's own name; returns where each SONAME will be ("soname:bits" -> path)."""
     if not host.libraries and host.reports:
         searched = ", ".join(r.search for r in host.reports[:4]) + (", ..." if len(host.reports) > 4 else "")
-        problems.append(
+        plan.problems.append(
             f"no library of driver {host.driver_version} found (searched {searched}, and the driver root's "
             f"ld.so.cache): set [host] driver_root, or [library] paths, in the config"
         )
-    problems += _missing_libraries(host, caps)
+    plan.problems += _missing_libraries(host, caps)
     links: dict[str, Symlink] = {}
     sonames: dict[str, str] = {}
     for lib in host.libraries:
-        ops.append(_mount("library", lib.host_path, lib.target, f"{lib.found_by}{', 32-bit' if lib.bits == 32 else ''}"))
+        plan.ops.append(_mount("library", lib.host_path, lib.target, f"{lib.found_by}{', 32-bit' if lib.bits == 32 else ''}"))
         directory, name = os.path.split(lib.target)
         if lib.soname:
             sonames.setdefault(f"{lib.soname}:{lib.bits}", f"{directory}/{lib.soname}")
         if lib.soname and lib.soname != name:
             link = f"{directory}/{lib.soname}"
             links.setdefault(link, Symlink(link, name, f"SONAME of {name}", lib.host_path))
-    ops.extend(links.values())
-    for binary in host.binaries:
-        ops.append(_mount("binary", binary.host_path, binary.target, binary.found_by))
-    for f in host.files:
-        ops.append(_mount("file", f.host_path, f.target, f.found_by))
-    for ipc in host.ipc:
-        ops.append(_mount("ipc", ipc.host_path, ipc.target, f"{ipc.why}: driver daemon IPC", is_dir=ipc.is_dir))
-    if caps and "params" in host.proc_files:
-        ops.append(_proc_mask(host, selection, mig_gpus))
-    if host.libraries:
-        directories = tuple(sorted({os.path.dirname(lib.target) for lib in host.libraries}))
-        if ldconfig is None:
-            problems.append("no ldconfig on the host (looked in /sbin and /usr/sbin): set [host] ldconfig in the config")
-        else:
-            checks = tuple(sorted((key.split(":")[0], path) for key, path in sonames.items() if key.endswith(":64")))
-            ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, checks, "make the driver's libraries loadable by SONAME"))
-    rules = tuple(op.rdev for op in ops if isinstance(op, Mount) and op.rdev is not None)
-    if rules:
-        ops.append(AllowDevices(rules, "let the container open exactly the injected device nodes"))
-    gpus = tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
-    return Plan(tuple(ops), gpus, selection, host.skipped, tuple(warnings), tuple(problems))
+    plan.ops.extend(links.values())
+    return sonames
+
+
+def _linker_cache(plan: _Draft, host: Host, sonames: dict[str, str], ldconfig: str | None) -> None:
+    """The injected libraries' directories in the linker config and the host's ldconfig run on
+    it, with the 64-bit SONAMEs the new cache must resolve to the injected files."""
+    if not host.libraries:
+        return
+    directories = tuple(sorted({os.path.dirname(lib.target) for lib in host.libraries}))
+    if ldconfig is None:
+        plan.problems.append("no ldconfig on the host (looked in /sbin and /usr/sbin): set [host] ldconfig in the config")
+        return
+    checks = tuple(sorted((key.split(":")[0], path) for key, path in sonames.items() if key.endswith(":64")))
+    plan.ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, checks, "make the driver's libraries loadable by SONAME"))
 
 
 def _missing_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
