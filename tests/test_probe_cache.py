@@ -312,3 +312,14 @@ def test_info_s_libcuda_lookup_is_cached_and_sees_libcuda_go(host: FakeHost, tmp
     for name in (f"libcuda.so.{VERSION}", "libcuda.so.1", "libcuda.so"):
         os.unlink(lib(host, name))
     assert info()["cuda_version"] is None
+
+
+def test_the_key_names_each_module_of_the_search_code_where_it_is() -> None:
+    # a module moved or renamed would silently drop out of the key: an edit of it would not
+    # invalidate what an older search found
+    import ponytail
+    from ponytail.host.probecache import SEARCH_CODE, _code_identity
+
+    package = Path(ponytail.__file__).parent
+    assert [m for m in SEARCH_CODE if not (package / f"{m}.py").is_file()] == []
+    assert None not in _code_identity()

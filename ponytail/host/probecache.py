@@ -40,6 +40,8 @@ import time
 PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
 MAX_BYTES = 1 << 20
+# the modules whose code decides what a search finds, relative to the ponytail package
+SEARCH_CODE = ("host/files", "host/probe", "host/elf", "host/ldcache", "host/probecache", "fs/inroot", "capabilities")
 MAX_ENTRIES = 32  # the most recent keys remembered: driver roots × capability sets × ponytail installs (pip, binary)
 _PRIME = (1 << 61) - 1  # the file name's hash: the key's bytes as a number, modulo this
 _MAGIC = "*?["
@@ -133,14 +135,12 @@ def _unchanged(witnesses: tuple) -> bool:
 
 
 def _code_identity() -> tuple:
-    """The search code's own files (ponytail/host/files, probe, elf, ldcache, this module,
-    ponytail/inroot, capabilities; .py or the binary's .pyc): a ponytail upgrade or an edit
-    never reads what an older search found."""
+    """The search code's own files (``SEARCH_CODE``; .py or the binary's .pyc): a ponytail
+    upgrade or an edit never reads what an older search found."""
     from ponytail.host import files
 
-    host_dir, extension = os.path.dirname(files.__file__), os.path.splitext(files.__file__)[1]
-    names = [f"{host_dir}/{m}{extension}" for m in ("files", "probe", "elf", "ldcache", "probecache")]
-    names += [f"{os.path.dirname(host_dir)}/{m}{extension}" for m in ("inroot", "capabilities")]
+    package, extension = os.path.dirname(os.path.dirname(files.__file__)), os.path.splitext(files.__file__)[1]
+    names = [f"{package}/{m}{extension}" for m in SEARCH_CODE]
     out: list = []
     for name in names:
         try:
