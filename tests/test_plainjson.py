@@ -141,3 +141,42 @@ def test_damaged_documents_agree(value: object, data: st.DataObject) -> None:
 @given(raw=st.binary(max_size=64))
 def test_arbitrary_bytes_agree(raw: bytes) -> None:
     agrees(raw)
+
+
+# -- dumps: byte for byte json.dumps, or json.dumps itself -----------------------------------
+
+plain_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.tuples(children, children)
+    | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=plain_values, indent=st.sampled_from([None, 0, 1, 2, 4]))
+def test_plain_values_are_written_as_json_dumps_writes_them(value: object, indent: int | None) -> None:
+    from ponytail.lite.plainjson import dumps, dumps_plain
+
+    assert dumps_plain(value, indent) == json.dumps(value, indent=indent)
+    assert dumps(value, indent) == json.dumps(value, indent=indent)
+
+
+@pytest.mark.parametrize("value", [
+    1.5, float("nan"), {"a": [1, 2.0]}, {1: "int key"}, {None: 1}, {("t",): 1}, object(), [set()],
+    True.__class__(1), type("Str", (str,), {})("sub"),
+])
+def test_anything_else_is_left_to_json_dumps(value: object) -> None:
+    from ponytail.lite.plainjson import dumps, dumps_plain
+
+    if isinstance(value, str) or value is True:  # a str subclass or a bool: plain, and what json writes
+        assert dumps(value, 2) == json.dumps(value, indent=2)
+        return
+    assert dumps_plain(value, 2) is None
+    try:
+        expected = json.dumps(value, indent=2)
+    except (TypeError, ValueError) as e:
+        with pytest.raises(type(e)):
+            dumps(value, 2)
+    else:
+        assert dumps(value, 2) == expected

@@ -65,7 +65,7 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
         print(f"ponytail: error: {e.message}", file=stderr or sys.stderr)
         return e.exit_code
     if as_json:
-        import json
+        from ponytail.lite.plainjson import dumps  # json.dumps' bytes, without importing json (re, enum)
 
         gpus = [
             {
@@ -78,7 +78,7 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
         from ponytail.container.umd import trees_json
 
         document = {"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus}
-        stdout.write(json.dumps({**document, "driver_trees": trees_json(loaded, found.driver_version)}, indent=2) + "\n")
+        stdout.write(dumps({**document, "driver_trees": trees_json(loaded, found.driver_version)}, indent=2) + "\n")
     else:
         from ponytail.container.umd import render_trees
         from ponytail.plan.render import render_gpus

@@ -1,13 +1,16 @@
 """Plain JSON: the subset of JSON that OCI states and config.json files are written in, read
 without importing ``json`` (whose decoder imports ``re`` and ``enum``: most of a hook run's
-import time once nothing else needs them).
+import time once nothing else needs them), and written the same way (``ponytail info --json``).
 
 ``loads_plain`` reads objects, arrays, strings (every escape but a lone surrogate ``\\uD8xx``),
-integers, ``true``, ``false`` and ``null``, nested at most ``MAX_DEPTH`` deep. Anything else (a
+integers, ``true``, ``false`` and ``null``, nested at most ``MAX_DEPTH`` deep. ``dumps`` writes
+dicts with string keys, lists, tuples, strings, integers, booleans and None byte for byte as
+``json.dumps(value, indent=...)`` does (ASCII only, ``\\uXXXX`` escapes), and leaves anything else
+(a float, another key type or object) to ``json.dumps``. Anything else (a
 fraction or an exponent, a control character or a lone surrogate in a string, deeper nesting,
 invalid UTF-8, or any syntax error) returns None: the caller then reads the same bytes with
 ``json.loads``, which also words the error. So the result is always what ``json.loads`` would
-return, or None. Held to ``json.loads`` by tests/test_plainjson.py."""
+return, or None. Held to ``json.loads`` and ``json.dumps`` by tests/test_plainjson.py."""
 
 from __future__ import annotations
 
@@ -188,3 +191,86 @@ def loads(raw: bytes | str) -> object:
 
         return json.loads(raw)
     return value
+
+
+def dumps(value: object, indent: int | None = None) -> str:
+    """``json.dumps(value, indent=indent)``, importing ``json`` only for what ``dumps_plain``
+    leaves to it."""
+    text = dumps_plain(value, indent)
+    if text is None:
+        import json
+
+        return json.dumps(value, indent=indent)
+    return text
+
+
+def dumps_plain(value: object, indent: int | None = None) -> str | None:
+    """``json.dumps(value, indent=indent)`` for plain values; None for anything else."""
+    parts: list[str] = []
+    try:
+        _dump(value, parts, "\n" if indent is not None else None, " " * (indent or 0), 0)
+    except _NotPlain:
+        return None
+    return "".join(parts)
+
+
+def _dump(value: object, parts: list[str], newline: str | None, step: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise _NotPlain
+    if isinstance(value, str):
+        parts.append(_quoted(value))
+    elif value is None:
+        parts.append("null")
+    elif value is True:
+        parts.append("true")
+    elif value is False:
+        parts.append("false")
+    elif type(value) is int:
+        parts.append(int.__repr__(value))
+    elif type(value) is dict:
+        if not value:
+            parts.append("{}")
+            return
+        inner = newline + step * (depth + 1) if newline is not None else None
+        parts.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            if type(key) is not str:
+                raise _NotPlain  # json.dumps converts or refuses other keys
+            parts.append(("," if i else "") + (inner if inner is not None else (" " if i else "")))
+            parts.append(_quoted(key) + ": ")
+            _dump(item, parts, newline, step, depth + 1)
+        parts.append(newline + step * depth + "}" if newline is not None else "}")
+    elif type(value) in (list, tuple):
+        items: list | tuple = value  # type: ignore[assignment]
+        if not items:
+            parts.append("[]")
+            return
+        inner = newline + step * (depth + 1) if newline is not None else None
+        parts.append("[")
+        for i, item in enumerate(items):
+            parts.append(("," if i else "") + (inner if inner is not None else (" " if i else "")))
+            _dump(item, parts, newline, step, depth + 1)
+        parts.append(newline + step * depth + "]" if newline is not None else "]")
+    else:
+        raise _NotPlain  # floats, subclasses, other objects: json.dumps decides
+
+
+_ESCAPED = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _quoted(text: str) -> str:
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    out = []
+    for c in text:
+        code = ord(c)
+        if c in _ESCAPED:
+            out.append(_ESCAPED[c])
+        elif 0x20 <= code < 0x7F:
+            out.append(c)
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 | (code >> 10):04x}\\u{0xDC00 | (code & 0x3FF):04x}")
+    return '"' + "".join(out) + '"'

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ponytail.host.probe import Gpu, Host
 from ponytail.plan.operations import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported by info and -debug (~4 ms): for type checkers only
     from ponytail.container.request import Request
 
 _SECTIONS = (
