@@ -59,3 +59,19 @@ def test_errors_are_one_line_with_the_same_status_on_both_paths(tmp_path: Path) 
     via_click = run_ponytail(["cdi", "generate", "-config", missing, "--output", str(tmp_path / "a.yaml"), "--format", "yaml", "--format", "yaml"])
     assert fast.returncode == via_click.returncode == 2, (fast.stderr, via_click.stderr)
     assert fast.stderr == via_click.stderr and fast.stderr.startswith(b"ponytail: error: ") and fast.stderr.count(b"\n") == 1
+
+
+def test_a_json_spec_is_generated_without_json_re_or_yaml(shared_host: FakeHost, tmp_path: Path) -> None:
+    # written by ponytail.lite.plainjson (json.dumps' bytes), names checked with string methods;
+    # the second run, as on a node where the probe cache is warm (the first may search with glob)
+    args = ["cdi", "generate", "--format", "json", "--output", str(tmp_path / "nvidia.json"),
+            "-config", str(shared_host.write_config()), "--hook-path", console_script("ponytail")]
+    assert run_ponytail(args).returncode == 0
+    warm = run_ponytail(args, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert warm.returncode == 0, warm.stderr
+    heavy = imported(warm) & {"json", "re", "enum", "yaml", "typing", "sysconfig"}
+    assert not heavy, heavy
+    spec = (tmp_path / "nvidia.json").read_bytes()
+    import json
+
+    assert spec == (json.dumps(json.loads(spec), indent=2) + "\n").encode()  # what json.dumps writes

@@ -227,3 +227,28 @@ def test_the_binary_writes_the_same_spec(shared_host: FakeHost, tmp_path: Path, 
     frozen = run_ponytail(args, command=[str(binary)])
     assert frozen.returncode == 0, frozen.stderr
     assert frozen.stdout == run_ponytail(args).stdout and frozen.stdout.startswith(b"cdiVersion: 0.5.0\n")
+
+
+NAME_SYNTAX = {  # the CDI specification's name syntax, as regular expressions
+    "_label": r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?",
+    "_class": r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?",
+    "_device_name": r"[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?",
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("check", sorted(NAME_SYNTAX))
+def test_names_are_checked_as_the_specifications_syntax_says(check: str) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    import ponytail.plan.cdi as cdi
+
+    function, pattern = getattr(cdi, check), re.compile(NAME_SYNTAX[check])
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.text(alphabet="aZ09-_.:/ é\n\t", max_size=8))
+    def agrees(text: str) -> None:
+        assert function(text) == bool(pattern.fullmatch(text)), text
+
+    agrees()

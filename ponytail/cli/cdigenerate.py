@@ -68,7 +68,7 @@ def run_generate(
         loaded = load_config(*config_path(config))
         command = hook_path
         if command is None:
-            from ponytail.engines.hooksd import installed_command
+            from ponytail.engines.command import installed_command
 
             command = installed_command()
         if command is None or not os.path.isabs(command):

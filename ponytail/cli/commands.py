@@ -132,7 +132,8 @@ def install_hook(directory: str | None, config: str | None, command: str | None)
     whose path does not exist. Podman 4.3 on Debian reads only
     /usr/share/containers/oci/hooks.d, or the directories given with --hooks-dir.
     """
-    from ponytail.engines.hooksd import DEFAULT_HOOKS_DIR, installed_command
+    from ponytail.engines.command import installed_command
+    from ponytail.engines.hooksd import DEFAULT_HOOKS_DIR
     from ponytail.engines.hooksd import install_hook as write_hook_file
     from ponytail.errors import UsageError
 

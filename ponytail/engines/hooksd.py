@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
-import sysconfig
 
 from ponytail.container.trigger import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
 from ponytail.errors import UsageError
@@ -31,20 +29,6 @@ def hook_file_text(command: str, config: str | None = None, always: bool = False
     }
     document = {"version": "1.0.0", "hook": {"path": command, "args": args}, "when": when, "stages": ["prestart"]}
     return json.dumps(document, indent=2) + "\n"
-
-
-def installed_command(name: str = "ponytail") -> str | None:
-    """The absolute path of this install's console script ``name``: beside the running
-    command first (a venv, /usr/local/bin), then the interpreter's scripts directory."""
-    candidates = [
-        os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), name),
-        os.path.join(sysconfig.get_path("scripts"), name),
-        os.path.join(os.path.dirname(sys.executable), name),
-    ]
-    for candidate in candidates:
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
 
 def install_hook(directory: str, command: str, config: str | None) -> str:

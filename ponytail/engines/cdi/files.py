@@ -7,7 +7,6 @@ search and driver root as a hook run, never a second discovery path.
 
 from __future__ import annotations
 
-import json
 import os
 
 from ponytail.config import Config
@@ -93,7 +92,9 @@ def _mig_uuids(config: Config, host: Host) -> dict[str, str]:
 def render(spec: dict, form: str) -> bytes:
     """The spec as JSON or YAML text; the same spec always gives the same bytes."""
     if form == "json":
-        return (json.dumps(spec, indent=2) + "\n").encode()
+        from ponytail.lite.plainjson import dumps  # json.dumps' bytes, without importing json (re, enum)
+
+        return (dumps(spec, indent=2) + "\n").encode()
     import yaml  # only here: the container start never reads YAML
 
     return yaml.safe_dump(spec, sort_keys=False, default_flow_style=False, width=4096).encode()
@@ -136,7 +137,9 @@ def read_spec(path: str) -> dict:
         raise InputError(f"cannot read {path}: {e.strerror}") from e
     try:
         if path.endswith(".json"):
-            spec = json.loads(raw)
+            from ponytail.lite.plainjson import loads
+
+            spec = loads(raw)
         else:
             import yaml
 
@@ -146,8 +149,8 @@ def read_spec(path: str) -> dict:
 
         raise InputError(f"{path} is not a CDI spec: {type(e).__name__}: {one_line(str(e))}") from e
     found = problems(spec)
-    if found:
-        raise InputError(f"{path} is not a valid CDI spec: {found[0]}")
+    if found or not isinstance(spec, dict):  # problems() finds a spec that is not an object
+        raise InputError(f"{path} is not a valid CDI spec: {found[0] if found else 'not an object'}")
     return spec
 
 

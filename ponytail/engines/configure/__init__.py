@@ -119,7 +119,7 @@ def configure(
     engine: str, config_file: str | None, path: str | None, name: str, set_as_default: bool, dry_run: bool, uninstall: bool
 ) -> list[str]:
     """``ponytail configure``: plan, then print the diff (dry run) or apply; the lines to print."""
-    from ponytail.engines.hooksd import installed_command
+    from ponytail.engines.command import installed_command
     from ponytail.errors import UsageError
 
     if not name or not name.replace("-", "").replace("_", "").isalnum():

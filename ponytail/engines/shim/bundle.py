@@ -32,7 +32,7 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
         return
     if config_error is not None:
         raise config_error
-    from ponytail.engines.hooksd import installed_command
+    from ponytail.engines.command import installed_command
 
     command = installed_command("ponytail")
     if command is None:
