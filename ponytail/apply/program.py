@@ -1,9 +1,9 @@
 """Run a host program from the hook (the host's ldconfig): spawned, output kept, a deadline.
 
-``subprocess`` costs ~4 ms of every container start to import (signal, threading,
+``subprocess`` would be imported on every container start (with signal, threading,
 selectors), and its wait with a timeout polls with sleeps; forking the hook's whole
-interpreter costs ~1 ms more than ``posix_spawn``, which starts the program without
-copying it. The hook needs only this: the program executed through a descriptor,
+interpreter costs more than ``posix_spawn``, which starts the program without copying
+it (bench/phases.py's ldconfig phase). The hook needs only this: the program executed through a descriptor,
 stdin from /dev/null, stdout and stderr into one pipe, no other descriptor, SIGPIPE
 and SIGXFSZ back to their defaults, / as working directory, a process group of its own;
 an exec failure comes back as OSError, as with subprocess; a pidfd says when the
@@ -22,7 +22,7 @@ import time
 
 MAX_OUTPUT_BYTES = 64 << 10
 # Linux's numbers (asm-generic/signal.h: x86_64, aarch64, ppc64le), not imported from
-# ``signal``, whose enums (enum, functools, collections) cost a manual injection ~5 ms;
+# ``signal``, whose enums would bring enum, functools and collections onto the hook's path;
 # tests/test_program.py holds them to the signal module's
 SIGKILL, SIGPIPE, SIGXFSZ = 9, 13, 25
 

@@ -21,7 +21,7 @@ import struct
 from ponytail.lite.records import record, replace
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing costs ~3 ms to import: for type checkers only
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from ponytail.plan.operations import Plan
 
 COMPAT_DIR = "/usr/local/cuda/compat"

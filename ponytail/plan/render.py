@@ -6,7 +6,7 @@ from ponytail.host.probe import Gpu, Host
 from ponytail.plan.operations import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing is not imported by info and -debug (~4 ms): for type checkers only
+if TYPE_CHECKING:  # typing is not imported by info and -debug: for type checkers only
     from ponytail.container.request import Request
 
 _SECTIONS = (
