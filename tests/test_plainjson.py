@@ -99,6 +99,11 @@ def test_edge_cases_are_json_loads_or_none(raw: bytes) -> None:
 
 
 def test_what_is_outside_the_subset_is_left_to_json() -> None:
+    from ponytail.lite.plainjson import MAX_PLAIN_BYTES
+
+    big = json.dumps({"env": ["X=" + "y" * 100] * (MAX_PLAIN_BYTES // 100)}).encode()  # json's C scanner is faster there
+    assert len(big) > MAX_PLAIN_BYTES and loads_plain(big) is None and json.loads(big)
+    assert loads_plain(json.dumps({"env": ["X=y"] * 100}).encode()) is not None
     for raw in (b'{"a":1.5}', b'{"a":"\\ud800"}', b'\xef\xbb\xbf{}', b'{"a":"\x01"}', b"[" * 65 + b"]" * 65):
         assert loads_plain(raw) is None
     assert loads_plain(b'{"a":"\\ud83d\\ude00\\u00e9"}') == {"a": "\U0001f600\u00e9"}  # a pair is plain

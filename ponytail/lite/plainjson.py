@@ -1,20 +1,28 @@
 """Plain JSON: the subset of JSON that OCI states and config.json files are written in, read
 without importing ``json`` (whose decoder imports ``re`` and ``enum``: most of a hook run's
-import time once nothing else needs them), and written the same way (``ponytail info --json``).
+import time once nothing else needs them), and written the same way (``ponytail info --json``,
+``ponytail cdi generate``).
 
 ``loads_plain`` reads objects, arrays, strings (every escape but a lone surrogate ``\\uD8xx``),
-integers, ``true``, ``false`` and ``null``, nested at most ``MAX_DEPTH`` deep. ``dumps`` writes
-dicts with string keys, lists, tuples, strings, integers, booleans and None byte for byte as
-``json.dumps(value, indent=...)`` does (ASCII only, ``\\uXXXX`` escapes), and leaves anything else
-(a float, another key type or object) to ``json.dumps``. Anything else (a
-fraction or an exponent, a control character or a lone surrogate in a string, deeper nesting,
-invalid UTF-8, or any syntax error) returns None: the caller then reads the same bytes with
-``json.loads``, which also words the error. So the result is always what ``json.loads`` would
-return, or None. Held to ``json.loads`` and ``json.dumps`` by tests/test_plainjson.py."""
+integers, ``true``, ``false`` and ``null``, nested at most ``MAX_DEPTH`` deep, documents up to
+``MAX_PLAIN_BYTES``. Anything else (a fraction or an exponent, a control character or a lone
+surrogate in a string, deeper nesting, a larger document, invalid UTF-8, or any syntax error)
+returns None: the caller then reads the same bytes with ``json.loads``, which also words the
+error. So the result is always what ``json.loads`` would return, or None.
+
+``dumps_plain`` writes dicts with string keys, lists, tuples, strings, integers, booleans and
+None byte for byte as ``json.dumps(value, indent=...)`` does (ASCII only, ``\\uXXXX`` escapes);
+anything else (a float, another key type or object) returns None, and ``dumps`` hands it to
+``json.dumps``.
+
+Held to ``json.loads`` and ``json.dumps`` by tests/test_plainjson.py."""
 
 from __future__ import annotations
 
 MAX_DEPTH = 64
+# Larger documents go to json: its C scanner reads them faster than importing it costs (a typical
+# config.json is 5-20 KiB), and a hostile one cannot make a start slow through this reader.
+MAX_PLAIN_BYTES = 64 << 10
 _SPACE = " \t\n\r"
 _DIGITS = "0123456789"
 _NUMBER_CHARS = "-0123456789"
@@ -27,7 +35,10 @@ class _NotPlain(Exception):
 
 
 def loads_plain(raw: bytes) -> object | None:
-    """``json.loads(raw)`` for plain JSON; None when ``raw`` is anything else."""
+    """``json.loads(raw)`` for plain JSON; None when ``raw`` is anything else (or larger
+    than MAX_PLAIN_BYTES)."""
+    if len(raw) > MAX_PLAIN_BYTES:
+        return None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
