@@ -142,3 +142,21 @@ def test_a_kernel_without_openat2_gets_one_line(tmp_path: Path) -> None:
         assert result.returncode == 1 and err.count("\n") == 1, err
         assert "has no openat2: ponytail needs Linux 5.12+" in err, err
     assert mounts_under(rootfs) == []
+
+
+def test_a_file_of_the_root_is_read_only_when_it_is_a_regular_file_inside_it(root: tuple[Path, int], tmp_path: Path) -> None:
+    from ponytail.fs.inroot import read_file_in_root
+
+    base, fd = root
+    outside = tmp_path / "host-secret"
+    outside.write_bytes(b"host")
+    (base / "etc").mkdir(exist_ok=True)
+    (base / "etc/cache").write_bytes(b"image's own")
+    (base / "etc/escape").symlink_to(outside)  # absolute: resolved inside the root, where it is missing
+    (base / "etc/up").symlink_to("../../../../" + str(outside))  # '..' clamps at the root
+    os.mkfifo(base / "etc/fifo")  # reading it would block
+    (base / "etc/dir").mkdir()
+    assert read_file_in_root(fd, "/etc/cache", 1 << 20) == b"image's own"
+    assert read_file_in_root(fd, "/etc/cache", 5) == b"image"
+    for path in ("/etc/escape", "/etc/up", "/etc/fifo", "/etc/dir", "/etc/missing", "/../etc/escape"):
+        assert read_file_in_root(fd, path, 1 << 20) is None, path

@@ -434,22 +434,7 @@ def _check_cache(paths: InRoot, op: LinkerCache, outcome: Outcome) -> None:
 
 
 def _read_rootfs_cache(paths: InRoot) -> list[tuple[str, str, int]]:
-    try:
-        resolved = paths.resolve(LD_SO_CACHE)
-    except UnsafePath:
-        return []
-    try:
-        if not resolved.exists or not stat.S_ISREG(resolved.mode):
-            return []
-        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO meanwhile
-                return []
-            return parse_ld_cache_entries(f.read(64 << 20))
-    except OSError:
-        return []
-    finally:
-        resolved.close()
+    return parse_ld_cache_entries(paths.read_file(LD_SO_CACHE, 64 << 20) or b"")
 
 
 def _write_file(paths: InRoot, path: str, content: bytes, outcome: Outcome, replace: bool) -> None:

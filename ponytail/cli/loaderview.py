@@ -16,7 +16,7 @@ import stat
 
 from ponytail.cli.check import FAIL, OK, WARN, Finding
 from ponytail.config import Config
-from ponytail.fs.inroot import UnsafePath, real_path_in_root, resolve_in_root
+from ponytail.fs.inroot import UnsafePath, read_file_in_root, real_path_in_root, resolve_in_root
 from ponytail.host.files import library_dirs, library_version
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 
@@ -115,7 +115,7 @@ def _image_library_dirs(root_fd: int) -> list[str]:
     pending = ["/etc/ld.so.conf"]
     done = 0
     while pending and done < MAX_CONF_FILES:
-        text = _read(root_fd, pending.pop(0), 1 << 16)
+        text = read_file_in_root(root_fd, pending.pop(0), 1 << 16)
         done += 1
         for line in (text or b"").decode("utf-8", "replace").splitlines():
             line = line.split("#", 1)[0].strip()
@@ -155,25 +155,7 @@ def _expand(root_fd: int, pattern: str) -> list[str]:
 
 
 def _image_cache(root_fd: int) -> list[tuple[str, str]]:
-    data = _read(root_fd, "/etc/ld.so.cache", 64 << 20)
+    data = read_file_in_root(root_fd, "/etc/ld.so.cache", 64 << 20)
     return [(name, path) for name, path, flags in parse_ld_cache_entries(data or b"") if is_64bit_entry(flags)]
 
 
-def _read(root_fd: int, path: str, limit: int) -> bytes | None:
-    """A regular file of the image, read without following a link out of it."""
-    try:
-        resolved = resolve_in_root(root_fd, path)
-    except (UnsafePath, OSError):
-        return None
-    try:
-        if not resolved.exists or not stat.S_ISREG(resolved.mode):
-            return None
-        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            return f.read(limit)
-    except OSError:
-        return None
-    finally:
-        resolved.close()

@@ -108,6 +108,28 @@ def real_path_in_root(root_fd: int, path: str) -> str | None:
     return resolved.path if resolved.exists else None
 
 
+def read_file_in_root(root_fd: int, path: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a regular file of the root, or None (missing, not a regular
+    file, unsafe, unreadable). Opened without following a last link and without blocking, and
+    checked again once open (a FIFO swapped in meanwhile is not read)."""
+    try:
+        resolved = resolve_in_root(root_fd, path)
+    except (UnsafePath, OSError):
+        return None
+    try:
+        if not resolved.exists or not stat.S_ISREG(resolved.mode):
+            return None
+        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return f.read(limit)
+    except OSError:
+        return None
+    finally:
+        resolved.close()
+
+
 def open_root(path: str) -> int:
     """An O_PATH descriptor of a root directory (trusted path, e.g. the bundle's rootfs)."""
     try:
@@ -127,6 +149,9 @@ class InRoot:
 
     def real_path(self, path: str) -> str | None:
         return real_path_in_root(self.root_fd, path)
+
+    def read_file(self, path: str, limit: int) -> bytes | None:
+        return read_file_in_root(self.root_fd, path, limit)
 
 
 def _open_dir(root_fd: int, directory: str, asked: str, create_dirs: bool, dir_mode: int) -> tuple[int, str]:
