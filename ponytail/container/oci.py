@@ -28,7 +28,6 @@ class Container:
     cgroups_path: str | None = None
     privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
     plugin_devices: tuple[str, str] | None = None  # (selector, source): the device plugin's list, ponytail.container.deviceplugin
-
     char_devices: tuple[tuple[int, int], ...] = ()  # major:minor of linux.devices' character devices
 
 
