@@ -31,7 +31,7 @@ def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO
         config = _load_config(options)
         log.path = config.log_file
         log.open()
-        return _run(options, config, stdin, stdout, log)
+        return _run(options, config, stdin, stdout, stderr, log)
     except PonytailError as e:
         if not log.path and isinstance(e, ConfigError):  # the config could not say where: the default log
             log.path = Config().log_file
@@ -54,7 +54,7 @@ def _load_config(options: HookOptions) -> Config:
     return load_config(path, required)
 
 
-def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, log: RunLog) -> int:
+def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, stderr: TextIO, log: RunLog) -> int:
     log.context = f"manual:{options.root}" if options.root else "-"
     container = _container(options, stdin, log)
     from ponytail.container.request import build_request
@@ -98,6 +98,8 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     if driver is not None or len(plan.choices) > 1:  # a driver tree or a CUDA compat directory
         log.write_all("info", plan.choices)
     log.write_all("warning", plan.warnings + tuple(outcome.warnings))
+    for warning in plan.said:
+        print(f"ponytail: warning: {one_line(warning)}", file=stderr)
     gpu_text = ",".join(str(g.index) for g in plan.selection.gpus) or "none"
     mig_text = f" MIG [{','.join(m.name for m in plan.selection.migs)}]" if plan.selection.migs else ""
     log.write(

@@ -56,6 +56,27 @@ def test_seed_command_line_with_an_explicit_library(host: FakeHost, rootfs: Path
     assert "no nvml" in result.stdout
 
 
+def test_libs_that_leave_out_what_a_mounted_binary_needs_say_so_on_stderr(host: FakeHost, rootfs: Path) -> None:
+    """-libs names exactly the libraries while the capabilities still bring nvidia-smi: without
+    libnvidia-ml.so.1 it fails in the container, and the run says so instead of a silent 0."""
+    config = host.write_config()
+    result = in_private_mount_ns(
+        f"""
+        {PY} -config {config} -root {rootfs} -device 0 -libs /usr/lib/x86_64-linux-gnu/libcuda.so.1
+        chroot {rootfs} /usr/bin/nvidia-smi && echo "nvidia-smi ran"
+        {PY} -config {config} -root {rootfs} -device 0 -libs /usr/lib/x86_64-linux-gnu/libcuda.so.1,/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1
+        chroot {rootfs} /usr/bin/nvidia-smi
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("ponytail: warning:")]
+    assert len(warnings) == 1, result.stderr  # the first run only: the second names libnvidia-ml
+    assert "nvidia-smi injected for utility, but libnvidia-ml.so.1" in warnings[0] and "-libs left it out" in warnings[0]
+    assert "nvidia-smi ran" not in result.stdout and "Driver Version: 550.54.15" in result.stdout
+    debug = run_ponytail(["-config", str(config), "-debug", "-libs", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"])
+    assert "warning: nvidia-smi injected for utility, but libnvidia-ml.so.1" in debug.stdout, debug.stdout
+
+
 def test_driver_in_a_non_standard_directory_is_found_through_its_ld_so_cache(tmp_path: Path, rootfs: Path) -> None:
     host = FakeHost(tmp_path / "host", lib_dir="/usr/local/nvidia/lib64", gpu_list=gpus(1))
     config = host.write_config()  # default globs name only /usr/lib/x86_64-linux-gnu

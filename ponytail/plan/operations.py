@@ -102,6 +102,8 @@ class Plan:
     warnings: tuple[str, ...]
     problems: tuple[str, ...]  # a real run refuses to start when any are present
     choices: tuple[str, ...] = ()  # which driver tree and CUDA compat directory, and why (ponytail.container.umd, .compat)
+    # warnings a run also says on stderr, not only in the log: what it injects will not work as it is
+    said: tuple[str, ...] = ()
 
     def count(self, kind: str) -> int:
         return sum(1 for op in self.operations if isinstance(op, Mount) and op.kind == kind)
@@ -124,6 +126,8 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
     caps = request.capabilities
     _device_nodes(plan, host, caps, selection, mig_gpus)
     sonames = _libraries(plan, host, caps)
+    said = _binaries_without_libraries(host, caps)
+    plan.warnings += said
     for binary in host.binaries:
         plan.ops.append(_mount("binary", binary.host_path, binary.target, binary.found_by))
     for f in host.files:
@@ -138,7 +142,7 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
         plan.ops.append(AllowDevices(rules, "let the container open exactly the injected device nodes"))
     by_index = {g.index: g for g in host.gpus}
     gpus = tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
-    return Plan(tuple(plan.ops), gpus, selection, host.skipped, tuple(plan.warnings), tuple(plan.problems))
+    return Plan(tuple(plan.ops), gpus, selection, host.skipped, tuple(plan.warnings), tuple(plan.problems), said=tuple(said))
 
 
 @record
@@ -241,6 +245,29 @@ def _missing_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
                     f"{host.driver_version}: reinstall the driver's libraries, or leave {cap} out of NVIDIA_DRIVER_CAPABILITIES"
                 )
     return missing
+
+def _binaries_without_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
+    """A binary injected for a capability whose required library is not (``-libs`` names exactly
+    the libraries, while the capabilities still bring their binaries): nvidia-smi without
+    libnvidia-ml.so.1 fails in the container. A library the capability's own search missed
+    is a problem already (``_missing_libraries``)."""
+    if not host.libraries:
+        return []  # reported once, as no library at all
+    from ponytail.capabilities import CAPABILITIES
+
+    lacking = []
+    for cap in caps:
+        binaries = [os.path.basename(b.target) for b in host.binaries if b.found_by.split(",")[0] == cap]
+        for soname in CAPABILITIES[cap].required_libraries if binaries else ():
+            stem = soname.split(".so")[0]
+            if host.library(soname) is None and not any(stem in r.search for r in host.reports):
+                lacking.append(
+                    f"{', '.join(binaries)} injected for {cap}, but {soname}, which {cap} needs, is not (-libs left it "
+                    f"out): add its glob to -libs (e.g. {os.path.dirname(host.libraries[0].path)}/{stem}.so.*), "
+                    f"or leave {cap} out of -capabilities"
+                )
+    return lacking
+
 
 def _mount(kind: str, source: str, target: str, reason: str, rdev: tuple[int, int] | None = None, is_dir: bool = False) -> Mount:
     return Mount(kind, source, target, MOUNT_OPTIONS[kind], reason, rdev, is_dir)
