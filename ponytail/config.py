@@ -53,26 +53,82 @@ class DriverTree:
     kernel_modules: tuple[str, ...] = ()  # kernel-module versions it may run against besides its own; "*": any
 
 
-# table -> key -> (Config field, expected type)
-_SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
+# table -> key -> (Config field, expected type, what it means): the one description of each key,
+# which docs/configuration.md is generated from (scripts/gendocs.py)
+_SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
     "host": {
-        "driver_root": ("driver_root", str),
-        "proc_root": ("proc_root", str),
-        "sys_root": ("sys_root", str),
-        "dev_root": ("dev_root", str),
-        "ipc_root": ("ipc_root", str),
-        "ldconfig": ("ldconfig", str),
+        "driver_root": ("driver_root", str, "Where the driver's libraries, binaries and firmware are: `/` for a driver "
+                        "installed on the host, `/run/nvidia/driver` under the GPU operator's driver container."),
+        "proc_root": ("proc_root", str, "The host's `/proc` (relocatable for tests and unusual hosts)."),
+        "sys_root": ("sys_root", str, "The host's `/sys` (relocatable for tests and unusual hosts)."),
+        "dev_root": ("dev_root", str, "The host's `/dev`, where the GPU device nodes are (relocatable for tests and unusual hosts)."),
+        "ipc_root": ("ipc_root", str, "Where the driver daemons keep their sockets (nvidia-persistenced, "
+                     "nvidia-fabricmanager, the MPS pipe directory)."),
+        "ldconfig": ("ldconfig", str, "The host's ldconfig, run against the container's rootfs (never the image's own). "
+                     "Empty: the first of `/sbin/ldconfig`, `/usr/sbin/ldconfig`."),
     },
-    "library": {"paths": ("library_paths", list)},
-    "log": {"file": ("log_file", str)},
-    "runtime": {"path": ("runtime_path", str)},
-    "request": {"accept_env_when_unprivileged": ("accept_env_when_unprivileged", bool)},
-    "timeouts": {"probe": ("timeout_probe", float), "ldconfig": ("timeout_ldconfig", float), "lock": ("timeout_lock", float)},
-    "cuda": {"compat": ("cuda_compat", bool)},
-    "cache": {"dir": ("cache_dir", str)},
+    "library": {
+        "paths": ("library_paths", list, "Your own library globs under the driver root, injected besides the requested "
+                  "capabilities' libraries; the driver root's `etc/ld.so.cache` is searched for the same names. Only "
+                  "files of the running driver's version are injected."),
+    },
+    "log": {"file": ("log_file", str, "The run log: every run appends what it injected, or its error (created if missing).")},
+    "runtime": {
+        "path": ("runtime_path", str, "The real runtime `ponytail-runtime` (the Docker shim) execs: a name on `PATH` "
+                 "or an absolute path."),
+    },
+    "request": {
+        "accept_env_when_unprivileged": (
+            "accept_env_when_unprivileged", bool,
+            "Whether an unprivileged container's own `NVIDIA_VISIBLE_DEVICES` may select GPUs. `false` on a cluster: "
+            "GPUs only from the device plugin's list (volume mounts or CDI annotations). Privileged containers are "
+            "always believed.",
+        ),
+    },
+    "timeouts": {
+        "probe": ("timeout_probe", float, "Seconds a forked probe may take (libcuda's `cuDriverGetVersion` for "
+                  "`NVIDIA_REQUIRE_CUDA`, NVML for `MIG-` UUIDs); above 0, at most 600."),
+        "ldconfig": ("timeout_ldconfig", float, "Seconds the host's `ldconfig` may take on the rootfs; above 0, at most 600."),
+        "lock": ("timeout_lock", float, "Seconds a run waits for another run into the same rootfs directory; above 0, at most 600."),
+    },
+    "cuda": {
+        "compat": ("cuda_compat", bool, "Honour an image's newer libcuda in `/usr/local/cuda/compat` (CUDA forward "
+                   "compatibility); `false`: never."),
+    },
+    "cache": {"dir": ("cache_dir", str, "Where the probe cache is kept; `\"\"` turns it off.")},
 }
+# the tables of named sub-tables, [capabilities.NAME] and [drivers.NAME]: table -> key -> (type, what it means)
+_NAMED_TABLES: dict[str, dict[str, tuple[str, str]]] = {
+    "capabilities": {
+        "libraries": ("list", "More library names (without `.so.<version>`) for the driver capability NAME "
+                      "(compute, compat32, graphics, utility, video, display, ngx)."),
+        "binaries": ("list", "More binaries for the driver capability NAME, found in the driver root's bin directories."),
+    },
+    "drivers": {
+        "root": ("str", "Required. The directory of a user-mode driver tree a container may select with "
+                 "`PONYTAIL_DRIVER=NAME`, laid out like a driver root."),
+        "description": ("str", "Free text, shown by `ponytail info`."),
+        "kernel_modules": ("list", "Kernel-module versions the tree may run against besides its own; `[\"*\"]`: any."),
+    },
+}
+
+
+def schema() -> list[tuple[str, str, object, str]]:
+    """Every config key as (key, type, default, meaning): ``[table] key`` from the schema, with the
+    built-in default, then the keys of the named tables (``capabilities.NAME.libraries``...)."""
+    defaults = Config()
+    keys: list[tuple[str, str, object, str]] = []
+    for table, entries in _SCHEMA.items():
+        for key, (field_name, expected, meaning) in entries.items():
+            keys.append((f"{table}.{key}", expected.__name__, getattr(defaults, field_name), meaning))
+    for table, named in _NAMED_TABLES.items():
+        for key, (type_name, meaning) in named.items():
+            keys.append((f"{table}.NAME.{key}", type_name, None, meaning))
+    return keys
+
+
 MAX_TIMEOUT_S = 600.0
-_DRIVER_KEYS = ("root", "description", "kernel_modules")
+_DRIVER_KEYS = tuple(_NAMED_TABLES["drivers"])
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
@@ -133,7 +189,7 @@ def parse_config(raw: bytes, path: str) -> Config:
             if key not in keys:
                 known = ", ".join(keys)
                 raise ConfigError(f"config file {path}: unknown key '{table}.{key}' (known in [{table}]: {known})")
-            field_name, expected = keys[key]
+            field_name, expected, _ = keys[key]
             values[field_name] = _check_type(path, f"{table}.{key}", value, expected)
     return Config(**values)  # type: ignore[arg-type]  # each value was checked against its field type above
 
@@ -151,7 +207,7 @@ def _capability_extras(path: str, table: object) -> dict[str, dict[str, tuple[st
             raise ConfigError(f"config file {path}: 'capabilities.{name}' must be a table")
         extras[name] = {}
         for key, value in content.items():
-            if key not in ("libraries", "binaries"):
+            if key not in _NAMED_TABLES["capabilities"]:
                 raise ConfigError(f"config file {path}: unknown key 'capabilities.{name}.{key}' (known: libraries, binaries)")
             if not isinstance(value, list) or not all(isinstance(v, str) and v and "/" not in v for v in value):
                 raise ConfigError(f"config file {path}: 'capabilities.{name}.{key}' must be a list of file names (no '/')")
