@@ -48,8 +48,9 @@ gpu-check:
 bench: setup binary
 	$(PY) bench/hookbench.py
 
-# ponytail side by side with NVIDIA's own tools (built outside the repo by
-# ../shared/anchor/build-nvidia-tools.sh into $(NVIDIA_TOOLS)); writes bench/RESULTS.md
+# ponytail side by side with NVIDIA's own tools (nvidia-ctk, nvidia-cdi-hook, nvidia-container-runtime-hook,
+# nvidia-container-cli, built from NVIDIA's public sources into $(NVIDIA_TOOLS)/bin and lib: CONTRIBUTING.md,
+# "Benchmarks"); writes bench/RESULTS.md
 NVIDIA_TOOLS ?= /tmp/nvidia-tools
 bench-nvidia: setup binary
 	$(PY) bench/nvidiabench.py --tools $(NVIDIA_TOOLS)

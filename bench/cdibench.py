@@ -16,7 +16,7 @@ side and interleaved:
   a private /run/cdi), the same plain, and the same with ponytail's prestart hook
   (hooks.d) instead of CDI: the difference of medians is what CDI costs a container start.
 
-NVIDIA's chain (``--nvidia-cdi-hook PATH``, built by /work/shared/anchor/build-nvidia-tools.sh)
+NVIDIA's chain (``--nvidia-cdi-hook PATH``, built from NVIDIA's public sources: CONTRIBUTING.md, "Benchmarks")
 runs beside it on the same work: its five createContainer hooks (create-symlinks with the same
 links, enable-cuda-compat, update-ldcache, disable-device-node-modification,
 update-application-profile), each its own process, their times summed.
@@ -40,7 +40,7 @@ import hookbench  # noqa: E402
 from hookbench import LIB_DIR, Sample, Series, build_host, build_measure, ldconfig_path, make_rootfs  # noqa: E402
 
 REPO = BENCH.parent
-NVIDIA_CHAIN_MS = 37.5  # /work/shared/anchor/README.md: the 5 nvidia-cdi-hook processes, this machine
+NVIDIA_CHAIN_MS = 37.5  # measured once: the 5 nvidia-cdi-hook processes of NVIDIA's spec, on the development machine
 NVIDIA = "NVIDIA: 5 nvidia-cdi-hook processes"
 
 
@@ -141,7 +141,7 @@ def main() -> int:
     parser.add_argument("--podman-runs", type=int, default=11)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--nvidia-cdi-hook", metavar="PATH", default="/tmp/nvidia-tools/bin/nvidia-cdi-hook",
-                        help="NVIDIA's nvidia-cdi-hook (built by /work/shared/anchor/build-nvidia-tools.sh), measured beside ponytail's")
+                        help="NVIDIA's nvidia-cdi-hook (built from NVIDIA's public sources: CONTRIBUTING.md, Benchmarks), measured beside ponytail's")
     parser.add_argument("--command", action="append", default=[], metavar="LABEL=PATH", help="a ponytail command to measure (default: .venv's, and dist/'s binary if built)")
     options = parser.parse_args()
     commands = dict(c.split("=", 1) for c in options.command) or {"pip": str(REPO / ".venv/bin/ponytail")}

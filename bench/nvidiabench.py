@@ -5,7 +5,7 @@
                                  [--binary PATH | --no-binary] [--command LABEL=PATH ...]
                                  [--results bench/RESULTS.md | --no-results]
 
-NVIDIA's tools are built outside this repository by ../shared/anchor/build-nvidia-tools.sh
+NVIDIA's tools are built outside this repository from NVIDIA's public sources (CONTRIBUTING.md, "Benchmarks")
 (``--tools``, default /tmp/nvidia-tools: bin/ and lib/). Without them the benchmark says
 so and measures ponytail's part alone.
 
@@ -99,8 +99,8 @@ def find_tools(root: Path) -> tuple[Tools | None, str]:
         missing.append("lib/libnvidia-container.so.1")
     if missing:
         return None, (
-            f"NVIDIA's tools are not built in {root} (missing: {', '.join(missing)}): build them with "
-            "../shared/anchor/build-nvidia-tools.sh (see its header) or pass --tools DIR; measuring ponytail only"
+            f"NVIDIA's tools are not built in {root} (missing: {', '.join(missing)}): build them from "
+            "NVIDIA's public sources (CONTRIBUTING.md, \"Benchmarks\") or pass --tools DIR; measuring ponytail only"
         )
     return Tools(root), f"NVIDIA's tools from {root}"
 

@@ -24,8 +24,8 @@ the other branches are merged). What it does, in order:
 5. ``make_plan`` and the helpers only it uses move from hook.py to plan/make.py (hook.py imports
    it where it calls it, as it imports the rest of the plan: a run for a container without GPUs
    imports none of it);
-6. README.md's architecture section ("## How it works", its text up to the next heading: subsections
-   stay) is replaced by scripts/relayout-readme.md;
+6. the architecture section of docs/architecture.md (once README.md's: "## How it works", its text up
+   to the next heading: subsections stay) is replaced by scripts/relayout-readme.md;
 7. import order is fixed with ruff when pyproject.toml selects ruff's isort rules ("I");
 8. a report: imports that point up the layers, import cycles, modules left at the top level.
 
@@ -120,6 +120,7 @@ a dry run, which shows them.
 """
 '''
 README_SECTION = "## How it works"
+ARCHITECTURE_DOC = "docs/architecture.md"  # where the section is (it was README.md's when this script ran)
 README_SECTION_SHA256 = "df0e77d03be601ce"  # first 16 hex digits of the section this script was written against
 README_TEXT = "scripts/relayout-readme.md"
 
@@ -356,7 +357,7 @@ class Relayout:
                 print(f"relayout: ponytail/{folder}.py is in the way of the folder ponytail/{folder}/: rename it or add a row for it", file=sys.stderr)
                 return 1
         print(f"relayout: {len(pending)} module(s) and package(s) to move, in {self.root}")
-        self.readme_before = readme_section(self.root / "README.md")
+        self.readme_before = readme_section(self.root / ARCHITECTURE_DOC)
         self.absolute_imports()
         self.move(pending)
         self.rewrite()
@@ -486,24 +487,24 @@ class Relayout:
 
     # 6. README
     def readme(self) -> None:
-        readme, section = self.root / "README.md", self.root / README_TEXT
+        readme, section = self.root / ARCHITECTURE_DOC, self.root / README_TEXT
         if not readme.is_file() or not section.is_file():
-            self.warnings.append(f"README.md or {README_TEXT} missing: architecture section not replaced")
+            self.warnings.append(f"{ARCHITECTURE_DOC} or {README_TEXT} missing: architecture section not replaced")
             return
         new = section.read_text()
         found = readme_section(readme)
         if found is None:
-            self.warnings.append(f"README.md has no '{README_SECTION}' line: put {README_TEXT} in by hand")
+            self.warnings.append(f"{ARCHITECTURE_DOC} has no '{README_SECTION}' line: put {README_TEXT} in by hand")
             return
         lines, start, end = found
         if "\n".join(lines[start:end]).rstrip("\n") == new.rstrip("\n"):
             return
-        self.say(f"replace README.md's '{README_SECTION}' section ({end - start} lines) with {README_TEXT}")
+        self.say(f"replace {ARCHITECTURE_DOC}'s '{README_SECTION}' section ({end - start} lines) with {README_TEXT}")
         if self.readme_before is not None and not self.dry_run:
             before, first, last = self.readme_before
             old = "\n".join(before[first:last]) + "\n"
             if hashlib.sha256(old.encode()).hexdigest()[:16] != README_SECTION_SHA256:
-                self.warnings.append(f"README.md's '{README_SECTION}' had changed since this script was written; it said:\n{old}")
+                self.warnings.append(f"{ARCHITECTURE_DOC}'s '{README_SECTION}' had changed since this script was written; it said:\n{old}")
         if not self.dry_run:
             body = new if new.endswith("\n\n") or end == len(lines) else new.rstrip("\n") + "\n\n"
             readme.write_text("\n".join(lines[:start]) + "\n" + body + "\n".join(lines[end:]))
@@ -657,7 +658,7 @@ def split_make_plan(source: str, target: str, docstring: str) -> tuple[str, str,
 
 
 def readme_section(readme: Path) -> tuple[list[str], int, int] | None:
-    """README.md's lines, and where the architecture section's own text starts and ends: at the next
+    """The architecture page's lines, and where the architecture section's own text starts and ends: at the next
     heading, so that subsections other branches added under it (### ...) stay."""
     if not readme.is_file():
         return None

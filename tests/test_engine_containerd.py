@@ -4,7 +4,7 @@ A private containerd runs with the config `ponytail configure --runtime containe
 --set-as-default` wrote from containerd's own default config; pods are started through
 its CRI plugin with a small CRI v1 client (tests/containerd_cri.py), the pause image built
 here. The ponytail config is strict ([request] accept_env_when_unprivileged = false), as
-the README recommends for clusters: GPUs come from the device plugin's list only."""
+docs/kubernetes.md recommends for clusters: GPUs come from the device plugin's list only."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from ponytail.engines.hooksd import hook_file_text
 from support.engines import console_script
 
 SHIPPED = Path(__file__).parent.parent / "hooks.d" / "ponytail.json"
-SHIPPED_COMMAND = "/usr/local/bin/ponytail"  # where the README installs the binary, and `pip install` as root puts the command
+SHIPPED_COMMAND = "/usr/local/bin/ponytail"  # where docs/engines.md installs the binary, and `pip install` as root puts the command
 
 
 def test_shipped_file_is_what_install_hook_writes_for_the_usual_path() -> None:

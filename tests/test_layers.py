@@ -1,4 +1,4 @@
-"""The README's architecture holds in the code: imports point one way down the layers (entry ->
+"""The architecture of docs/architecture.md holds in the code: imports point one way down the layers (entry ->
 cli -> engines -> hook -> apply -> plan -> container -> host -> fs, the shared modules below them
 all), and no two modules import each other when they are loaded. scripts/relayout.py, which moved
 the modules into these folders, reads every import of the tree (`--check`) and reports both."""
