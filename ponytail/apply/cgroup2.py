@@ -182,7 +182,7 @@ def systemd_warning(directory: str) -> str:
     return (
         f"cgroup {directory} is a systemd scope (the systemd cgroup driver): systemctl daemon-reload re-applies "
         "systemd's device program and drops this edit, unless config.json allows the nodes too (ponytail-runtime, "
-        "CDI) and they have /dev/char/MAJOR:MINOR links; see the README (systemd cgroup driver)"
+        "CDI) and they have /dev/char/MAJOR:MINOR links; see docs/cgroup-v2-and-systemd.md"
     )
 
 
