@@ -1,5 +1,6 @@
 # ponytail: `make demo` sets up and runs the main job, `make test` sets up and runs every test,
-# `make lint` checks style and types (ruff, mypy; CI runs it before the tests),
+# `make lint` checks style and types (ruff, mypy; CI runs it before the tests), `make test-engines` runs
+# the end-to-end tests against current engine releases (CI runs it when ../shared/engines is there),
 # `make binary` builds the self-contained executable dist/ponytail/ponytail, `make fresh-check` runs
 # the suite as a fresh machine would, `make gpu-check` checks a machine with a real NVIDIA GPU.
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BINARY := dist/ponytail/ponytail
 
-.PHONY: setup system-packages test lint demo binary bench bench-nvidia clean fresh-check gpu-check
+.PHONY: setup system-packages test test-engines lint demo binary bench bench-nvidia clean fresh-check gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +31,17 @@ binary: $(BINARY)
 $(BINARY): $(VENV)/.installed packaging/ponytail.spec $(shell find ponytail -name '*.py')
 	$(PY) -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/ponytail.spec
 	touch $@
+
+# the end-to-end tests against current engine releases (dockerd 29, containerd 2.x, runc 1.5, ...):
+# binaries from ENGINES_DIR, by default unpacked from the tarball in ../shared/engines/ (see its README)
+CURRENT_ENGINES_TARBALL ?= ../shared/engines/current-engines-x86_64.tar.xz
+ENGINES_DIR ?= build/engines
+test-engines: setup
+	@if [ ! -x "$(ENGINES_DIR)/dockerd" ]; then \
+	  if [ ! -f "$(CURRENT_ENGINES_TARBALL)" ]; then echo "test-engines: no $(ENGINES_DIR)/dockerd and no $(CURRENT_ENGINES_TARBALL): set ENGINES_DIR to a directory of current engine binaries" >&2; exit 2; fi; \
+	  mkdir -p "$(ENGINES_DIR)" && tar -xJf "$(CURRENT_ENGINES_TARBALL)" -C "$(ENGINES_DIR)"; \
+	fi
+	ENGINES_DIR="$(abspath $(ENGINES_DIR))" $(PY) -m pytest -q -m current_engines
 
 # ruff (style, bugs, imports) over the repository and mypy over ponytail/, both configured in pyproject.toml
 lint: $(VENV)/.installed

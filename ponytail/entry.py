@@ -52,6 +52,8 @@ def _open_standard_descriptors() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if argv is None and os.path.basename(sys.argv[0]) == "nvidia-container-runtime-hook":  # Docker's --gpus
+        return _docker_gpus_hook(args)
     if args[:1] == ["cdi-hook"]:  # a CDI spec's createContainer hook: its own fast path, no click
         from ponytail.engines.cdi.hook import main as cdi_hook
 
@@ -79,3 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     from ponytail.cli.commands import cli
 
     return cli.main(args=args, prog_name="ponytail", standalone_mode=True)
+
+
+def _docker_gpus_hook(args: list[str]) -> int:
+    """Run under the name dockerd looks for (ponytail.engines.dockergpus): ``prestart`` is the
+    hook, the other stages have nothing to do."""
+    from ponytail.engines.dockergpus import hook_arguments
+    from ponytail.errors import UsageError
+
+    try:
+        hook_args = hook_arguments(args)
+    except UsageError as e:
+        print(f"ponytail: error: {e.message}", file=sys.stderr)
+        return e.exit_code
+    return 0 if hook_args is None else main(hook_args)

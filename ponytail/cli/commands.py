@@ -148,6 +148,42 @@ def install_hook(directory: str | None, config: str | None, command: str | None)
         click.echo(f"ponytail: warning: {config} does not exist yet; GPU containers will fail to start until it does", err=True)
 
 
+@cli.command("install-docker-gpus", context_settings=CONTEXT)
+@click.option("--bin-dir", "-bin-dir", "bin_dir", metavar="DIR", default=None,
+              help="Where to make the link: a directory on dockerd's PATH. Default: /usr/local/bin.")
+@click.option("--path", "-path", "command", metavar="CMD", default=None,
+              help="The ponytail command the link leads to. Default: this install's.")
+@click.option("--dry-run", "-dry-run", "dry_run", is_flag=True, help="Say what would be done; change nothing.")
+@click.option("--uninstall", "-uninstall", "uninstall", is_flag=True, help="Remove the link again (only if it is ponytail's).")
+def install_docker_gpus(bin_dir: str | None, command: str | None, dry_run: bool, uninstall: bool) -> None:
+    """Make `docker run --gpus` work with ponytail alone (Docker 20.10 and 25+).
+
+    \b
+    dockerd offers --gpus only when a program named nvidia-container-runtime-hook is on
+    its PATH when it starts; it then sets NVIDIA_VISIBLE_DEVICES (all, 0..N-1, or the
+    device= ids) in the container and runs that program as a prestart hook. This makes
+    DIR/nvidia-container-runtime-hook a link to ponytail, which runs ponytail's hook;
+    a file of that name that is not ponytail's (NVIDIA's toolkit) is never replaced.
+    The hook reads $PONYTAIL_CONFIG from dockerd's environment (Docker 25+), else
+    /etc/ponytail/config.toml. Restart dockerd afterwards. Examples:
+      ponytail install-docker-gpus && systemctl restart docker
+      docker run --rm --gpus all IMAGE nvidia-smi
+      docker run --rm --gpus '"device=0,GPU-<uuid>"' IMAGE nvidia-smi
+    """
+    from ponytail.engines import dockergpus
+    from ponytail.engines.command import installed_command
+    from ponytail.errors import UsageError
+
+    with _errors():
+        command = command or installed_command()
+        if command is None:
+            raise UsageError("cannot find this install's ponytail command; pass --path CMD")
+        action = dockergpus.uninstall if uninstall else dockergpus.install
+        lines = action(bin_dir or dockergpus.DEFAULT_BIN_DIR, command, dry_run)
+    for line in lines:
+        click.echo(line, err=line.startswith("ponytail: warning:"))
+
+
 @cli.command("configure", context_settings=CONTEXT)
 @click.option("--runtime", "engine", required=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
               help="The engine whose configuration to edit.")

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from support.commands import installed
@@ -130,24 +130,36 @@ class Dockerd:
     """A private dockerd (own socket, data and exec roots, vfs storage, no networking) with
     ponytail-runtime registered as the runtime ``ponytail``; ``env`` reaches the runtime."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], etc_files: dict[str, str] | None = None, engines_dir: Path | None = None) -> None:
+        """``etc_files``: files (path under /etc -> text) that dockerd and everything it starts see
+        in /etc, through a read-only overlay in a private mount namespace; the host's /etc is untouched.
+        ``engines_dir``: dockerd, docker, containerd and runc from there (current releases, see
+        current_engines()) with a private containerd of their own; else Debian's."""
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-docker-"))
         self.socket = f"unix://{self.state}/docker.sock"
+        self.docker_command = str(engines_dir / "docker") if engines_dir else "docker"
+        self.containerd: PrivateContainerd | None = None
+        wrap = (lambda command: with_etc_files(command, self.state / "etc", etc_files)) if etc_files else (lambda command: command)
+        if engines_dir:
+            env = {**env, "PATH": f"{engines_dir}:{env.get('PATH', os.environ['PATH'])}"}  # its runc before Debian's
+            self.containerd = PrivateContainerd(engines_dir, self.state / "containerd", env, wrap)
         command = [
-            "dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs",
+            str(engines_dir / "dockerd") if engines_dir else "dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs",
             "--data-root", str(self.state / "data"), "--exec-root", str(self.state / "exec"),
             "-H", self.socket, "--pidfile", str(self.state / "dockerd.pid"),
             "--add-runtime", f"ponytail={console_script('ponytail-runtime')}",
         ]
-        self.process = start_daemon(command, self.state / "dockerd.log", env, lambda: self.docker("version").returncode == 0, self.close)
+        if self.containerd:
+            command += ["--containerd", self.containerd.socket]
+        self.process = start_daemon(wrap(command), self.state / "dockerd.log", env, lambda: self.docker("version").returncode == 0, self.close)
 
     def docker(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["docker", "-H", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        return subprocess.run([self.docker_command, "-H", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
 
     def import_rootfs(self, rootfs: Path) -> str:
         image = unique("ponytail-test-image").lower() + ":1"
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        result = subprocess.run(["docker", "-H", self.socket, "import", "-", image], stdin=tar.stdout, capture_output=True, timeout=TIMEOUT)
+        result = subprocess.run([self.docker_command, "-H", self.socket, "import", "-", image], stdin=tar.stdout, capture_output=True, timeout=TIMEOUT)
         tar.wait()
         if result.returncode != 0:
             raise RuntimeError(f"docker import failed: {result.stderr.decode()}")
@@ -160,7 +172,53 @@ class Dockerd:
 
     def close(self) -> None:
         stop_daemon(self.process)
+        if self.containerd:
+            self.containerd.close()
         shutil.rmtree(self.state, ignore_errors=True)
+
+
+class PrivateContainerd:
+    """A containerd of its own (root, state, sockets under ``state``), e.g. for a current dockerd."""
+
+    def __init__(self, engines_dir: Path, state: Path, env: dict[str, str], wrap: Callable[[list[str]], list[str]]) -> None:
+        """``wrap``: the command line around containerd's (the runtime and hooks it starts see what it sees)."""
+        state.mkdir(parents=True)
+        self.socket = str(state / "containerd.sock")
+        config = state / "config.toml"
+        config.write_text(
+            f'version = 3\nroot = "{state}/root"\nstate = "{state}/state"\n'
+            f'[grpc]\n  address = "{self.socket}"\n[ttrpc]\n  address = "{self.socket}.ttrpc"\n'
+        )
+        ctr = [str(engines_dir / "ctr"), "-a", self.socket, "version"]
+        ready = lambda: subprocess.run(ctr, capture_output=True, timeout=TIMEOUT).returncode == 0  # noqa: E731
+        self.process = start_daemon(wrap([str(engines_dir / "containerd"), "--config", str(config)]), state / "containerd.log", env, ready, lambda: None)
+
+    def close(self) -> None:
+        stop_daemon(self.process)
+
+
+def current_engines() -> Path | None:
+    """The directory of current engine releases (containerd 2.x, runc, dockerd, crictl, crio) that
+    ``make test-engines`` passes as $ENGINES_DIR; None when it is not set."""
+    value = os.environ.get("ENGINES_DIR")
+    if not value:
+        return None
+    path = Path(value)
+    if not (path / "dockerd").is_file():
+        raise RuntimeError(f"ENGINES_DIR={value} has no dockerd: unpack the current engines there (make test-engines does)")
+    return path
+
+
+
+def with_etc_files(command: list[str], layer: Path, files: dict[str, str]) -> list[str]:
+    """``command`` run in a private mount namespace whose /etc also holds ``files`` (a read-only
+    overlay of ``layer`` over the host's /etc)."""
+    for name, text in files.items():
+        path = layer / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    script = f'mount -t overlay overlay -o lowerdir={layer}:/etc /etc && exec "$0" "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, *command]
 
 
 def start_daemon(command: list[str], log_path: Path, env: dict[str, str], ready, close) -> subprocess.Popen:  # type: ignore[no-untyped-def]
