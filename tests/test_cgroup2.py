@@ -18,6 +18,7 @@ import pytest
 from ponytail.apply import bpf
 from ponytail.apply.cgroup import cgroup2_directory, unified_cgroup_path
 from ponytail.errors import InjectionError
+from ponytail.fs.libc import syscall
 from ponytail.plan.devicefilter import (
     AND32_K,
     CALL,
@@ -146,9 +147,7 @@ class Cgroup:
         fd = bpf.load_device_program(program, "ponytail_test")
         attr = ctypes.create_string_buffer(128)
         struct.pack_into("=IIII", attr, 0, fd, self.fd, bpf.BPF_CGROUP_DEVICE, 0)
-        libc = ctypes.CDLL(None, use_errno=True)
-        link = libc.syscall(bpf.SYS_BPF, 28, attr, 128)  # BPF_LINK_CREATE
-        assert link >= 0, os.strerror(ctypes.get_errno())
+        link = syscall("bpf", 28, attr, 128, what="BPF_LINK_CREATE")
         self.kept += [fd, link]
 
     def programs(self) -> tuple[int, tuple[int, ...]]:

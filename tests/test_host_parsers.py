@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ponytail.errors import ProbeError
-from ponytail.host.driver import canonical_bus_id, parse_char_majors, parse_driver_version, parse_information
+from ponytail.host.driver import canonical_bus_id, nvidia_major, parse_char_majors, parse_driver_version, parse_information
 from ponytail.host.elf import EM_X86_64, NotElf, read_elf_info
 from ponytail.host.ldcache import parse_ld_cache, read_ld_cache
 from ponytail.host.pci import PciFunction, is_nvidia_gpu, pci_functions_pyudev, pci_functions_sysfs
@@ -69,6 +69,15 @@ def test_bus_id_forms(raw: str, canonical: str | None) -> None:
 def test_proc_devices_majors() -> None:
     text = "Character devices:\n  1 mem\n195 nvidia-frontend\n234 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n195 notchar\n"
     assert parse_char_majors(text) == {"mem": 1, "nvidia-frontend": 195, "nvidia-caps": 234, "nvidia-uvm": 510}
+
+
+@pytest.mark.parametrize(
+    ("devices", "major"),
+    [("195 nvidia-frontend\n", 195), ("240 nvidia\n", 240), ("241 nvidia-frontend\n240 nvidia\n", 241), ("510 nvidia-uvm\n", 195)],
+)
+def test_the_gpu_nodes_major_is_one_lookup(devices: str, major: int) -> None:
+    # the probe (the nodes a plan creates) and the CDI hook (which of the engine's nodes are GPUs) ask the same
+    assert nvidia_major(parse_char_majors("Character devices:\n" + devices)) == major
 
 
 def test_gpu_classes_exclude_audio_nvswitch_and_other_vendors() -> None:

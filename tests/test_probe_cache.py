@@ -259,7 +259,7 @@ def test_the_cache_keeps_the_newest_entries_and_no_orphaned_temporary_file(host:
     cache_dir.mkdir(mode=0o700)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    orphan = cache_dir / f".probe-{dead.pid}"  # a writer SIGKILLed before its rename
+    orphan = cache_dir / f".probe-0000000000000000.cache.{dead.pid}-000000000000.tmp"  # a writer SIGKILLed before its rename
     orphan.write_bytes(b"half")
     from ponytail.host.probecache import MAX_ENTRIES
 

@@ -11,12 +11,10 @@ than it knows, so no field past the ones set here is ever sent.
 from __future__ import annotations
 
 import ctypes
-import os
+import errno
 import struct
 
-SYS_BPF = 321  # x86_64; the hook runs there and on aarch64 (280)
-if os.uname().machine == "aarch64":
-    SYS_BPF = 280
+from ponytail.fs.libc import syscall
 
 BPF_PROG_LOAD = 5
 BPF_PROG_ATTACH = 8
@@ -37,19 +35,9 @@ _ATTR_SIZE = 128  # bytes of bpf_attr sent: covers every command used here
 _INFO_SIZE = 64  # bpf_prog_info up to nr_map_ids (type, id, tag, lengths, pointers)
 MAX_PROGRAMS = 64  # the kernel's limit on programs attached to one cgroup for one type
 
-_libc: ctypes.CDLL | None = None
-
 
 def _bpf(command: int, attr: ctypes.Array, what: str) -> int:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    result = _libc.syscall(SYS_BPF, command, attr, _ATTR_SIZE)
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return int(result)
+    return syscall("bpf", command, attr, _ATTR_SIZE, what=what)
 
 
 def _attr() -> ctypes.Array:
@@ -124,7 +112,7 @@ def load_device_program(instructions: bytes, name: str, license: bytes = b"Apach
     try:
         return _bpf(BPF_PROG_LOAD, attr, "BPF_PROG_LOAD")
     except OSError as e:
-        if e.errno not in (13, 22):  # EACCES, EINVAL: the verifier said no; ask it why
+        if e.errno not in (errno.EACCES, errno.EINVAL):  # the verifier said no; ask it why
             raise
         log = ctypes.create_string_buffer(1 << 16)
         struct.pack_into("=IIQ", attr, 24, 1, len(log), ctypes.addressof(log))

@@ -1,4 +1,4 @@
-"""Thin ctypes wrappers for the syscalls Python's os module lacks: setns, unshare,
+"""Thin wrappers (over ponytail.fs.libc) for the syscalls Python's os module lacks: setns, unshare,
 umount2 and the new mount API (open_tree, mount_setattr, move_mount; Linux 5.12+).
 
 With the new mount API a bind mount is made from file descriptors alone: the
@@ -13,10 +13,7 @@ import ctypes
 import os
 
 from ponytail.errors import InjectionError
-
-SYS_OPEN_TREE = 428
-SYS_MOVE_MOUNT = 429
-SYS_MOUNT_SETATTR = 442
+from ponytail.fs.libc import check, libc, syscall
 
 CLONE_NEWNS = 0x00020000
 OPEN_TREE_CLONE = 1
@@ -33,8 +30,6 @@ MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 
-_libc: ctypes.CDLL | None = None
-
 
 class _MountAttr(ctypes.Structure):
     _fields_ = [
@@ -45,59 +40,37 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
-def _lib() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    return _libc
-
-
-def _check(result: int, what: str) -> int:
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return result
-
-
 def setns_mount(ns_fd: int) -> None:
     """Move this (single-threaded) process into the mount namespace ``ns_fd``."""
-    _check(_lib().setns(ns_fd, CLONE_NEWNS), "setns")
+    check(libc().setns(ns_fd, CLONE_NEWNS), "setns")
 
 
 def clone_tree(path: str) -> int:
     """A detached bind mount of ``path`` (not following a final symlink), as an fd."""
     flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW
-    return _check(
-        _lib().syscall(SYS_OPEN_TREE, -100, path.encode(), ctypes.c_uint(flags)), f"open_tree {path}"
-    )
+    return syscall("open_tree", -100, path.encode(), ctypes.c_uint(flags), what=f"open_tree {path}")
 
 
 def set_mount_attributes(tree_fd: int, attributes: int) -> None:
     attr = _MountAttr(attributes, 0, 0, 0)
-    _check(
-        _lib().syscall(
-            SYS_MOUNT_SETATTR, tree_fd, b"", ctypes.c_uint(AT_EMPTY_PATH), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))
-        ),
-        "mount_setattr",
-    )
+    syscall("mount_setattr", tree_fd, b"", ctypes.c_uint(AT_EMPTY_PATH), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
 
 
 def attach_tree(tree_fd: int, target_fd: int) -> None:
     """Attach the detached mount ``tree_fd`` onto the file ``target_fd`` refers to."""
     flags = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
-    _check(_lib().syscall(SYS_MOVE_MOUNT, tree_fd, b"", target_fd, b"", ctypes.c_uint(flags)), "move_mount")
+    syscall("move_mount", tree_fd, b"", target_fd, b"", ctypes.c_uint(flags))
 
 
 def unshare_mount_namespace() -> None:
     """Give this process a private copy of its mount namespace: what it unmounts stays there."""
-    _check(_lib().unshare(CLONE_NEWNS), "unshare")
-    _check(_lib().mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None), "mount --make-rprivate /")
+    check(libc().unshare(CLONE_NEWNS), "unshare")
+    check(libc().mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None), "mount --make-rprivate /")
 
 
 def detach_mount(path: str) -> None:
     """Lazily unmount the mount at ``path`` (a /proc/self/fd/N path names the mount that fd holds)."""
-    _check(_lib().umount2(path.encode(), MNT_DETACH), f"umount {path}")
+    check(libc().umount2(path.encode(), MNT_DETACH), f"umount {path}")
 
 
 def require_new_mount_api() -> None:
@@ -111,9 +84,6 @@ def require_new_mount_api() -> None:
         raise InjectionError(f"kernel {release} is too old: ponytail needs Linux 5.12+ (open_tree, mount_setattr)")
 
 
-SYS_FSOPEN = 430
-SYS_FSCONFIG = 431
-SYS_FSMOUNT = 432
 FSOPEN_CLOEXEC = 0x1
 FSCONFIG_SET_STRING = 1
 FSCONFIG_CMD_CREATE = 6
@@ -122,12 +92,11 @@ FSMOUNT_CLOEXEC = 0x1
 
 def new_tmpfs(options: dict[str, str], attributes: int) -> int:
     """A new, detached tmpfs (fsopen/fsconfig/fsmount) as an fd to its root directory."""
-    lib = _lib()
-    fs_fd = _check(lib.syscall(SYS_FSOPEN, b"tmpfs", ctypes.c_uint(FSOPEN_CLOEXEC)), "fsopen tmpfs")
+    fs_fd = syscall("fsopen", b"tmpfs", ctypes.c_uint(FSOPEN_CLOEXEC), what="fsopen tmpfs")
     try:
         for key, value in options.items():
-            _check(lib.syscall(SYS_FSCONFIG, fs_fd, ctypes.c_uint(FSCONFIG_SET_STRING), key.encode(), value.encode(), 0), f"fsconfig {key}")
-        _check(lib.syscall(SYS_FSCONFIG, fs_fd, ctypes.c_uint(FSCONFIG_CMD_CREATE), None, None, 0), "fsconfig create")
-        return _check(lib.syscall(SYS_FSMOUNT, fs_fd, ctypes.c_uint(FSMOUNT_CLOEXEC), ctypes.c_uint(attributes)), "fsmount")
+            syscall("fsconfig", fs_fd, ctypes.c_uint(FSCONFIG_SET_STRING), key.encode(), value.encode(), 0, what=f"fsconfig {key}")
+        syscall("fsconfig", fs_fd, ctypes.c_uint(FSCONFIG_CMD_CREATE), None, None, 0, what="fsconfig create")
+        return syscall("fsmount", fs_fd, ctypes.c_uint(FSMOUNT_CLOEXEC), ctypes.c_uint(attributes))
     finally:
         os.close(fs_fd)

@@ -14,6 +14,7 @@ import re
 
 from ponytail.container.trigger import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
 from ponytail.errors import UsageError
+from ponytail.fs.atomic import replace_file
 
 FILE_NAME = "ponytail.json"
 DEFAULT_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"  # what Debian 12's podman 4.3.1 reads
@@ -40,11 +41,7 @@ def install_hook(directory: str, command: str, config: str | None) -> str:
     try:
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, FILE_NAME)
-        temporary = os.path.join(directory, f".{FILE_NAME}.{os.getpid()}.tmp")  # not *.json: never read half-written
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write(hook_file_text(command, config))
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
+        replace_file(path, hook_file_text(command, config).encode(), 0o644)
     except OSError as e:
         raise UsageError(f"cannot write the hook file in {directory}: {e.strerror}") from e
     return path

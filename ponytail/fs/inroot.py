@@ -20,22 +20,22 @@ and -debug too, which read the driver root through here).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
 
 from ponytail.errors import InjectionError
 from ponytail.fs.kernelfs import kernel_filesystem
+from ponytail.fs.libc import error, libc, syscall_number
 from ponytail.lite.records import record
 
 MAX_SYMLINKS = 40
-SYS_OPENAT2 = 437  # the same number on every architecture
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_IN_ROOT = 0x10
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 _EAGAIN_RETRIES = 64
 _MAX_CREATED = 64  # directories one path may need created
-_libc: ctypes.CDLL | None = None
 
 
 class UnsafePath(InjectionError):
@@ -162,7 +162,7 @@ def _open_dir(root_fd: int, directory: str, asked: str, create_dirs: bool, dir_m
             try:  # the usual path, through no symlink: its canonical path is its own
                 return openat2_in_root(root_fd, directory, _DIR_FLAGS, RESOLVE_NO_SYMLINKS), _normalized(directory)
             except OSError as e:
-                if e.errno != 40:  # ELOOP: there was a symlink on the way
+                if e.errno != errno.ELOOP:  # there was a symlink on the way
                     raise
             fd = openat2_in_root(root_fd, directory, _DIR_FLAGS)
         except FileNotFoundError:
@@ -252,11 +252,11 @@ def _path_in_root(root_fd: int, fd: int, asked: str) -> str:
 
 
 def _refused(e: OSError, directory: str, asked: str) -> UnsafePath:
-    if e.errno == 40:  # ELOOP
+    if e.errno == errno.ELOOP:
         why = "too many levels of symbolic links (a loop?), or a magic link under /proc, on the way to"
-    elif e.errno == 20:  # ENOTDIR
+    elif e.errno == errno.ENOTDIR:
         return UnsafePath(f"{directory} in the root is not a directory, or leads through one that is not (resolving {asked})")
-    elif e.errno in (11, 18):  # EAGAIN, EXDEV: a rename raced with '..'
+    elif e.errno in (errno.EAGAIN, errno.EXDEV):  # a rename raced with '..'
         why = "something changed while the kernel resolved"
     else:
         why = f"{e.strerror}:"
@@ -273,27 +273,23 @@ _hows: dict[tuple[int, int], object] = {}  # (flags, resolve) -> a pointer to it
 def openat2_in_root(root_fd: int, path: str, flags: int, resolve: int = 0) -> int:
     """``openat2(root_fd, path, flags, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve)``: a
     descriptor, or OSError. A rename racing with '..' (EAGAIN) is tried again."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
     if "\0" in path:
-        raise OSError(22, "a NUL byte in a path")  # EINVAL; ctypes would cut the path there
+        raise OSError(errno.EINVAL, "a NUL byte in a path", path)  # ctypes would cut the path there
     how = _hows.get((flags, resolve))
     if how is None:
         how = _hows[(flags, resolve)] = ctypes.pointer(_OpenHow(flags, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | resolve))
     raw = os.fsencode(path)
+    call, number = libc().syscall, syscall_number("openat2")
     for _ in range(_EAGAIN_RETRIES):
-        fd = _libc.syscall(_SYS_OPENAT2, root_fd, raw, how, _HOW_SIZE)
+        fd = call(number, root_fd, raw, how, _HOW_SIZE)
         if fd >= 0:
             return int(fd)
-        err = ctypes.get_errno()
-        if err != 11:  # EAGAIN
+        failed = error(path=path)
+        if failed.errno != errno.EAGAIN:
             break
-    if err == 38:  # ENOSYS
+    if failed.errno == errno.ENOSYS:
         raise InjectionError(f"kernel {os.uname().release} has no openat2: ponytail needs Linux 5.12+")
-    raise OSError(err, os.strerror(err))
+    raise failed
 
 
-_SYS_OPENAT2 = ctypes.c_long(SYS_OPENAT2)
 _HOW_SIZE = ctypes.c_size_t(ctypes.sizeof(_OpenHow))

@@ -11,7 +11,8 @@ them detached (ponytail.apply.ldconfig).
 from __future__ import annotations
 
 import ctypes
-import os
+
+from ponytail.fs.libc import check, libc
 
 # statfs f_type (linux/magic.h) -> the type name /proc/self/mountinfo shows
 KERNEL_FS_MAGIC: dict[int, str] = {
@@ -36,8 +37,6 @@ KERNEL_FS_MAGIC: dict[int, str] = {
 }
 KERNEL_FS_TYPES = frozenset(KERNEL_FS_MAGIC.values())
 TMPFS_MAGIC = 0x01021994
-
-_libc: ctypes.CDLL | None = None
 
 
 class Statfs64(ctypes.Structure):
@@ -72,13 +71,8 @@ def filesystem_magic(fd: int) -> int:
 
 def fstatfs(fd: int) -> Statfs64:
     """fstatfs64(2) of any descriptor, O_PATH included (os.fstatvfs has no f_type)."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
     buf = Statfs64()
-    if _libc.fstatfs64(fd, ctypes.byref(buf)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    check(libc().fstatfs64(fd, ctypes.byref(buf)))
     return buf
 
 

@@ -100,10 +100,9 @@ def _detach_standard_descriptors() -> None:
 
 
 def _die_with_parent(parent: int) -> None:
-    import ctypes
+    from ponytail.fs.libc import libc
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+    libc().prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the prctl took effect
         os._exit(1)
 

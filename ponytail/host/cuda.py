@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from ponytail.errors import ProbeError
+from ponytail.fs.atomic import replace_file
 from ponytail.lite.plainjson import loads
 
 TYPE_CHECKING = False
@@ -87,22 +88,11 @@ def _read_cache(path: str) -> dict:
 
 
 def _write_cache(path: str, data: dict) -> None:
-    """Replace the cache; on any failure (a full /run) remove what was begun."""
-    tmp = f"{path}.{os.getpid()}"
+    """Replace the cache (ponytail.fs.atomic); on any failure (a full /run) nothing is left behind."""
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         import json  # writing: a cache miss only
 
-        content = json.dumps(data).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            if os.write(fd, content) != len(content):
-                raise OSError("short write")
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        replace_file(path, json.dumps(data).encode(), 0o600)
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass  # a cache only: the next run asks again
+        pass  # a cache only: the next run asks again

@@ -134,6 +134,12 @@ def read_char_majors(proc_root: str) -> dict[str, int]:
     return parse_char_majors(text)
 
 
+def nvidia_major(majors: dict[str, int]) -> int:
+    """The major of the GPU nodes (/dev/nvidiaN, nvidiactl) among ``majors`` (read_char_majors):
+    the driver registers it as nvidia-frontend (nvidia on some builds); 195 when it has not."""
+    return majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
+
+
 def parse_char_majors(text: str) -> dict[str, int]:
     majors: dict[str, int] = {}
     in_char = False

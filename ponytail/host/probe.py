@@ -14,8 +14,8 @@ from ponytail.capabilities import CAPABILITIES, CONTROL_NODES
 from ponytail.config import Config
 from ponytail.errors import ProbeError
 from ponytail.host.driver import (
-    NVIDIA_MAJOR,
     GpuInformation,
+    nvidia_major,
     read_char_majors,
     read_driver_version,
     read_gpu_informations,
@@ -182,11 +182,11 @@ def probe_host(
     found = probe_gpus(config, udev)
     files_version = library_version or found.driver_version
     majors = read_char_majors(config.proc_root)
-    nvidia_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
-    gpu_nodes = {g.minor: _node(config.dev_root, f"nvidia{g.minor}", nvidia_major, g.minor) for g in found.gpus}
+    gpu_major = nvidia_major(majors)
+    gpu_nodes = {g.minor: _node(config.dev_root, f"nvidia{g.minor}", gpu_major, g.minor) for g in found.gpus}
     control = {}
     for name, (module, minor) in CONTROL_NODES.items():
-        major = nvidia_major if module == "nvidia" else majors.get(module)
+        major = gpu_major if module == "nvidia" else majors.get(module)
         if major is None:
             missing = f"the {module} module is not loaded (no {module} in /proc/devices)"
             if module == "nvidia-uvm":

@@ -37,6 +37,8 @@ import os
 import stat
 import time
 
+from ponytail.fs.atomic import replace_file, writer_pid
+
 PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
 MAX_BYTES = 1 << 20
@@ -203,22 +205,11 @@ def _write(cache_dir: str, name: str, entry: tuple) -> None:
     dir_fd = _open_dir(cache_dir)
     if dir_fd is None:
         return
-    tmp = f".{PREFIX}{os.getpid()}"
     try:
-        data = marshal.dumps(entry)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-        try:
-            if os.write(fd, data) != len(data):
-                raise OSError("short write")
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        replace_file(name, marshal.dumps(entry), 0o600, dir_fd=dir_fd)
         _tidy(dir_fd)
     except (OSError, ValueError):
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except OSError:
-            pass
+        pass
     finally:
         os.close(dir_fd)
 
@@ -234,11 +225,11 @@ def _tidy(dir_fd: int) -> None:
             except OSError:
                 pass
             continue
-        pid = name[len(PREFIX) + 1:]
-        if not name.startswith(f".{PREFIX}") or not pid.isdigit():
+        pid = writer_pid(name)
+        if pid is None or not name.startswith(f".{PREFIX}"):
             continue
         try:
-            os.kill(int(pid), 0)
+            os.kill(pid, 0)
             continue
         except ProcessLookupError:
             pass

@@ -11,6 +11,7 @@ import os
 
 from ponytail.config import Config
 from ponytail.errors import InputError, ProbeError, UsageError
+from ponytail.fs.atomic import replace_file
 from ponytail.plan.cdi import VERSIONS, build_spec, problems
 
 TYPE_CHECKING = False
@@ -108,23 +109,10 @@ def form_of(path: str | None, form: str | None) -> str:
 
 def write_atomically(path: str, data: bytes) -> None:
     """Replace ``path`` by a new file (0644) with ``data``: a reader sees the old spec or the new one."""
-    directory = os.path.dirname(os.path.abspath(path))
-    temp = os.path.join(directory, f".{os.path.basename(path)}.ponytail-{os.getpid()}")
     try:
-        os.makedirs(directory, exist_ok=True)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fchmod(fd, 0o644)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(temp, path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        replace_file(path, data, 0o644)
     except OSError as e:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
         raise UsageError(f"cannot write {path}: {e.strerror}") from e
 
 

@@ -150,17 +150,17 @@ def _check_stage(rootfs: str, pid: int) -> None:
 
 def _proc_mask(proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> ProcMask | None:
     """The masked /proc/driver/nvidia for the GPUs and MIG devices whose nodes the engine created."""
-    from ponytail.host.driver import NVIDIA_MAJOR, read_char_majors, read_gpu_informations, read_proc_files
+    from ponytail.host.driver import nvidia_major, read_char_majors, read_gpu_informations, read_proc_files
     from ponytail.plan.operations import proc_mask
 
     proc_files = read_proc_files(proc_root)
     if "params" not in proc_files:  # no driver parameters to mask (as build_plan)
         return None
     majors = read_char_majors(proc_root)
-    nvidia_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
+    gpu_major = nvidia_major(majors)
     caps = {minor for major, minor in char_devices if major == majors.get("nvidia-caps")}
     infos = read_gpu_informations(proc_root).values()
-    visible = {i.pci_bus_id for i in infos if (nvidia_major, i.minor) in char_devices}
+    visible = {i.pci_bus_id for i in infos if (gpu_major, i.minor) in char_devices}
     migs: list = []
     access: list[str] = []
     access_files: dict[str, bytes] = {}

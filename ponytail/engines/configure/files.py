@@ -7,6 +7,7 @@ import os
 import stat
 
 from ponytail.errors import ConfigError, InjectionError
+from ponytail.fs.atomic import replace_file
 
 MAX_BYTES = 4 << 20
 BACKUP_SUFFIX = ".ponytail-backup"
@@ -71,9 +72,9 @@ def _existing_parent(directory: str) -> str:
 
 
 def write_atomically(path: str, text: str, backup: bool = True) -> str | None:
-    """Replace ``path`` with ``text`` in one rename, keeping its mode and owner (0644 root for a
-    new file); the original is copied to PATH.ponytail-backup first unless a backup exists.
-    Returns the backup's path when one was made now."""
+    """Replace ``path`` with ``text`` in one rename (ponytail.fs.atomic), keeping its mode and
+    owner (0644 root for a new file); the original is copied to PATH.ponytail-backup first unless
+    a backup exists. Returns the backup's path when one was made now."""
     directory = os.path.dirname(path) or "."
     made_backup = None
     try:
@@ -84,12 +85,9 @@ def write_atomically(path: str, text: str, backup: bool = True) -> str | None:
             st = None
         if backup and st is not None and not os.path.lexists(path + BACKUP_SUFFIX):
             original = read_text(path) or ""
-            _write_new(path + BACKUP_SUFFIX, original, stat.S_IMODE(st.st_mode), st)
+            replace_file(path + BACKUP_SUFFIX, original.encode("utf-8"), stat.S_IMODE(st.st_mode), owner=(st.st_uid, st.st_gid))
             made_backup = path + BACKUP_SUFFIX
-        temporary = os.path.join(directory, f".{os.path.basename(path)}.ponytail-{os.getpid()}.tmp")
-        _write_new(temporary, text, stat.S_IMODE(st.st_mode) if st else 0o644, st)
-        os.replace(temporary, path)
-        _fsync_dir(directory)
+        replace_file(path, text.encode("utf-8"), 0o644, keep_mode=True, keep_owner=True)
     except OSError as e:
         raise InjectionError(f"cannot write {path}: {e.strerror}") from e
     return made_backup
@@ -115,20 +113,6 @@ def remove(path: str) -> None:
         pass
     except OSError as e:
         raise InjectionError(f"cannot remove {path}: {e.strerror}") from e
-
-
-def _write_new(path: str, text: str, mode: int, like: os.stat_result | None) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        data = memoryview(text.encode("utf-8"))
-        while data:
-            data = data[os.write(fd, data):]
-        os.fchmod(fd, mode)
-        if like is not None:
-            os.fchown(fd, like.st_uid, like.st_gid)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_dir(directory: str) -> None:

@@ -10,6 +10,7 @@ from ponytail.config import Config
 from ponytail.container.oci import Spec, read_bundle_config, read_spec
 from ponytail.engines.shim.edit import add_gpu_hook, spec_asks_for_gpus
 from ponytail.errors import InjectionError, InputError, PonytailError
+from ponytail.fs.atomic import replace_file
 from ponytail.logfile import RunLog
 
 
@@ -76,12 +77,7 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
 def write_bundle_config(bundle: str, spec: dict) -> None:
     """Replace ``bundle``/config.json in one rename, keeping its mode."""
     path = os.path.join(bundle, "config.json")
-    temporary = os.path.join(bundle, f".config.json.ponytail-{os.getpid()}")
     try:
-        mode = os.stat(path).st_mode & 0o7777
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(spec).encode())
-        os.replace(temporary, path)
+        replace_file(path, json.dumps(spec).encode(), keep_mode=True)
     except OSError as e:
         raise InjectionError(f"cannot rewrite {path}: {e.strerror}") from e
