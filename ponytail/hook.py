@@ -31,7 +31,7 @@ def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO
         config = _load_config(options)
         log.path = config.log_file
         log.open()
-        return _run(options, config, stdin, stdout, log)
+        return _run(options, config, stdin, stdout, stderr, log)
     except PonytailError as e:
         if not log.path and isinstance(e, ConfigError):  # the config could not say where: the default log
             log.path = Config().log_file
@@ -54,7 +54,7 @@ def _load_config(options: HookOptions) -> Config:
     return load_config(path, required)
 
 
-def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, log: RunLog) -> int:
+def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, stderr: TextIO, log: RunLog) -> int:
     log.context = f"manual:{options.root}" if options.root else "-"
     container = _container(options, stdin, log)
     from ponytail.container.request import build_request
@@ -68,6 +68,12 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         if options.debug:
             stdout.write(f"ponytail -debug: {request.devices.source}={request.devices.selector!r}: not a GPU container, nothing would be injected\n")
         return 0
+    if request.unknown_capabilities:  # from the image's env (an operator's -capabilities was refused): said, then ignored
+        from ponytail.container.request import unknown_capabilities_message
+
+        text = container.env.get(request.capabilities_source) if container else None
+        print(f"ponytail: warning: {unknown_capabilities_message(request.unknown_capabilities, request.capabilities_source, text)}; "
+              "ignored", file=stderr)
 
     # a real run on the container's critical path reads sysfs directly; the dry run asks udev
     rootfs = container.rootfs if container else options.root
@@ -87,7 +93,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
         stdout.write(render_plan(plan, host, request, _header(options, config, container, request)))
         log.write("info", f"dry run: {len(plan.operations)} operation(s) planned, {len(plan.problems)} problem(s)")
-        return 0
+        return EXIT_INJECTION_FAILED if plan.problems else 0  # the status a real run would exit with
     if rootfs is None:  # pragma: no cover - _container guarantees one of them
         raise UsageError("no rootfs: pass -root DIR or run as an OCI hook")
 
