@@ -89,6 +89,23 @@ class Command(_Named):
         return rest
 
 
+class _OneLine(click.ClickException):
+    exit_code = 2  # bad usage, as every ponytail command
+
+    def show(self, file: object = None) -> None:
+        click.echo(f"ponytail: error: {self.format_message()}", err=True)
+
+
+class OneLineErrors(Command):
+    """A command an engine runs (not a person): a usage error is one line, without click's usage lines."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise _OneLine(f"{ctx.info_name}: {e.format_message()} (see '{ctx.command_path} --help')") from None
+
+
 class Group(_Named, click.Group):
     """A group whose commands and subgroups are of these classes."""
 

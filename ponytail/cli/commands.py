@@ -15,7 +15,7 @@ from typing import TypeVar
 import click
 
 from ponytail import __version__
-from ponytail.cli.clickclasses import CONTEXT, Group, remember_options_before
+from ponytail.cli.clickclasses import CONTEXT, Group, OneLineErrors, remember_options_before
 from ponytail.options import HOOK_OPTIONS, HookOptions
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -236,6 +236,23 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
         report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json)
     click.echo(report, nl=False)
     sys.exit(status)
+
+
+@cli.command("cdi-hook", cls=OneLineErrors, hidden=True, context_settings=CONTEXT)
+@click.option("-config", "--config", "config", metavar="FILE", help="Config file (absolute).")
+@click.option("--driver-version", "driver_version", metavar="V", help="Refuse to start when another driver is running.")
+@click.option("--link", "link", nargs=3, multiple=True, metavar="PATH TARGET LIBRARY", help="A SONAME link to make in the rootfs.")
+@click.option("--mask-proc", "mask_proc", is_flag=True, help="Mask /proc/driver/nvidia to the GPUs whose nodes the engine created.")
+@click.option("--ldconfig", "ldconfig", metavar="PATH", help="Refresh the rootfs's linker cache with the host's ldconfig.")
+@click.option("--directory", "directory", multiple=True, metavar="DIR", help="A directory for the linker cache.")
+@click.option("--check", "check", nargs=2, multiple=True, metavar="SONAME PATH", help="Check the cache resolves SONAME to PATH.")
+def cdi_hook(**options: object) -> None:
+    """The createContainer hook of a CDI spec written by 'ponytail cdi generate' (OCI state on
+    stdin); not meant to be run by hand."""
+    # its plain command line takes the fast path in ponytail.entry (no click); this one gives help and words the errors
+    from ponytail.engines.cdi.hook import main as run_cdi_hook
+
+    sys.exit(run_cdi_hook(options))
 
 
 from ponytail.cli.cdi import cdi  # noqa: E402 - the cdi group beside the commands above
