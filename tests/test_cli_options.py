@@ -3,6 +3,7 @@ unknown capabilities, and a dry run that exits as the real run would."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -186,3 +187,29 @@ def test_debug_exits_with_the_status_of_the_real_run(host: FakeHost, tmp_path: P
     assert dry.returncode == real.returncode == status, (dry.stderr, real.stderr)
     if status == 1:
         assert b"a real run would FAIL" in dry.stdout
+
+
+def test_through_the_shim_an_unknown_capability_in_the_images_env_is_ignored_as_by_the_hook(host: FakeHost, tmp_path: Path) -> None:
+    """ponytail-runtime reads the image's env only to decide whether to add the hook; the hook
+    it adds treats an unknown capability as above: the container starts with the known ones."""
+    from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script, oci_bundle, unique
+
+    env = ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,utility,compte"]
+    bundle = oci_bundle(tmp_path, CUDACHECK_GPU0, env=env)
+    container_id = unique()
+    shim = [console_script("ponytail-runtime"), "--root", str(tmp_path / "state")]
+    shim_env = {"PATH": os.environ["PATH"], "PONYTAIL_CONFIG": str(host.write_config())}
+    try:
+        result = subprocess.run([*shim, "run", "--bundle", str(bundle), container_id], env=shim_env, capture_output=True,
+                                text=True, timeout=60, stdin=subprocess.DEVNULL)
+    finally:
+        subprocess.run([*shim, "delete", "-f", container_id], env=shim_env, capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == EXPECTED_GPU0
+    assert "unknown driver capability 'compte' in NVIDIA_DRIVER_CAPABILITIES" in host.log.read_text()
+
+
+def test_an_option_of_the_subcommand_before_it_says_to_put_it_after() -> None:
+    result = run_ponytail(["-json", "info"])
+    assert result.returncode == 2
+    assert error_line(result) == "Error: -json is an option of 'ponytail info': put it after 'info'"

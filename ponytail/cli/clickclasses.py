@@ -46,15 +46,29 @@ def spellings(command: click.Command, ctx: click.Context) -> list[str]:
 def _as_typed(command: click.Command, ctx: click.Context, args: list[str], error: click.NoSuchOption) -> click.NoSuchOption:
     """The unknown option as the user typed it, with the nearest known spellings of the same dashes."""
     known = spellings(command, ctx)
-    for token in args:
+    for at, token in enumerate(args):
         if token == "--":
             break
         name = token.split("=", 1)[0]
         if name.startswith("-") and name not in known and name.startswith(error.option_name):
+            sub = _subcommand_taking(command, ctx, args[at + 1:], name)
+            if sub is not None:  # ponytail -json info: an option of the subcommand, before it
+                return click.NoSuchOption(name, f"{name} is an option of '{ctx.command_path} {sub}': put it after '{sub}'", ctx=ctx)
             dashes = "--" if name.startswith("--") else "-"
             alike = [k for k in known if k.startswith(dashes) and (dashes == "--" or not k.startswith("--"))]
             return click.NoSuchOption(name, possibilities=get_close_matches(name, alike, n=3, cutoff=0.7), ctx=ctx)
     return error
+
+
+def _subcommand_taking(group: click.Command, ctx: click.Context, rest: list[str], name: str) -> str | None:
+    """The first of ``rest`` that names a subcommand of ``group`` taking the option ``name``."""
+    if not isinstance(group, click.Group):
+        return None
+    for word in rest:
+        sub = group.commands.get(word)
+        if sub is not None:
+            return word if name in spellings(sub, ctx) else None
+    return None
 
 
 class _Named(click.Command):

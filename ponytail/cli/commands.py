@@ -51,6 +51,10 @@ def cli(ctx: click.Context, **values: object) -> None:
       ponytail -root /tmp/test-rootfs -libs /usr/lib/x86_64-linux-gnu/libcuda.so.1
       ponytail info --json                            # driver version and GPUs
 
+    The options below may also stand before a subcommand that takes them: they apply to it
+    (ponytail -config FILE info is ponytail info -config FILE). Every option takes both
+    spellings, -name and --name.
+
     Exit status: 0 done, 1 injection failed, 2 bad usage, config or input.
     Every run is logged to [log] file (default /var/log/ponytail.log).
     """
