@@ -85,15 +85,16 @@ def parse_capabilities(text: str | None) -> tuple[tuple[str, ...], tuple[str, ..
     """(capabilities, unknown names) from a NVIDIA_DRIVER_CAPABILITIES value.
 
     Unset or empty means the default (utility, compute); ``all`` means every one;
-    ``video`` brings ``compute`` with it. Unknown names are returned for a warning.
+    ``video`` brings ``compute`` with it. Unknown names are returned: an error on an
+    operator's command line (build_request), a warning in a container's env.
     """
     if text is None or not text.strip():
         names = list(DEFAULT)
     else:
         names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    unknown = tuple(n for n in names if n not in CAPABILITIES and n != "all")
     if "all" in names:
-        return ALL, ()
-    unknown = tuple(n for n in names if n not in CAPABILITIES)
+        return ALL, unknown
     chosen: list[str] = []
     for name in names:
         for n in (name, *CAPABILITIES[name].implies) if name in CAPABILITIES else ():

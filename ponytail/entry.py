@@ -1,7 +1,7 @@
 """The ``ponytail`` console script.
 
-The hook's own command line (the hot path on every container start) and a plain
-``info`` are parsed without importing click; everything else (help, the other
+The hook's own command line (the hot path on every container start), ``cdi-hook``'s, and a
+plain ``info`` or ``cdi generate`` are parsed without importing click (ponytail.lite.argv); everything else (help, the other
 subcommands, errors in the command line) goes to the click command in ponytail.cli.commands.
 """
 
@@ -56,8 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         return _docker_gpus_hook(args)
     if args[:1] == ["cdi-hook"]:  # a CDI spec's createContainer hook: its own fast path, no click
         from ponytail.engines.cdi.hook import main as cdi_hook
+        from ponytail.engines.cdi.hook import parse_args as parse_cdi_hook_args
 
-        return cdi_hook(args[1:])
+        hook = parse_cdi_hook_args(args[1:])
+        if hook is not None:
+            return cdi_hook(hook)
     if args[:2] == ["cdi", "generate"]:  # beside nvidia-ctk on every driver change: a plain command line without click
         from ponytail.cli.cdigenerate import parse_generate_args, run_generate
 

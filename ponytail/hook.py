@@ -68,6 +68,12 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         if options.debug:
             stdout.write(f"ponytail -debug: {request.devices.source}={request.devices.selector!r}: not a GPU container, nothing would be injected\n")
         return 0
+    if request.unknown_capabilities:  # from the image's env (an operator's -capabilities was refused): said, then ignored
+        from ponytail.container.request import unknown_capabilities_message
+
+        text = container.env.get(request.capabilities_source) if container else None
+        print(f"ponytail: warning: {unknown_capabilities_message(request.unknown_capabilities, request.capabilities_source, text)}; "
+              "ignored", file=stderr)
 
     # a real run on the container's critical path reads sysfs directly; the dry run asks udev
     rootfs = container.rootfs if container else options.root
@@ -87,7 +93,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
         stdout.write(render_plan(plan, host, request, _header(options, config, container, request)))
         log.write("info", f"dry run: {len(plan.operations)} operation(s) planned, {len(plan.problems)} problem(s)")
-        return 0
+        return EXIT_INJECTION_FAILED if plan.problems else 0  # the status a real run would exit with
     if rootfs is None:  # pragma: no cover - _container guarantees one of them
         raise UsageError("no rootfs: pass -root DIR or run as an OCI hook")
 

@@ -52,7 +52,8 @@ HOOK_OPTIONS: tuple[OptionSpec, ...] = (
         "debug",
         None,
         "Dry run: print every planned operation (nodes, libraries, links, linker cache) "
-        "and why, change nothing, exit 0. Works with or without OCI state on stdin.",
+        "and why, change nothing, exit with the status a real run would (0, 1 a start that would fail, "
+        "2 bad usage or config). Works with or without OCI state on stdin.",
     ),
 )
 
@@ -72,5 +73,5 @@ def parse_hook_args(args: list[str]) -> HookOptions | None:
     an unknown or malformed option), which the click command then handles and explains."""
     from ponytail.lite.argv import parse_options
 
-    values = parse_options(args, {spec.name: spec.metavar is not None for spec in HOOK_OPTIONS})
-    return None if values is None else HookOptions(**values)  # type: ignore[arg-type]  # parse_options gives str for options with a value, bool for flags
+    values = parse_options(args, {spec.name: 0 if spec.metavar is None else 1 for spec in HOOK_OPTIONS})
+    return None if values is None else HookOptions(**values)  # type: ignore[arg-type]  # parse_options gives str for options of arity 1, bool for flags

@@ -37,16 +37,33 @@ def test_install_hook_refuses_a_command_podman_would_skip(tmp_path: Path) -> Non
     assert not (tmp_path / "hooks.d" / "ponytail.json").exists()
 
 
-def test_install_hook_replaces_the_file_and_warns_about_a_missing_config(tmp_path: Path) -> None:
+def test_install_hook_refuses_a_missing_config_unless_asked_to_write_one(tmp_path: Path) -> None:
+    """A hook that names a missing config fails every GPU container: refused (exit 2, nothing
+    written) unless --write-config asks for a default config there, which the hook then loads."""
+    from ponytail.config import load_config
+
     hooks_dir = tmp_path / "hooks.d"
     hooks_dir.mkdir()
     (hooks_dir / "ponytail.json").write_text("{ half written")
-    result = install_hook("--dir", str(hooks_dir), "--config", str(tmp_path / "missing.toml"))
+    missing = tmp_path / "etc" / "missing.toml"
+    result = install_hook("--dir", str(hooks_dir), "--config", str(missing))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"--config {missing}: no such file" in result.stderr and "--write-config" in result.stderr
+    assert (hooks_dir / "ponytail.json").read_text() == "{ half written" and not missing.exists()
+
+    result = install_hook("--dir", str(hooks_dir), "-config", str(missing), "-write-config")
     assert result.returncode == 0, result.stderr
-    assert f"wrote {hooks_dir}/ponytail.json" in result.stdout
-    assert "missing.toml does not exist yet" in result.stderr
-    assert json.loads((hooks_dir / "ponytail.json").read_text())["hook"]["path"] == console_script("ponytail")
+    assert f"wrote {missing}" in result.stdout and f"wrote {hooks_dir}/ponytail.json" in result.stdout
+    assert load_config(str(missing), True).path == str(missing)  # a valid config: the built-in defaults
+    hook = json.loads((hooks_dir / "ponytail.json").read_text())["hook"]
+    assert hook["path"] == console_script("ponytail") and hook["args"] == ["ponytail", "-config", str(missing)]
     assert sorted(p.name for p in hooks_dir.iterdir()) == ["ponytail.json"]
+
+    missing.write_text("[host]\nproc_root = \"/p\"\n")  # an existing config is never replaced
+    assert install_hook("--dir", str(hooks_dir), "--config", str(missing), "--write-config").returncode == 0
+    assert load_config(str(missing), True).proc_root == "/p"
+    result = install_hook("--dir", str(hooks_dir), "--write-config")
+    assert result.returncode == 2 and "name the file with --config FILE" in result.stderr
 
 
 def test_registration_works_on_defaults_alone(tmp_path: Path) -> None:

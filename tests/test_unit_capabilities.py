@@ -25,7 +25,7 @@ pytestmark = pytest.mark.unit
         ("compat32,utility", ("compat32", "utility"), ()),
         ("all", ALL, ()),
         ("compute,all", ALL, ()),
-        ("all,bogus", ALL, ()),  # all wins, unknown names are not even reported
+        ("all,bogus", ALL, ("bogus",)),  # all wins; the unknown name is still reported
         ("utility,bogus", ("utility",), ("bogus",)),
         ("bogus", (), ("bogus",)),
         ("utility,,utility", ("utility",), ()),

@@ -6,17 +6,18 @@ import sys
 
 import click
 
+from ponytail.cli.clickclasses import CONTEXT, Group
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from ponytail.config import Config
 
-CONTEXT = {"help_option_names": ["-h", "-help", "--help"], "max_content_width": 100}
 _CONFIG = click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook); the spec's hook is run with it.")
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=Group, context_settings=CONTEXT)
 def cdi() -> None:
     """Container Device Interface specs for podman, containerd, CRI-O and Docker.
 

@@ -3,7 +3,7 @@
 Run at install time and on every driver change (a systemd unit, a driver's install step,
 a node's boot), where it stands beside ``nvidia-ctk cdi generate``: importing click is
 about a fifth of its run. Its plain command line (the options below, each once, in either
-spelling, ``--name value`` or ``--name=value``) is parsed here, as ``info``'s is
+spelling, ``--name value`` or ``--name=value``) is parsed by ponytail.lite.argv, as ``info``'s is
 (ponytail.cli.info); help and anything out of the ordinary (an unknown option, a value
 that is not one of the choices, an option twice) go to the click command in
 ponytail.cli.cdi, which explains it and then ends here too: one implementation, two
@@ -16,41 +16,19 @@ import sys
 
 FORMATS = ("yaml", "json")
 STRATEGIES = ("index", "uuid", "both")
-# option spelling -> (parameter, the values it may take, or None for any)
-_OPTIONS: dict[str, tuple[str, tuple[str, ...] | None]] = {
-    "--output": ("output", None), "-output": ("output", None),
-    "--format": ("form", FORMATS), "-format": ("form", FORMATS),
-    "--device-name-strategy": ("strategy", STRATEGIES),
-    "--spec-version": ("version", None),
-    "--capabilities": ("capabilities", None), "-capabilities": ("capabilities", None),
-    "--hook-path": ("hook_path", None),
-    "-config": ("config", None), "--config": ("config", None),
-}
+# each option's arity (all take one value) and run_generate's parameter for it
+OPTIONS = {"output": 1, "format": 1, "device-name-strategy": 1, "spec-version": 1, "capabilities": 1, "hook-path": 1, "config": 1}
+_PARAMETERS = {"format": "form", "device_name_strategy": "strategy", "spec_version": "version"}
 
 
 def parse_generate_args(args: list[str]) -> dict[str, str] | None:
     """The parameters of run_generate for a plain ``cdi generate`` command line, else None."""
-    if args[:2] != ["cdi", "generate"]:
+    from ponytail.lite.argv import parse_command
+
+    values = parse_command(args, ("cdi", "generate"), OPTIONS, choices={"format": FORMATS, "device-name-strategy": STRATEGIES})
+    if values is None:
         return None
-    found: dict[str, str] = {}
-    rest = args[2:]
-    i = 0
-    while i < len(rest):
-        name, eq, value = rest[i].partition("=")
-        known = _OPTIONS.get(name)
-        if known is None or known[0] in found:
-            return None
-        if not eq:
-            if i + 1 >= len(rest):
-                return None
-            i += 1
-            value = rest[i]
-        parameter, choices = known
-        if choices is not None and value not in choices:
-            return None
-        found[parameter] = value
-        i += 1
-    return found
+    return {_PARAMETERS.get(name, name): value for name, value in values.items() if isinstance(value, str)}
 
 
 def run_generate(

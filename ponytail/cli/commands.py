@@ -15,10 +15,8 @@ from typing import TypeVar
 import click
 
 from ponytail import __version__
+from ponytail.cli.clickclasses import CONTEXT, Group, OneLineErrors, remember_options_before
 from ponytail.options import HOOK_OPTIONS, HookOptions
-
-CONTEXT = {"help_option_names": ["-h", "-help", "--help"], "max_content_width": 100}
-
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -33,7 +31,7 @@ def _hook_options(function: F) -> F:
     return function
 
 
-@click.group(invoke_without_command=True, context_settings=CONTEXT)
+@click.group(cls=Group, invoke_without_command=True, context_settings=CONTEXT)
 @_hook_options
 @click.version_option(__version__, "-version", "--version", prog_name="ponytail")
 @click.pass_context
@@ -53,10 +51,16 @@ def cli(ctx: click.Context, **values: object) -> None:
       ponytail -root /tmp/test-rootfs -libs /usr/lib/x86_64-linux-gnu/libcuda.so.1
       ponytail info --json                            # driver version and GPUs
 
+    The options below may also stand before a subcommand that takes them: they apply to it
+    (ponytail -config FILE info is ponytail info -config FILE). Every option takes both
+    spellings, -name and --name.
+
     Exit status: 0 done, 1 injection failed, 2 bad usage, config or input.
     Every run is logged to [log] file (default /var/log/ponytail.log).
     """
-    if ctx.invoked_subcommand is None:
+    if ctx.invoked_subcommand is not None:  # ponytail -config FILE info: the subcommand takes them
+        remember_options_before(ctx, [spec.name for spec in HOOK_OPTIONS])
+    else:
         from ponytail.hook import run_hook
 
         ctx.exit(run_hook(HookOptions(**values)))  # type: ignore[arg-type]  # click gives each option the type HOOK_OPTIONS declares
@@ -117,11 +121,13 @@ def _errors() -> Iterator[None]:
 @click.option("--dir", "-dir", "directory", metavar="DIR", default=None,
               help="Hooks directory. Default: /usr/share/containers/oci/hooks.d (what Debian's podman reads).")
 @click.option("--config", "-config", "config", metavar="FILE", default=None,
-              help="Config file the hook is run with (it must exist). Default: none named: the hook reads "
+              help="Config file the hook is run with (it must exist, or pass --write-config). Default: none named: the hook reads "
                    "/etc/ponytail/config.toml if it exists, else its built-in defaults.")
+@click.option("--write-config", "write_config", is_flag=True,
+              help="Write a default config file (empty: the built-in defaults) at --config FILE if there is none.")
 @click.option("--path", "-path", "command", metavar="CMD", default=None,
               help="The hook command. Default: this install's ponytail command.")
-def install_hook(directory: str | None, config: str | None, command: str | None) -> None:
+def install_hook(directory: str | None, config: str | None, write_config: bool, command: str | None) -> None:
     """Write ponytail.json into a hooks.d directory (podman, CRI-O).
 
     \b
@@ -141,11 +147,42 @@ def install_hook(directory: str | None, config: str | None, command: str | None)
     with _errors():
         if command is None:
             raise UsageError("cannot find this install's ponytail command; pass --path CMD")
+        wrote_config = _hook_config(config, write_config)
         path = write_hook_file(directory or DEFAULT_HOOKS_DIR, command, config)
+    if wrote_config:
+        click.echo(f"wrote {config}: an empty config (the built-in defaults; see config/config.toml for every key)")
     with_config = f" -config {config}" if config else ""
     click.echo(f"wrote {path}: runs {command}{with_config} at prestart of containers annotated com.example.gpu=true")
-    if config and not os.path.exists(config):
-        click.echo(f"ponytail: warning: {config} does not exist yet; GPU containers will fail to start until it does", err=True)
+
+
+DEFAULT_CONFIG_TEXT = (
+    "# ponytail configuration, written by 'ponytail install-hook --write-config'.\n"
+    "# Every key is optional: this file means the built-in defaults (config/config.toml lists every key).\n"
+)
+
+
+def _hook_config(config: str | None, write_config: bool) -> bool:
+    """Refuse a --config FILE that does not exist (every GPU container would fail to start),
+    unless --write-config asks for a default one there; True when one was written."""
+    from ponytail.errors import UsageError
+
+    if config is None:
+        if write_config:
+            raise UsageError("--write-config: name the file with --config FILE")
+        return False
+    if not os.path.isabs(config):
+        raise UsageError(f"--config {config}: must be an absolute path (the hook runs in the bundle directory)")
+    if os.path.lexists(config):
+        return False
+    if not write_config:
+        raise UsageError(
+            f"--config {config}: no such file; every GPU container would fail to start until it exists: "
+            "create it, or pass --write-config to write a default one there"
+        )
+    from ponytail.engines.configure.files import write_atomically
+
+    write_atomically(config, DEFAULT_CONFIG_TEXT, backup=False)
+    return True
 
 
 @cli.command("install-docker-gpus", context_settings=CONTEXT)
@@ -239,6 +276,23 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
         report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json)
     click.echo(report, nl=False)
     sys.exit(status)
+
+
+@cli.command("cdi-hook", cls=OneLineErrors, hidden=True, context_settings=CONTEXT)
+@click.option("-config", "--config", "config", metavar="FILE", help="Config file (absolute).")
+@click.option("--driver-version", "driver_version", metavar="V", help="Refuse to start when another driver is running.")
+@click.option("--link", "link", nargs=3, multiple=True, metavar="PATH TARGET LIBRARY", help="A SONAME link to make in the rootfs.")
+@click.option("--mask-proc", "mask_proc", is_flag=True, help="Mask /proc/driver/nvidia to the GPUs whose nodes the engine created.")
+@click.option("--ldconfig", "ldconfig", metavar="PATH", help="Refresh the rootfs's linker cache with the host's ldconfig.")
+@click.option("--directory", "directory", multiple=True, metavar="DIR", help="A directory for the linker cache.")
+@click.option("--check", "check", nargs=2, multiple=True, metavar="SONAME PATH", help="Check the cache resolves SONAME to PATH.")
+def cdi_hook(**options: object) -> None:
+    """The createContainer hook of a CDI spec written by 'ponytail cdi generate' (OCI state on
+    stdin); not meant to be run by hand."""
+    # its plain command line takes the fast path in ponytail.entry (no click); this one gives help and words the errors
+    from ponytail.engines.cdi.hook import main as run_cdi_hook
+
+    sys.exit(run_cdi_hook(options))
 
 
 from ponytail.cli.cdi import cdi  # noqa: E402 - the cdi group beside the commands above

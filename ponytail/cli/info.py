@@ -2,7 +2,7 @@
 
 A read-only command people and scripts run often (``ponytail info --json`` in a
 monitoring loop, say): its plain command line (``info``, ``--json``, ``-config FILE``,
-in either spelling and any order) is parsed here as the hook's is, so it does not
+in either spelling and any order) is parsed by ponytail.lite.argv as the hook's is, so it does not
 pay for importing click. Help and anything out of the ordinary go to the click
 command (ponytail.cli.commands), whose ``info`` ends here too: one implementation, two ways in.
 """
@@ -15,34 +15,16 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TextIO
 
-_JSON_FLAGS = ("--json", "-json")
-_CONFIG_NAMES = ("--config", "-config")
-
-
 def parse_info_args(args: list[str]) -> tuple[bool, str | None] | None:
     """(as_json, config) for a plain ``info`` command line, else None (help, an unknown
     or repeated option, a missing value: the click command handles and explains it)."""
-    if not args or args[0] != "info":
+    from ponytail.lite.argv import parse_command
+
+    values = parse_command(args, ("info",), {"json": 0, "config": 1})
+    if values is None:
         return None
-    as_json, config = False, None
-    rest = args[1:]
-    i = 0
-    while i < len(rest):
-        arg = rest[i]
-        name, eq, value = arg.partition("=")
-        if arg in _JSON_FLAGS and not as_json:
-            as_json = True
-        elif name in _CONFIG_NAMES and config is None:
-            if not eq:
-                if i + 1 >= len(rest):
-                    return None
-                i += 1
-                value = rest[i]
-            config = value
-        else:
-            return None
-        i += 1
-    return as_json, config
+    config = values.get("config")
+    return bool(values.get("json")), config if isinstance(config, str) else None
 
 
 def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:

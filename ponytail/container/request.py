@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ponytail.container.trigger import VISIBLE_DEVICES_VAR, is_void
-from ponytail.errors import InputError, quoted
+from ponytail.errors import InputError, UsageError, quoted
 from ponytail.host.driver import canonical_bus_id
 from ponytail.host.mig import MigDevice
 from ponytail.host.probe import Gpu
@@ -180,6 +180,8 @@ def build_request(
     else:
         caps_text, caps_source = None, "default"
     capabilities, unknown = parse_capabilities(caps_text)
+    if unknown and cli_capabilities is not None:  # an operator's typo is refused; an image's unknown name is a warning
+        raise UsageError(unknown_capabilities_message(unknown, caps_source, cli_capabilities))
     mig: dict[str, DeviceRequest] = {}
     for var in (MIG_CONFIG_VAR, MIG_MONITOR_VAR):
         value = env.get(var, "").strip()
@@ -196,6 +198,15 @@ def build_request(
         mig_config=mig.get(MIG_CONFIG_VAR),
         mig_monitor=mig.get(MIG_MONITOR_VAR),
     )
+
+
+def unknown_capabilities_message(unknown: tuple[str, ...], source: str, text: str | None) -> str:
+    """What is wrong with ``source``=``text`` and which names it may hold."""
+    from ponytail.capabilities import ALL
+
+    names = ", ".join(quoted(n) for n in unknown)
+    return (f"unknown driver capabilit{'ies' if len(unknown) > 1 else 'y'} {names} in {source}={quoted(text or '')}: "
+            f"the capabilities are {', '.join(ALL)}, or all")
 
 
 MIG_CONFIG_VAR = "NVIDIA_MIG_CONFIG_DEVICES"

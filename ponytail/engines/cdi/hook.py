@@ -24,29 +24,35 @@ from ponytail.logfile import RunLog
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
+    from collections.abc import Mapping
+
     from ponytail.config import Config
     from ponytail.plan.operations import Operation, ProcMask
 
-USAGE = (
-    "usage: ponytail cdi-hook [-config FILE] [--driver-version V] [--link PATH TARGET LIBRARY]... [--mask-proc]\n"
-    "                         [--ldconfig PATH [--directory DIR]... [--check SONAME PATH]...]\n"
-    "The createContainer hook of a CDI spec written by 'ponytail cdi generate' (OCI state on stdin);\n"
-    "not meant to be run by hand.\n"
-)
-_ABSOLUTE = {"-config": (0,), "--config": (0,), "--link": (0, 2), "--ldconfig": (0,), "--directory": (0,), "--check": (1,)}
-_ARITY = {"-config": 1, "--config": 1, "--driver-version": 1, "--link": 3, "--mask-proc": 0, "--ldconfig": 1, "--directory": 1, "--check": 2}
+# each option's arity (ponytail.lite.argv); the click command in ponytail.cli.commands takes the same
+OPTIONS = {"config": 1, "driver-version": 1, "link": 3, "mask-proc": 0, "ldconfig": 1, "directory": 1, "check": 2}
+REPEATABLE = ("link", "directory", "check")
+# the values that must be absolute paths: the working directory is the rootfs, a relative path would be the image's
+_ABSOLUTE = {"config": (0,), "link": (0, 2), "ldconfig": (0,), "directory": (0,), "check": (1,)}
 
 
-def main(args: list[str]) -> int:
+def parse_args(args: list[str]) -> dict[str, object] | None:
+    """The options of a plain cdi-hook command line (as the spec writes it), else None: help and
+    errors are the click command's."""
+    from ponytail.lite.argv import parse_options
+
+    return parse_options(args, OPTIONS, REPEATABLE)  # type: ignore[return-value]  # a dict of values is a dict of objects
+
+
+def main(options: Mapping[str, object]) -> int:
+    """Run the hook with ``options`` (parse_args' or the click command's); the exit status."""
     log = RunLog("")
     try:
-        options = parse_args(args)
-        if options is None:
-            sys.stdout.write(USAGE)
-            return 0
+        _check_absolute(options)
         from ponytail.config import config_path, load_config
 
-        config = load_config(*config_path(options.get("-config", [[None]])[0][0]))
+        config_file = options.get("config")
+        config = load_config(*config_path(config_file if isinstance(config_file, str) else None))
         log.path = config.log_file
         log.open()
         return _run(options, config, log)
@@ -64,27 +70,18 @@ def main(args: list[str]) -> int:
         log.close()
 
 
-def parse_args(args: list[str]) -> dict[str, list[list[str]]] | None:
-    """Option -> the values of each of its occurrences; None for --help."""
-    if any(a in ("-h", "-help", "--help") for a in args):
-        return None
-    options: dict[str, list[list[str]]] = {}
-    i = 0
-    while i < len(args):
-        name = args[i]
-        arity = _ARITY.get(name)
-        if arity is None or i + arity >= len(args):
-            raise UsageError(f"cdi-hook: unknown or incomplete option {name!r} (see 'ponytail cdi-hook --help')")
-        values = args[i + 1:i + 1 + arity]
-        for k in _ABSOLUTE.get(name, ()):  # the working directory is the rootfs: a relative path would be the image's
-            if not values[k].startswith("/"):
-                raise UsageError(f"cdi-hook: {name} {values[k]!r} must be an absolute path")
-        options.setdefault(name.replace("--config", "-config"), []).append(values)
-        i += 1 + arity
-    return options
+def _check_absolute(options: Mapping[str, object]) -> None:
+    for name, positions in _ABSOLUTE.items():
+        given = options.get(name.replace("-", "_"))
+        occurrences = given if name in REPEATABLE else (given,)
+        for values in occurrences if isinstance(occurrences, tuple) else ():
+            values = values if isinstance(values, tuple) else (values,)
+            for k in positions:
+                if isinstance(values[k], str) and not values[k].startswith("/"):
+                    raise UsageError(f"cdi-hook: --{name} {values[k]!r} must be an absolute path")
 
 
-def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> int:
+def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
     from ponytail.container.oci import MAX_STATE_BYTES, load_container, parse_state, read_bounded
 
     state = parse_state(read_bounded(sys.stdin.buffer, MAX_STATE_BYTES, "OCI state on stdin"), lowest_pid=0)
@@ -92,7 +89,8 @@ def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> in
     container = load_container(state)
     _check_stage(container.rootfs, state.pid)
     proc_root = config.proc_root
-    for (made_for,) in options.get("--driver-version", []):
+    made_for = options.get("driver_version")
+    if made_for is not None:
         from ponytail.host.driver import read_driver_version
 
         running = read_driver_version(proc_root)
@@ -103,13 +101,15 @@ def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> in
             )
     from ponytail.plan.operations import LD_CONF_FILE, LinkerCache, Plan, Symlink
 
-    ops: list[Operation] = [Symlink(target, link_to, f"SONAME of {link_to}", library) for target, link_to, library in options.get("--link", [])]
-    mask = _proc_mask(proc_root, container.char_devices) if "--mask-proc" in options else None
+    links: tuple[tuple[str, str, str], ...] = options.get("link") or ()  # type: ignore[assignment]  # OPTIONS' arities
+    ops: list[Operation] = [Symlink(target, link_to, f"SONAME of {link_to}", library) for target, link_to, library in links]
+    mask = _proc_mask(proc_root, container.char_devices) if options.get("mask_proc") else None
     if mask is not None:
         ops.append(mask)
-    for (ldconfig,) in options.get("--ldconfig", [])[-1:]:
-        directories = tuple(d for (d,) in options.get("--directory", []))
-        checks = tuple((soname, path) for soname, path in options.get("--check", []))
+    ldconfig = options.get("ldconfig")
+    if isinstance(ldconfig, str):
+        directories: tuple[str, ...] = options.get("directory") or ()  # type: ignore[assignment]
+        checks: tuple[tuple[str, str], ...] = options.get("check") or ()  # type: ignore[assignment]
         ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, checks, "make the driver's libraries loadable by SONAME"))
     from ponytail.apply.executor import apply_plan
 
