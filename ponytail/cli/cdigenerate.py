@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import sys
 
+from ponytail.engines.cdi.files import DEFAULT_STRATEGY, STRATEGIES
+
 FORMATS = ("yaml", "json")
-STRATEGIES = ("index", "uuid", "both")
 # option spelling -> (parameter, the values it may take, or None for any)
 _OPTIONS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "--output": ("output", None), "-output": ("output", None),
@@ -54,7 +55,7 @@ def parse_generate_args(args: list[str]) -> dict[str, str] | None:
 
 
 def run_generate(
-    output: str | None = None, form: str | None = None, strategy: str = "index", version: str | None = None,
+    output: str | None = None, form: str | None = None, strategy: str = DEFAULT_STRATEGY, version: str | None = None,
     capabilities: str = "all", hook_path: str | None = None, config: str | None = None,
 ) -> int:
     """Write this host's spec (to ``output``, else stdout); errors as one line. The exit status."""
