@@ -45,7 +45,8 @@ def test_spec_conforms_to_the_specification_at_its_lowest_version(shared_host: F
     vendor, _, klass = spec["kind"].partition("/")
     assert spec["kind"] == "nvidia.com/gpu" and VENDOR.match(vendor) and CLASS_BEFORE_060.match(klass)
     names = [d["name"] for d in spec["devices"]]
-    assert names == ["0", "1", "2", "2:1:0", "2:2:0", "all"]
+    assert [n for n in names if not n.startswith(("GPU-", "MIG-"))] == ["0", "1", "2", "2:1:0", "2:2:0", "all"]
+    assert len(names) == 6 + 3 + 2  # by default every GPU and MIG device by UUID too
     assert all(NAME.match(n) for n in names) and len(set(names)) == len(names)
     # names starting with a digit and device nodes with a hostPath (the fake host's /dev is elsewhere)
     # are 0.5.0 features; nothing of 0.6.0 or later is used: 0.5.0 is the lowest that holds this spec
