@@ -161,13 +161,17 @@ def install_hook(directory: str | None, config: str | None, command: str | None)
 @click.option("--path", "command", metavar="CMD", default=None,
               help="ponytail-runtime (podman: ponytail) as the engine will run it. Default: this install's.")
 @click.option("--name", default="ponytail", show_default=True, help="The runtime's name (a RuntimeClass handler).")
+@click.option("--state-dir", "state_dir", metavar="DIR", default="/var/lib/ponytail/configure", show_default=True,
+              help="Where the file as it was before ponytail is kept, for --uninstall (no engine reads there).")
 def configure(engine: str, config_file: str | None, set_as_default: bool, dry_run: bool, uninstall: bool,
-              command: str | None, name: str) -> None:
+              command: str | None, name: str, state_dir: str) -> None:
     """Register ponytail with docker, containerd, CRI-O or podman by editing the engine's config.
 
     \b
-    Idempotent (a second run changes nothing), atomic, the original kept as FILE.ponytail-backup;
-    every other key and comment stays. Examples:
+    Idempotent (a second run changes nothing), atomic, the original kept in --state-dir (outside
+    every directory an engine reads); every other key and comment stays. --uninstall leaves the
+    file byte for byte as it was (or, if it was edited since, takes out exactly what ponytail
+    added) and nothing of ponytail's behind. Examples:
       ponytail configure --runtime containerd --dry-run
       ponytail configure --runtime containerd --set-as-default
       ponytail configure --runtime docker --config-file /host/etc/docker/daemon.json --path /usr/local/bin/ponytail-runtime
@@ -175,7 +179,7 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
     from ponytail.engines.configure import configure as run_configure
 
     with _errors():
-        lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall)
+        lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall, state_dir)
     click.echo("\n".join(lines))
 
 
