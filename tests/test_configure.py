@@ -243,7 +243,8 @@ def test_podman_hooks_file_runs_on_defaults_alone(tmp_path: Path) -> None:
     hooks_file = tmp_path / "hooks.d" / "ponytail.json"
     hook = console_script("ponytail")
     result = subprocess.run(
-        [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file)], capture_output=True, text=True, timeout=60
+        [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file), "--state-dir", str(STATE[0])],
+        capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
     document = json.loads(hooks_file.read_text())
@@ -251,7 +252,7 @@ def test_podman_hooks_file_runs_on_defaults_alone(tmp_path: Path) -> None:
     assert "nothing to restart" in result.stdout
     hooks_file.write_text("{ half written")  # a broken hooks file makes every podman run fail: ponytail's own, replaced
     again = subprocess.run(
-        [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file), "--set-as-default"],
+        [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file), "--set-as-default", "--state-dir", str(STATE[0])],
         capture_output=True, text=True, timeout=60,
     )
     assert again.returncode == 0, again.stderr
