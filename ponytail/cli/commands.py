@@ -188,15 +188,18 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
 @click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook).")
 @click.option("--bundle", "-bundle", "bundle", metavar="DIR", help="Also check this OCI bundle's container (config.json, rootfs, env).")
 @click.option("--rootfs", "-rootfs", "rootfs", metavar="DIR", help="Also check this rootfs (an unpacked image), with an empty env.")
+@click.option("--engine", "-engine", "engines", multiple=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
+              help="Check this engine (again for more). Default: those whose service runs and those configured for ponytail.")
 @click.option("--engine-root", "engine_root", metavar="DIR", default="/", hidden=True, help="Read the engines' configuration under DIR.")
-def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | None, engine_root: str) -> None:
+def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | None, engines: tuple[str, ...], engine_root: str) -> None:
     """The doctor: is this host, its container engines, and (with --bundle or --rootfs) a
     container ready for GPUs? One line per finding: what is wrong and what to do.
 
     \b
     Host: driver loaded; kernel module, libraries and firmware of one version; device
     nodes; nvidia-uvm; nvidia-persistenced; cgroup version; each registered driver tree.
-    Engines: docker, containerd, CRI-O, podman: installed, and configured to run ponytail.
+    Engines: those in use (--engine, else each whose service runs or that is configured for
+    ponytail) are configured to run ponytail; one only installed is not checked.
     Container: which libcuda.so.1 and libnvidia-ml.so.1 its loader will pick.
     Exit status: 0 all is well, 1 something needs attention, 2 bad usage or config.
     """
@@ -204,7 +207,7 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
     from ponytail.config import config_path, load_config
 
     with _errors():
-        report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json)
+        report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json, engines)
     click.echo(report, nl=False)
     sys.exit(status)
 
