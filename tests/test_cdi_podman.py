@@ -30,7 +30,7 @@ HOST_SHAPE = {"gpu_list": gpus(3, minors=[2, 0, 1]), "mig": {1: [(1, 0), (2, 0)]
 def podman(shared_host: FakeHost, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CdiPodman]:
     base = tmp_path_factory.mktemp("cdispec")
     spec = base / "nvidia.yaml"
-    generate(shared_host, spec, "--device-name-strategy", "both")
+    generate(shared_host, spec)  # the default names: index, UUID and all, as `cdi list` says and the README's examples use
     # the legacy hook is installed too, for every GPU-annotated container: CDI's void keeps it out
     hooks = base / "hooks.d"
     installed = subprocess.run([console_script("ponytail"), "install-hook", "--dir", str(hooks), "--config", str(shared_host.write_config())],

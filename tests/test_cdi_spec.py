@@ -45,7 +45,8 @@ def test_spec_conforms_to_the_specification_at_its_lowest_version(shared_host: F
     vendor, _, klass = spec["kind"].partition("/")
     assert spec["kind"] == "nvidia.com/gpu" and VENDOR.match(vendor) and CLASS_BEFORE_060.match(klass)
     names = [d["name"] for d in spec["devices"]]
-    assert names == ["0", "1", "2", "2:1:0", "2:2:0", "all"]
+    assert [n for n in names if not n.startswith(("GPU-", "MIG-"))] == ["0", "1", "2", "2:1:0", "2:2:0", "all"]
+    assert len(names) == 6 + 3 + 2  # by default every GPU and MIG device by UUID too
     assert all(NAME.match(n) for n in names) and len(set(names)) == len(names)
     # names starting with a digit and device nodes with a hostPath (the fake host's /dev is elsewhere)
     # are 0.5.0 features; nothing of 0.6.0 or later is used: 0.5.0 is the lowest that holds this spec
@@ -175,12 +176,19 @@ def test_what_the_specification_forbids_is_found(change: dict, message: str) -> 
 
 
 def test_list_names_from_a_file_and_from_this_host(shared_host: FakeHost, tmp_path: Path) -> None:
+    """By default `cdi generate` writes, and `cdi list` names, every GPU by index and by UUID (what
+    Docker's --gpus device=UUID and the device plugin ask for), and 'all': the same names both ways."""
     generate(shared_host, tmp_path / "nvidia.json")
     from_file = run_ponytail(["cdi", "list", str(tmp_path / "nvidia.json")])
     assert from_file.returncode == 0, from_file.stderr
-    assert from_file.stdout.decode().splitlines() == [f"nvidia.com/gpu={n}" for n in ("0", "1", "2", "2:1:0", "2:2:0", "all")]
-    from_host = run_ponytail(["cdi", "list", "-config", str(shared_host.write_config()), "--device-name-strategy", "index"])
+    names = from_file.stdout.decode().splitlines()
+    assert [n for n in names if "GPU-" not in n and "MIG-" not in n] == [f"nvidia.com/gpu={n}" for n in ("0", "1", "2", "2:1:0", "2:2:0", "all")]
+    assert sum(1 for n in names if n.startswith("nvidia.com/gpu=GPU-")) == 3 and sum(1 for n in names if "=MIG-" in n) == 2, names
+    from_host = run_ponytail(["cdi", "list", "-config", str(shared_host.write_config())])
     assert from_host.returncode == 0 and from_host.stdout == from_file.stdout
+    generate(shared_host, tmp_path / "index.json", "--device-name-strategy", "index")
+    index = run_ponytail(["cdi", "list", "-config", str(shared_host.write_config()), "--device-name-strategy", "index"])
+    assert index.returncode == 0 and index.stdout == run_ponytail(["cdi", "list", str(tmp_path / "index.json")]).stdout
     garbage = tmp_path / "bad.json"
     garbage.write_text('{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": []}')
     bad = run_ponytail(["cdi", "list", str(garbage)])

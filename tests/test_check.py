@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -131,11 +133,75 @@ def test_a_driver_tree_that_cannot_serve(layout: Layout) -> None:
     assert finding["subject"] == "driver tree dev-build" and "560.28.03" in finding["message"] and KERNEL in finding["message"]
 
 
+def listening(path: Path) -> socket.socket:
+    """A unix socket listening at ``path`` (bound through its directory's descriptor: any length)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        server.bind(f"/proc/self/fd/{directory}/{path.name}")
+    finally:
+        os.close(directory)
+    server.listen(128)  # never accepted: each check's connection waits in the backlog
+    return server
+
+
 def test_docker_without_the_runtime(layout: Layout) -> None:
     (layout.engines / "etc/docker").mkdir(parents=True)
     (layout.engines / "etc/docker/daemon.json").write_text('{"runtimes": {"other": {"path": "/usr/bin/runc"}}}')
-    finding = _one_finding(layout)
+    finding = _one_finding(layout, "--engine", "docker")
     assert finding["subject"] == "docker" and "ponytail-runtime" in finding["message"]
+    with listening(layout.engines / "run/docker.sock"):  # dockerd runs: checked without being named
+        finding = _one_finding(layout)
+    assert finding["subject"] == "docker" and "ponytail-runtime" in finding["message"]
+
+
+def test_with_several_engines_installed_only_those_in_use_are_checked(layout: Layout) -> None:
+    """Installed but neither running nor configured for ponytail: not a finding (podman, configured,
+    is checked); a socket file a crashed daemon left is not a running service."""
+    for directory in ("etc/docker", "etc/containerd", "etc/crio"):
+        (layout.engines / directory).mkdir(parents=True)
+    (layout.engines / "etc/containerd/config.toml").write_text("version = 2\n")
+    listening(layout.engines / "run/containerd/containerd.sock").close()  # stale: nothing listens
+    status, report, text = layout.check()
+    assert status == 0, _not_ok(report)
+    engines = {f["subject"]: f["message"] for f in report["findings"] if f["area"] == "engine"}
+    assert "not checked ('ponytail check --engine containerd' checks it)" in engines["containerd"]
+    assert "not checked" in engines["docker"] and "runs" in engines["podman"]
+    assert "runs" in engines["CRI-O"]  # it reads the same default hooks directory as podman
+    # containerd's service runs: it is checked
+    with listening(layout.engines / "run/containerd/containerd.sock.new") as server:
+        os.rename(layout.engines / "run/containerd/containerd.sock.new", layout.engines / "run/containerd/containerd.sock")
+        finding = _one_finding(layout)
+        assert finding["subject"] == "containerd" and "BinaryName" in finding["message"]
+        # ... unless it is only dockerd's backend (Debian's docker.io): no kubelet configured
+        with listening(layout.engines / "var/run/docker.sock"):
+            (layout.engines / "etc/docker/daemon.json").write_text(json.dumps({"runtimes": {"ponytail": {"path": console_script("ponytail-runtime")}}}))
+            status, report, _ = layout.check()
+            assert status == 0, _not_ok(report)
+            (layout.engines / "var/lib/kubelet").mkdir(parents=True)
+            (layout.engines / "var/lib/kubelet/config.yaml").write_text("kind: KubeletConfiguration\n")
+            assert _one_finding(layout)["subject"] == "containerd"
+        server.close()
+    # named, they are checked; one not installed says so
+    status, report, _ = layout.check("--engine", "docker", "--engine", "containerd")
+    assert status == 1 and {f["subject"] for f in _not_ok(report)} == {"containerd"}, _not_ok(report)
+    (layout.engines / "etc/crio").rmdir()
+    finding = _one_finding(layout, "--engine", "crio")
+    assert finding["subject"] == "CRI-O" and "is not installed here" in finding["message"]
+
+
+def test_crio_configured_by_its_drop_in(layout: Layout) -> None:
+    (layout.engines / "etc/crio").mkdir(parents=True)
+    (layout.engines / "etc/crio/crio.conf").write_text("[crio.runtime]\n")
+    configured = subprocess.run([console_script("ponytail"), "configure", "--runtime", "crio", "--config-file",
+                                 str(layout.engines / "etc/crio/crio.conf"), "--path", console_script("ponytail-runtime"),
+                                 "--state-dir", str(layout.base / "state")], capture_output=True, text=True, timeout=60)
+    assert configured.returncode == 0, configured.stderr
+    status, report, _ = layout.check()
+    assert status == 0, _not_ok(report)
+    crio = next(f for f in report["findings"] if f["subject"] == "CRI-O")
+    assert "runtime_path in" in crio["message"] and "99-ponytail.conf" in crio["message"]
 
 
 def test_docker_with_the_runtime(layout: Layout) -> None:
@@ -149,7 +215,7 @@ def test_docker_with_the_runtime(layout: Layout) -> None:
 def test_containerd_without_the_runtime(layout: Layout) -> None:
     (layout.engines / "etc/containerd").mkdir(parents=True)
     (layout.engines / "etc/containerd/config.toml").write_text("version = 2\n")
-    finding = _one_finding(layout)
+    finding = _one_finding(layout, "--engine", "containerd")
     assert finding["subject"] == "containerd" and "BinaryName" in finding["message"]
 
 

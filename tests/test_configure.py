@@ -8,7 +8,9 @@ import json
 import os
 import stat
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -64,10 +66,28 @@ root = "/var/lib/containerd"
 """
 
 
+STATE: list[Path] = []  # this test's --state-dir
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Where configure keeps what it changed: apart from the config's own directory."""
+    STATE[:] = [tmp_path_factory.mktemp("state") / "configure"]
+    yield STATE[0]
+
+
 def configure(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [console_script("ponytail"), "configure", "--path", RUNTIME, *args], capture_output=True, text=True, timeout=60
+        [console_script("ponytail"), "configure", "--path", RUNTIME, "--state-dir", str(STATE[0]), *args],
+        capture_output=True, text=True, timeout=60,
     )
+
+
+def record(config: Path) -> dict:
+    """What configure recorded for ``config``."""
+    [path] = list(STATE[0].iterdir())
+    assert path.name == quote(str(config), safe="") + ".json"
+    return json.loads(path.read_text())
 
 
 def stock_containerd_config(path: Path) -> str:
@@ -87,8 +107,8 @@ def test_containerd_stock_config_gets_the_runtime_and_keeps_everything_else(tmp_
     first = configure("--runtime", "containerd", "--config-file", str(config), "--set-as-default")
     assert first.returncode == 0, first.stderr
     assert "restart the engine to apply: systemctl restart containerd" in first.stdout
-    assert f"{config}.ponytail-backup" in first.stdout
-    assert (tmp_path / "config.toml.ponytail-backup").read_text() == original
+    assert f"the file as it was is kept in {STATE[0]}/" in first.stdout
+    assert record(config)["original"] == original and sorted(os.listdir(tmp_path)) == ["config.toml"]
     assert stat.S_IMODE(config.stat().st_mode) == 0o640
     text = config.read_text()
     old, new = tomllib.loads(original), tomllib.loads(text)
@@ -112,7 +132,7 @@ def test_containerd_stock_config_gets_the_runtime_and_keeps_everything_else(tmp_
     removed = configure("--runtime", "containerd", "--config-file", str(config), "--uninstall")
     assert removed.returncode == 0, removed.stderr
     assert config.read_text() == original
-    assert not (tmp_path / "config.toml.ponytail-backup").exists()
+    assert sorted(os.listdir(tmp_path)) == ["config.toml"] and not STATE[0].exists()
 
 
 def test_containerd_v3_keeps_comments_and_runc_options(tmp_path: Path) -> None:
@@ -181,13 +201,13 @@ def test_docker_without_daemon_json(tmp_path: Path) -> None:
     assert json.loads(config.read_text()) == {"runtimes": {"ponytail": {"path": RUNTIME}}}
     removed = configure("--runtime", "docker", "--config-file", str(config), "--uninstall")
     assert removed.returncode == 0 and "removed the file (ponytail created it)" in removed.stdout, removed.stdout
-    assert os.listdir(config.parent) == []  # as before: no daemon.json
+    assert not config.parent.exists()  # as before: no daemon.json, nor the directory ponytail made for it
 
 
 def test_uninstall_keeps_a_created_file_someone_added_to(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     assert configure("--runtime", "containerd", "--config-file", str(config)).returncode == 0
-    assert (tmp_path / "config.toml.ponytail-created").exists()
+    assert record(config)["original"] is None and os.listdir(tmp_path) == ["config.toml"]
     configure("--runtime", "containerd", "--config-file", str(config), "--uninstall")
     assert not config.exists() and os.listdir(tmp_path) == []
     assert configure("--runtime", "containerd", "--config-file", str(config)).returncode == 0
@@ -223,7 +243,8 @@ def test_podman_hooks_file_runs_on_defaults_alone(tmp_path: Path) -> None:
     hooks_file = tmp_path / "hooks.d" / "ponytail.json"
     hook = console_script("ponytail")
     result = subprocess.run(
-        [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file)], capture_output=True, text=True, timeout=60
+        [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file), "--state-dir", str(STATE[0])],
+        capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
     document = json.loads(hooks_file.read_text())
@@ -231,7 +252,7 @@ def test_podman_hooks_file_runs_on_defaults_alone(tmp_path: Path) -> None:
     assert "nothing to restart" in result.stdout
     hooks_file.write_text("{ half written")  # a broken hooks file makes every podman run fail: ponytail's own, replaced
     again = subprocess.run(
-        [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file), "--set-as-default"],
+        [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file), "--set-as-default", "--state-dir", str(STATE[0])],
         capture_output=True, text=True, timeout=60,
     )
     assert again.returncode == 0, again.stderr
@@ -282,3 +303,122 @@ def test_symlinked_and_read_only_configs_are_refused(tmp_path: Path, engine: str
     assert "is read-only (mode 0444)" in result.stderr
     assert real.read_text() == original and link.is_symlink()
     assert sorted(os.listdir(tmp_path)) == ["link", "real"]
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every file (bytes) and directory (None) under ``root``."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+CONTAINERD_MINIMAL = "# written by hand\nversion = 2\n\n[debug]\n  level = 'info'\n"
+
+
+@pytest.mark.parametrize("engine, name, text, options", [
+    ("containerd", "config.toml", CONTAINERD_MINIMAL, ["--set-as-default"]),  # ponytail adds runc too
+    ("containerd", "config.toml", CONTAINERD_MINIMAL, []),
+    ("containerd", "config.toml", CONTAINERD_V3, ["--set-as-default"]),
+    ("containerd", "config.toml", None, []),
+    ("docker", "daemon.json", DAEMON_JSON.replace('"storage-driver"', '"default-runtime": "crun",\n  "storage-driver"'), ["--set-as-default"]),
+    ("docker", "daemon.json", None, []),
+    ("crio", "crio.conf", CRIO_CONF, ["--set-as-default"]),
+    ("podman", "hooks.d/ponytail.json", None, []),
+    ("podman", "hooks.d/ponytail.json", None, ["--set-as-default"]),
+], ids=["containerd-runc-added", "containerd-minimal", "containerd-v3", "containerd-none", "docker", "docker-none", "crio",
+        "podman", "podman-always"])
+def test_uninstall_leaves_the_config_byte_for_byte_and_nothing_of_ponytails(
+    tmp_path: Path, engine: str, name: str, text: str | None, options: list[str]
+) -> None:
+    etc = tmp_path / "etc"
+    config = etc / name
+    config.parent.mkdir(parents=True)
+    (etc / "crio.conf.d").mkdir()  # CRI-O reads every file in it
+    (etc / "crio.conf.d" / "10-site.conf").write_text("[crio.runtime]\nlog_level = 'info'\n")
+    if text is not None:
+        config.write_text(text)
+    before = tree(tmp_path)
+    configured = configure("--runtime", engine, "--config-file", str(config), *options)
+    assert configured.returncode == 0, configured.stderr
+    assert tree(tmp_path) != before
+    # nothing of ponytail's but its entries where an engine reads: no backup, no marker
+    assert not [p for p in tree(etc) if "ponytail" in p and p not in ("crio.conf.d/99-ponytail.conf", "hooks.d/ponytail.json")]
+    removed = configure("--runtime", engine, "--config-file", str(config), "--uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert tree(tmp_path) == before, removed.stdout
+    assert not STATE[0].exists()
+    again = configure("--runtime", engine, "--config-file", str(config), "--uninstall")
+    assert again.returncode == 0 and "not configured for ponytail; nothing changed" in again.stdout, again.stdout
+    assert tree(tmp_path) == before
+
+
+def test_uninstall_after_a_hand_edit_takes_out_exactly_what_ponytail_added(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(CONTAINERD_MINIMAL)
+    assert configure("--runtime", "containerd", "--config-file", str(config)).returncode == 0  # runc comes too
+    by_hand = '\n[grpc]\n  address = "/run/other.sock"  # the admin, meanwhile\n'
+    config.write_text(config.read_text() + by_hand)
+    removed = configure("--runtime", "containerd", "--config-file", str(config), "--uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert "removed [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc] (ponytail added it)" in removed.stdout
+    assert tomllib.loads(config.read_text()) == tomllib.loads(CONTAINERD_MINIMAL + by_hand)
+    assert "ponytail" not in config.read_text() and "# the admin, meanwhile" in config.read_text()
+    assert os.listdir(tmp_path) == ["config.toml"] and not STATE[0].exists()
+
+
+def test_an_older_releases_backup_in_crio_conf_d_goes_at_uninstall(tmp_path: Path) -> None:
+    """Releases before kept 99-ponytail.conf.ponytail-backup and .ponytail-created in crio.conf.d,
+    where CRI-O reads them as config: uninstall removes them with the drop-in."""
+    config = tmp_path / "crio.conf"
+    config.write_text(CRIO_CONF)
+    drop_ins = tmp_path / "crio.conf.d"
+    drop_ins.mkdir()
+    (drop_ins / "99-ponytail.conf").write_text("[crio.runtime]\ndefault_runtime = 'ponytail'\n")
+    (drop_ins / "99-ponytail.conf.ponytail-backup").write_text("[crio.runtime]\ndefault_runtime = 'ponytail'\n")
+    (drop_ins / "99-ponytail.conf.ponytail-created").write_text("")
+    removed = configure("--runtime", "crio", "--config-file", str(config), "--uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert os.listdir(drop_ins) == []
+
+
+def test_a_custom_runc_binary_is_named_with_the_line_that_keeps_it(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(CONTAINERD_V3.replace("SystemdCgroup = true", "BinaryName = '/opt/runc/bin/runc'\n            SystemdCgroup = true"))
+    result = configure("--runtime", "containerd", "--config-file", str(config), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "runc's BinaryName '/opt/runc/bin/runc' is not ponytail's" in result.stdout, result.stdout
+    assert "[runtime] path = '/opt/runc/bin/runc'" in result.stdout
+    plain = configure("--runtime", "containerd", "--config-file", str(config))
+    assert plain.returncode == 0 and "[runtime] path = '/opt/runc/bin/runc'" in plain.stdout, plain.stdout
+
+
+INSTALLER = Path(__file__).parent.parent / "packaging" / "installer" / "installer.sh"
+
+
+@pytest.mark.parametrize("engine, path, text", [
+    ("containerd", "etc/containerd/config.toml", CONTAINERD_MINIMAL),
+    ("docker", "etc/docker/daemon.json", DAEMON_JSON),
+    ("crio", "etc/crio/crio.conf", CRIO_CONF),
+    ("podman", "usr/share/containers/oci/hooks.d/ponytail.json", None),
+])
+def test_the_installers_uninstall_leaves_the_node_as_it_was(tmp_path: Path, engine: str, path: str, text: str | None) -> None:
+    """packaging/installer/installer.sh install, then uninstall, on a node's root (this checkout's
+    ponytail command as the image's files): the engine's config byte for byte, nothing of ponytail's."""
+    host, image = tmp_path / "host", tmp_path / "image"
+    image.mkdir()
+    (image / "ponytail").symlink_to(console_script("ponytail"))
+    (image / "ponytail-runtime").symlink_to("ponytail")
+    config = host / path
+    config.parent.mkdir(parents=True)
+    if text is not None:
+        config.write_text(text)
+    for directory in ("etc/ponytail", "usr/local", "var/lib"):  # a node has these
+        (host / directory).mkdir(parents=True, exist_ok=True)
+    (host / "etc/ponytail/config.toml").write_text("# the node's own\n")
+    before = tree(host)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOST_ROOT": str(host), "IMAGE_DIR": str(image), "ENGINE": engine,
+           "RESTART_MODE": "none", "SET_AS_DEFAULT": "true"}
+    installed = subprocess.run(["sh", str(INSTALLER), "install"], env=env, capture_output=True, text=True, timeout=120)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert tree(host) != before and (host / "usr/local/ponytail/ponytail").is_symlink()
+    removed = subprocess.run(["sh", str(INSTALLER), "uninstall"], env=env, capture_output=True, text=True, timeout=120)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert tree(host) == before, removed.stdout

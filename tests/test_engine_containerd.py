@@ -62,7 +62,7 @@ def node(tmp_path_factory: pytest.TempPathFactory):
         config.write_text(private_config(default, state, image))
         configured = subprocess.run(
             [console_script("ponytail"), "configure", "--runtime", "containerd", "--config-file", str(config),
-             "--set-as-default", "--path", console_script("ponytail-runtime")],
+             "--set-as-default", "--path", console_script("ponytail-runtime"), "--state-dir", str(state / "ponytail")],
             capture_output=True, text=True, timeout=60,
         )
         assert configured.returncode == 0, configured.stderr

@@ -63,7 +63,8 @@ def test_installer_installs_configures_and_second_run_is_a_no_op(podman, tmp_pat
     entry = tomllib.loads(config.read_text())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["ponytail"]
     assert entry["options"]["BinaryName"] == "/usr/local/ponytail/ponytail-runtime"
     assert (host / "usr/local/ponytail/ponytail-runtime").is_symlink()
-    assert (host / "etc/containerd/config.toml.ponytail-backup").read_text() == original
+    assert sorted(p.name for p in (host / "etc/containerd").iterdir()) == ["config.toml"]  # the original is kept elsewhere
+    assert len(list((host / "var/lib/ponytail/configure").iterdir())) == 1
     assert "accept_env_when_unprivileged = false" in (host / "etc/ponytail/config.toml").read_text()
     # the installed binary runs on the host, as the engine will run it
     info = subprocess.run([str(host / "usr/local/ponytail/ponytail"), "--version"], capture_output=True, text=True, timeout=60)
@@ -79,7 +80,7 @@ def test_installer_installs_configures_and_second_run_is_a_no_op(podman, tmp_pat
     removed = installer(podman, host, "uninstall")
     assert removed.returncode == 0, removed.stderr
     assert config.read_text() == original
-    assert not (host / "usr/local/ponytail").exists()
+    assert not (host / "usr/local/ponytail").exists() and not (host / "var/lib/ponytail").exists()
 
 
 def test_installer_refuses_an_engine_config_it_cannot_parse(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

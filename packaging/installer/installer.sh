@@ -3,7 +3,7 @@
 # with the node's root filesystem mounted at $HOST_ROOT.
 #
 #   installer.sh install     copy ponytail to the host, register it with the engine, restart the engine if that changed anything
-#   installer.sh uninstall   take ponytail out of the engine's config (the backup back in place), remove the files
+#   installer.sh uninstall   take ponytail out of the engine's config (byte for byte as it was), remove the files
 #   installer.sh daemon      install, then wait (a DaemonSet's pod stays Running); on SIGTERM uninstall if CLEANUP_ON_EXIT=true
 #
 # Settings (environment):
@@ -26,7 +26,7 @@ RESTART_MODE=${RESTART_MODE:-systemd}
 INSTALL_DIR=${INSTALL_DIR:-/usr/local/ponytail}
 ACCEPT_ENV_WHEN_UNPRIVILEGED=${ACCEPT_ENV_WHEN_UNPRIVILEGED:-false}
 CLEANUP_ON_EXIT=${CLEANUP_ON_EXIT:-false}
-IMAGE_DIR=/opt/ponytail
+IMAGE_DIR=${IMAGE_DIR:-/opt/ponytail}   # what the image holds: ponytail's files, copied to INSTALL_DIR
 
 say() { echo "ponytail-installer: $*"; }
 fail() { echo "ponytail-installer: error: $*" >&2; exit 1; }
@@ -71,7 +71,7 @@ write_policy() {
 
 # configure ARGS...: run `ponytail configure`; returns 0 when the engine's config changed
 configure() {
-    set -- --runtime "$ENGINE" --config-file "$HOST_ROOT$config" "$@"
+    set -- --runtime "$ENGINE" --config-file "$HOST_ROOT$config" --state-dir "$HOST_ROOT/var/lib/ponytail/configure" "$@"
     output=$("$IMAGE_DIR/ponytail" configure "$@") || fail "ponytail configure $*: see the line above"
     echo "$output" | sed "s#$HOST_ROOT##g"
     case "$output" in *"nothing changed"*) return 1 ;; esac
@@ -102,6 +102,7 @@ install() {
 uninstall() {
     if configure --uninstall; then restart_engine; fi
     rm -rf "$HOST_ROOT$INSTALL_DIR"
+    rmdir "$HOST_ROOT/var/lib/ponytail" 2>/dev/null || true   # configure --uninstall emptied it
     say "removed $INSTALL_DIR"
 }
 

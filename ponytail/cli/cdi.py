@@ -7,6 +7,7 @@ import sys
 import click
 
 from ponytail.cli.clickclasses import CONTEXT, Group
+from ponytail.engines.cdi.files import DEFAULT_STRATEGY, STRATEGIES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,8 +32,8 @@ def cdi() -> None:
 @cdi.command(context_settings=CONTEXT)
 @click.option("--output", "-output", "output", metavar="FILE", help="Write the spec here, atomically (default: stdout). Engines read /etc/cdi and /var/run/cdi, .yaml or .json.")
 @click.option("--format", "-format", "form", type=click.Choice(["yaml", "json"]), help="Default: from the --output extension, else yaml.")
-@click.option("--device-name-strategy", "strategy", type=click.Choice(["index", "uuid", "both"]), default="index", show_default=True,
-              help="Name GPUs by index (0, MIG 0:1:0), by UUID (GPU-..., MIG-...), or both.")
+@click.option("--device-name-strategy", "strategy", type=click.Choice(STRATEGIES), default=DEFAULT_STRATEGY, show_default=True,
+              help="Name GPUs by index (0, MIG 0:1:0), by UUID (GPU-..., MIG-...), or both (what Docker's --gpus and the device plugin ask for).")
 @click.option("--spec-version", "version", metavar="X.Y.Z", help="Declare this cdiVersion (default: the lowest that has every feature the spec uses).")
 @click.option("--capabilities", "-capabilities", "capabilities", metavar="LIST", default="all", show_default=True, help="Driver capabilities whose files the spec mounts.")
 @click.option("--hook-path", "hook_path", metavar="CMD", help="The ponytail command the spec's hook runs (default: this install's, by absolute path).")
@@ -50,7 +51,7 @@ def generate(output: str | None, form: str | None, strategy: str, version: str |
 
 @cdi.command("list", context_settings=CONTEXT)
 @click.argument("spec_file", metavar="[FILE]", required=False)
-@click.option("--device-name-strategy", "strategy", type=click.Choice(["index", "uuid", "both"]), default="both", show_default=True,
+@click.option("--device-name-strategy", "strategy", type=click.Choice(STRATEGIES), default=DEFAULT_STRATEGY, show_default=True,
               help="Without FILE: the names of which strategy.")
 @_CONFIG
 def list_devices(spec_file: str | None, strategy: str, config: str | None) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import sys
 
+from ponytail.engines.cdi.files import DEFAULT_STRATEGY, STRATEGIES
+
 FORMATS = ("yaml", "json")
-STRATEGIES = ("index", "uuid", "both")
 # each option's arity (all take one value) and run_generate's parameter for it
 OPTIONS = {"output": 1, "format": 1, "device-name-strategy": 1, "spec-version": 1, "capabilities": 1, "hook-path": 1, "config": 1}
 _PARAMETERS = {"format": "form", "device_name_strategy": "strategy", "spec_version": "version"}
@@ -32,7 +33,7 @@ def parse_generate_args(args: list[str]) -> dict[str, str] | None:
 
 
 def run_generate(
-    output: str | None = None, form: str | None = None, strategy: str = "index", version: str | None = None,
+    output: str | None = None, form: str | None = None, strategy: str = DEFAULT_STRATEGY, version: str | None = None,
     capabilities: str = "all", hook_path: str | None = None, config: str | None = None,
 ) -> int:
     """Write this host's spec (to ``output``, else stdout); errors as one line. The exit status."""

@@ -1,5 +1,5 @@
-"""``ponytail check``: the doctor. Looks at the host, the container engines and (given a
-bundle or a rootfs) one container, and says in one line per finding what is wrong and
+"""``ponytail check``: the doctor. Looks at the host, the container engines in use and (given
+a bundle or a rootfs) one container, and says in one line per finding what is wrong and
 what to do. Exit status 0 only when every finding is ``ok``; 1 otherwise.
 
 Nothing here changes anything, loads a driver library or runs a program of an image.
@@ -30,10 +30,12 @@ class Finding:
     message: str  # what was found; for warnings and problems also what to do
 
 
-def run_check(config: Config, bundle: str | None, rootfs: str | None, engine_root: str, as_json: bool) -> tuple[str, int]:
+def run_check(
+    config: Config, bundle: str | None, rootfs: str | None, engine_root: str, as_json: bool, engines: tuple[str, ...] = ()
+) -> tuple[str, int]:
     """The report (text or JSON) and the exit status."""
     findings = check_host(config)
-    findings += check_engines(engine_root, config)
+    findings += check_engines(engine_root, config, engines)
     if bundle is not None or rootfs is not None:
         findings += check_container(config, bundle, rootfs)
     status = 0 if all(f.level == OK for f in findings) else 1
@@ -149,28 +151,128 @@ def _cgroup(config: Config) -> Finding:
 
 # -- the engines ----------------------------------------------------------------------
 
-def check_engines(root: str = "/", config: Config | None = None) -> list[Finding]:
-    """Each installed engine, and whether it will run ponytail. ``root`` prefixes every
-    configuration path (a test's fake /etc); programs are looked up on PATH."""
+ENGINES = ("docker", "containerd", "crio", "podman")
+# where each engine's API listens when its service runs (systemd's socket units listen there too)
+ENGINE_SOCKETS = {
+    "docker": ("/run/docker.sock", "/var/run/docker.sock"),
+    "containerd": ("/run/containerd/containerd.sock",),
+    "crio": ("/run/crio/crio.sock", "/var/run/crio/crio.sock"),
+    "podman": ("/run/podman/podman.sock",),
+}
+KUBELET_CONFIGS = ("/var/lib/kubelet/config.yaml", "/etc/kubernetes/kubelet.conf")
+_LABELS = {"crio": "CRI-O"}
+
+
+def check_engines(root: str = "/", config: Config | None = None, engines: tuple[str, ...] = ()) -> list[Finding]:
+    """The engines in use, and whether each will run ponytail: those named in ``engines``, else
+    those whose service runs (its socket answers) and those already configured for ponytail; an
+    engine that is only installed is not checked. ``root`` prefixes every configuration path and
+    socket (a test's fake /etc and /run); programs are looked up on PATH."""
     out = []
-    if _installed("dockerd", root, "/etc/docker"):
-        out.append(_docker(root))
-    if _installed("containerd", root, "/etc/containerd"):
-        out.append(_containerd(root))
-    for program, engine, config_dir, configs in (
-        ("podman", "podman", "/etc/containers", ("/etc/containers/containers.conf",)),
-        ("crio", "CRI-O", "/etc/crio", ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d")),
-    ):
-        if _installed(program, root, config_dir):
-            dirs, where = _hooks_dirs(root, configs)
-            out.append(_hooksd_engine(engine, _hook_files(root, dirs), dirs, where))
+    installed = {name: _installed(name, root) for name in ENGINES}
+    for name in ENGINES:
+        label = _LABELS.get(name, name)
+        if engines:
+            if name not in engines:
+                continue
+            if not installed[name] and not _running(name, root):
+                out.append(Finding("engine", label, FAIL, f"{label} is not installed here (no {_PROGRAMS[name][0]} on PATH, no {_PROGRAMS[name][1]}): install it, or leave out --engine {name}"))
+                continue
+            out.append(_engine(name, root))
+        elif _running(name, root) or installed[name] and _configured(name, root):
+            out.append(_engine(name, root))
+        elif installed[name]:
+            out.append(Finding("engine", label, OK, f"installed, but its service is not running and it is not configured for ponytail: not checked ('ponytail check --engine {name}' checks it)"))
     if not out:
         out.append(Finding("engine", "engines", WARN, "no docker, containerd, CRI-O or podman found: install one, or run ponytail as a hook of your runtime by hand"))
     out += _cdi_specs(root, config or Config())
     return out
 
 
-def _installed(program: str, root: str, config_dir: str) -> bool:
+_PROGRAMS = {  # engine -> (program, its configuration directory)
+    "docker": ("dockerd", "/etc/docker"),
+    "containerd": ("containerd", "/etc/containerd"),
+    "crio": ("crio", "/etc/crio"),
+    "podman": ("podman", "/etc/containers"),
+}
+_HOOKS_CONFIGS = {
+    "podman": ("/etc/containers/containers.conf",),
+    "crio": ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
+}
+
+
+def _engine(name: str, root: str) -> Finding:
+    if name == "docker":
+        return _docker(root)
+    if name == "containerd":
+        return _containerd(root)
+    if name == "crio":
+        runtime = _crio_runtime(root)
+        if runtime is not None:
+            return _program_finding("CRI-O", runtime[1], root, f"runtime_path in {runtime[0]}")
+    dirs, where = _hooks_dirs(root, _HOOKS_CONFIGS[name])
+    return _hooksd_engine(_LABELS.get(name, name), _hook_files(root, dirs), dirs, where)
+
+
+def _running(name: str, root: str) -> bool:
+    """The engine's service runs: its API socket answers (a socket file a crashed daemon left
+    does not). Docker's own containerd listens elsewhere; the system containerd that serves only
+    dockerd (Debian's docker.io) counts only where a kubelet is configured too."""
+    if not any(_answers(_under(root, path)) for path in ENGINE_SOCKETS[name]):
+        return False
+    if name == "containerd" and _running("docker", root):
+        return any(os.path.exists(_under(root, path)) for path in KUBELET_CONFIGS)
+    return True
+
+
+def _answers(path: str) -> bool:
+    import socket
+
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return False
+        directory = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(1)
+            # by the directory's descriptor: a path of any length, and nothing sent
+            client.connect(f"/proc/self/fd/{directory}/{os.path.basename(path)}")
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(directory)
+
+
+def _configured(name: str, root: str) -> bool:
+    """The engine's configuration names ponytail (set up for it, whether or not that works)."""
+    if name == "docker":
+        return "ponytail" in _head(_under(root, "/etc/docker/daemon.json"), 1 << 20)
+    if name == "containerd":
+        return "ponytail" in _head(_under(root, "/etc/containerd/config.toml"), 1 << 20)
+    if name == "crio" and _crio_runtime(root) is not None:
+        return True
+    # ponytail's hooks file where the engine reads, or in a default directory it was moved away from
+    return bool(_hook_files(root, (*_hooks_dirs(root, _HOOKS_CONFIGS[name])[0], *HOOKS_DIRS)))
+
+
+def _crio_runtime(root: str) -> tuple[str, str] | None:
+    """(file, runtime_path) of a CRI-O runtime that is ponytail-runtime, in crio.conf or a drop-in."""
+    drop_ins = _under(root, "/etc/crio/crio.conf.d")
+    names = sorted(os.listdir(drop_ins)) if os.path.isdir(drop_ins) else []
+    for path in [_under(root, "/etc/crio/crio.conf"), *(os.path.join(drop_ins, n) for n in names)]:
+        for line in _head(path, 1 << 20).splitlines():
+            key, sep, value = line.partition("=")
+            runtime = value.split("#", 1)[0].strip().strip("\"'")
+            if sep and key.strip() == "runtime_path" and "ponytail" in os.path.basename(runtime):
+                return path, runtime
+    return None
+
+
+def _installed(name: str, root: str) -> bool:
+    program, config_dir = _PROGRAMS[name]
     return (root == "/" and shutil.which(program) is not None) or os.path.isdir(_under(root, config_dir))
 
 
@@ -305,10 +407,10 @@ def _cdi_specs(root: str, config: Config) -> list[Finding]:
     return out
 
 
-def _head(path: str) -> str:
+def _head(path: str, size: int = 4096) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(4096)
+            return f.read(size)
     except OSError:
         return ""
 

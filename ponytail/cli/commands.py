@@ -181,7 +181,7 @@ def _hook_config(config: str | None, write_config: bool) -> bool:
         )
     from ponytail.engines.configure.files import write_atomically
 
-    write_atomically(config, DEFAULT_CONFIG_TEXT, backup=False)
+    write_atomically(config, DEFAULT_CONFIG_TEXT)
     return True
 
 
@@ -234,13 +234,17 @@ def install_docker_gpus(bin_dir: str | None, command: str | None, dry_run: bool,
 @click.option("--path", "command", metavar="CMD", default=None,
               help="ponytail-runtime (podman: ponytail) as the engine will run it. Default: this install's.")
 @click.option("--name", default="ponytail", show_default=True, help="The runtime's name (a RuntimeClass handler).")
+@click.option("--state-dir", "state_dir", metavar="DIR", default="/var/lib/ponytail/configure", show_default=True,
+              help="Where the file as it was before ponytail is kept, for --uninstall (no engine reads there).")
 def configure(engine: str, config_file: str | None, set_as_default: bool, dry_run: bool, uninstall: bool,
-              command: str | None, name: str) -> None:
+              command: str | None, name: str, state_dir: str) -> None:
     """Register ponytail with docker, containerd, CRI-O or podman by editing the engine's config.
 
     \b
-    Idempotent (a second run changes nothing), atomic, the original kept as FILE.ponytail-backup;
-    every other key and comment stays. Examples:
+    Idempotent (a second run changes nothing), atomic, the original kept in --state-dir (outside
+    every directory an engine reads); every other key and comment stays. --uninstall leaves the
+    file byte for byte as it was (or, if it was edited since, takes out exactly what ponytail
+    added) and nothing of ponytail's behind. Examples:
       ponytail configure --runtime containerd --dry-run
       ponytail configure --runtime containerd --set-as-default
       ponytail configure --runtime docker --config-file /host/etc/docker/daemon.json --path /usr/local/bin/ponytail-runtime
@@ -248,7 +252,7 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
     from ponytail.engines.configure import configure as run_configure
 
     with _errors():
-        lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall)
+        lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall, state_dir)
     click.echo("\n".join(lines))
 
 
@@ -257,15 +261,18 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
 @click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook).")
 @click.option("--bundle", "-bundle", "bundle", metavar="DIR", help="Also check this OCI bundle's container (config.json, rootfs, env).")
 @click.option("--rootfs", "-rootfs", "rootfs", metavar="DIR", help="Also check this rootfs (an unpacked image), with an empty env.")
+@click.option("--engine", "-engine", "engines", multiple=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
+              help="Check this engine (again for more). Default: those whose service runs and those configured for ponytail.")
 @click.option("--engine-root", "engine_root", metavar="DIR", default="/", hidden=True, help="Read the engines' configuration under DIR.")
-def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | None, engine_root: str) -> None:
+def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | None, engines: tuple[str, ...], engine_root: str) -> None:
     """The doctor: is this host, its container engines, and (with --bundle or --rootfs) a
     container ready for GPUs? One line per finding: what is wrong and what to do.
 
     \b
     Host: driver loaded; kernel module, libraries and firmware of one version; device
     nodes; nvidia-uvm; nvidia-persistenced; cgroup version; each registered driver tree.
-    Engines: docker, containerd, CRI-O, podman: installed, and configured to run ponytail.
+    Engines: those in use (--engine, else each whose service runs or that is configured for
+    ponytail) are configured to run ponytail; one only installed is not checked.
     Container: which libcuda.so.1 and libnvidia-ml.so.1 its loader will pick.
     Exit status: 0 all is well, 1 something needs attention, 2 bad usage or config.
     """
@@ -273,7 +280,7 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
     from ponytail.config import config_path, load_config
 
     with _errors():
-        report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json)
+        report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json, engines)
     click.echo(report, nl=False)
     sys.exit(status)
 

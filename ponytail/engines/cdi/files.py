@@ -19,11 +19,14 @@ if TYPE_CHECKING:
     from ponytail.host.probe import Host
 
 STRATEGIES = ("index", "uuid", "both")
+# `cdi generate` and `cdi list` name GPUs alike: by index (podman --device nvidia.com/gpu=0), by UUID
+# (Docker's --gpus device=GPU-..., the device plugin) and 'all'
+DEFAULT_STRATEGY = "both"
 SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 DEFAULT_NAME = "nvidia"
 
 
-def generate(config: Config, hook_command: str, strategy: str = "index", capabilities: str = "all", version: str | None = None) -> tuple[dict, list[str]]:
+def generate(config: Config, hook_command: str, strategy: str = DEFAULT_STRATEGY, capabilities: str = "all", version: str | None = None) -> tuple[dict, list[str]]:
     """This host's spec, and the plan's warnings."""
     from ponytail.container.request import Selection, build_request
     from ponytail.host.probe import find_ldconfig, probe_host

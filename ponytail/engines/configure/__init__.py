@@ -1,13 +1,16 @@
 """``ponytail configure``: register ponytail with a container engine by editing the engine's
 own configuration, the way its users would by hand.
 
-probe (read the file, refusing what cannot be edited safely) -> plan (an Edit: the new text
-and each change, from a pure function per engine) -> apply (a backup of the original once,
-then the new text in one rename). ``--dry-run`` prints the plan as a unified diff.
+probe (read the file, refusing what cannot be edited safely; for an uninstall, what the install
+recorded) -> plan (an Edit: the new text and each change, from a pure function per engine) ->
+apply (a record of the original, kept where no engine reads it (undo.py), then the new text in
+one rename). ``--dry-run`` prints the plan as a unified diff. ``--uninstall`` leaves the file
+byte for byte as it was, or, where it was changed by hand since, takes out exactly what ponytail
+added, and leaves nothing of ponytail's behind.
 
 Engines and what is edited:
   docker      /etc/docker/daemon.json: "runtimes" (and "default-runtime")
-  containerd  /etc/containerd/config.toml (version 2 or 3): a CRI runtime entry (and default_runtime_name)
+  containerd  /etc/containerd/config.toml (version 2, 3 or 4): a CRI runtime entry (and default_runtime_name)
   crio        a drop-in crio.conf.d/99-ponytail.conf beside /etc/crio/crio.conf
   podman      /usr/share/containers/oci/hooks.d/ponytail.json
 """
@@ -21,6 +24,7 @@ from types import ModuleType
 from ponytail.engines.configure.model import Edit, Settings
 
 ENGINE_NAMES = ("docker", "containerd", "crio", "podman")
+DEFAULT_STATE_DIR = "/var/lib/ponytail/configure"  # ponytail.engines.configure.undo: where no engine reads
 
 
 @dataclass(frozen=True)
@@ -36,67 +40,98 @@ def engine_module(name: str) -> ModuleType:
     return {"docker": docker, "containerd": containerd, "crio": crio}.get(name, podman)
 
 
-def plan(engine: str, config_file: str | None, settings: Settings, remove: bool = False) -> Edit:
-    """Read the engine's config (and, for CRI-O, check crio.conf) and plan the edit."""
-    from ponytail.engines.configure import files
+def plan(engine: str, config_file: str | None, settings: Settings, remove: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Edit:
+    """Read the engine's config (and, for CRI-O, check crio.conf) and plan the edit; an
+    uninstall reads what the install recorded too."""
+    from ponytail.engines.configure import files, undo
 
     module = engine_module(engine)
     path = os.path.abspath(config_file or module.DEFAULT_PATH)
     if engine == "crio":
         module.check_main_config(path, files.read_text(path))
         path = module.drop_in_path(path)
-    planned = module.edit(path, files.read_text(path), settings, remove=remove)
-    if remove and planned.new_text is not None and os.path.exists(path + files.CREATED_SUFFIX):
-        # ponytail created the file: if nothing but ponytail's entries is in it, it goes again
-        created = module.edit(path, module.edit(path, None, settings).new_text, settings, remove=True).new_text
-        if planned.new_text == created:
-            return Edit(path, planned.old_text, None, (*planned.changes, "removed the file (ponytail created it)"))
+    text = files.read_text(path)
+    if not remove:
+        return module.edit(path, text, settings)
+    record = undo.read(state_dir, path)
+    if record is not None and record.written is not None and text == record.written:
+        # the file is what ponytail wrote: the original, byte for byte
+        said = "restored the file as it was before ponytail" if record.original is not None else "removed the file (ponytail created it)"
+        return Edit(path, text, record.original, (said,))
+    added = record.added if record is not None else {}
+    planned: Edit = module.edit(path, text, settings, remove=True, added=added)
+    if record is None or planned.new_text is None:
+        return planned
+    if record.original is None:
+        # ponytail created it: if nothing but ponytail's entries is in it, it goes again
+        written = record.written if record.written is not None else module.edit(path, None, settings).new_text
+        if planned.new_text == module.edit(path, written, settings, remove=True, added=added).new_text:
+            return Edit(path, text, None, (*planned.changes, "removed the file (ponytail created it)"))
+    elif _same_document(record.original, planned.new_text):
+        # the same settings as before ponytail, in other whitespace: the original's bytes
+        return Edit(path, text, record.original, (*planned.changes, "restored the file as it was before ponytail"))
     return planned
 
 
-def apply(engine: str, edit: Edit, uninstall: bool = False) -> Outcome:
-    """Write ``edit`` (nothing when it changes nothing); the lines saying what was done."""
-    from ponytail.engines.configure import files
+def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Outcome:
+    """Write ``edit`` (nothing when it changes nothing) and keep, or forget, what undoes it; the
+    lines saying what was done."""
+    from ponytail.engines.configure import files, undo
 
     restart = engine_module(engine).RESTART
+    record = undo.read(state_dir, edit.path)
     if not edit.changed:
         state = "not configured for ponytail" if uninstall else "already configured for ponytail"
-        return Outcome(edit, (f"{edit.path}: {state}; nothing changed",))
+        lines = [f"{edit.path}: {state}; nothing changed"]
+        if uninstall and record is not None:
+            lines += [f"removed {gone} (ponytail's record of the file)" for gone in undo.forget(state_dir, record)]
+        return Outcome(edit, tuple(lines))
     files.check_writable(edit.path)
     lines = [f"{edit.path}: {change}" for change in edit.changes]
-    if edit.new_text is None:
-        files.remove(edit.path)
-        files.remove(edit.path + files.CREATED_SUFFIX)
-    elif uninstall and _backup_matches(edit):
-        files.restore_backup(edit.path)
-        lines = [f"{edit.path}: restored {edit.path}{files.BACKUP_SUFFIX}, the file as it was before ponytail"]
+    if uninstall:
+        if edit.new_text is None:
+            files.remove(edit.path)
+        else:
+            files.write_atomically(edit.path, edit.new_text)
+        if record is not None:
+            undo.forget(state_dir, record)
+            directory = record.added.get("directory")
+            if edit.new_text is None and isinstance(directory, str) and directory == os.path.dirname(edit.path):
+                _remove_empty_directory(directory)  # ponytail made it (crio.conf.d, hooks.d)
     else:
-        backup = files.write_atomically(edit.path, edit.new_text, backup=not uninstall)
-        if edit.old_text is None and not uninstall:
-            files.write_atomically(edit.path + files.CREATED_SUFFIX, "", backup=False)
-        if backup:
-            lines.append(f"{edit.path}: the original is kept in {backup}")
+        if record is None:
+            record = undo.Record(edit.path, edit.old_text, edit.old_text)
+        # changed by hand since ponytail wrote it: the original is no longer the whole story, and
+        # an uninstall takes out what ponytail added instead
+        written = edit.new_text if record.written == edit.old_text else None
+        added = {**edit.added, **record.added}
+        if not os.path.isdir(os.path.dirname(edit.path)):
+            added.setdefault("directory", os.path.dirname(edit.path))
+        saved = undo.write(state_dir, undo.Record(edit.path, record.original, written, added))
+        files.write_atomically(edit.path, edit.new_text or "")
+        for gone in record.legacy:
+            files.remove(gone)
+        what = "the file as it was" if record.original is not None else "that there was no such file"
+        lines.append(f"{edit.path}: {what} is kept in {saved} (for --uninstall)")
     lines.append(f"restart the engine to apply: {restart}" if not restart.startswith("nothing") else restart)
     return Outcome(edit, tuple(lines))
 
 
-def _backup_matches(edit: Edit) -> bool:
-    """The backup is the file without ponytail's entries: restore it byte for byte (its
-    formatting too) rather than write the re-serialised text."""
-    from ponytail.engines.configure import files
-
+def _remove_empty_directory(directory: str) -> None:
     try:
-        backup = files.read_text(edit.path + files.BACKUP_SUFFIX)
-    except Exception:
-        return False
-    if backup is None or edit.new_text is None:
-        return False
-    if backup == edit.new_text:
+        os.rmdir(directory)
+    except OSError:
+        pass  # something else is in it now: it stays
+
+
+def _same_document(original: str, text: str) -> bool:
+    """The same text, or (daemon.json) the same JSON document in other whitespace."""
+    if original == text:
         return True
     import json
 
-    try:  # daemon.json: the same document, written with other whitespace
-        return bool(json.loads(backup) == json.loads(edit.new_text))
+    try:
+        return bool(json.loads(original) == json.loads(text))
     except ValueError:
         return False
 
@@ -116,7 +151,8 @@ def render_diff(edit: Edit) -> str:
 
 
 def configure(
-    engine: str, config_file: str | None, path: str | None, name: str, set_as_default: bool, dry_run: bool, uninstall: bool
+    engine: str, config_file: str | None, path: str | None, name: str, set_as_default: bool, dry_run: bool, uninstall: bool,
+    state_dir: str = DEFAULT_STATE_DIR,
 ) -> list[str]:
     """``ponytail configure``: plan, then print the diff (dry run) or apply; the lines to print."""
     from ponytail.engines.command import installed_command
@@ -131,10 +167,10 @@ def configure(
     if not os.path.isabs(command):
         raise UsageError(f"--path {command}: must be an absolute path (the engine runs it from its own directory)")
     settings = Settings(name, command, command, set_as_default)
-    edit = plan(engine, config_file, settings, remove=uninstall)
+    edit = plan(engine, config_file, settings, remove=uninstall, state_dir=state_dir)
     if dry_run:
         diff = render_diff(edit)
         if not diff:
             return [f"{edit.path}: {'not' if uninstall else 'already'} configured for ponytail; nothing would change"]
         return [diff.rstrip("\n"), *(f"{edit.path}: would: {c}" for c in edit.changes), "dry run: nothing written"]
-    return list(apply(engine, edit, uninstall).lines)
+    return list(apply(engine, edit, uninstall, state_dir).lines)

@@ -1,10 +1,13 @@
-"""containerd: a CRI runtime entry in config.toml (config versions 2 and 3).
+"""containerd: a CRI runtime entry in config.toml (config versions 2, 3 and 4).
 
 The entry copies runc's (``runtime_type`` and its ``options``, e.g. ``SystemdCgroup``) and
-points ``BinaryName`` at ponytail-runtime, which execs runc; with --set-as-default it becomes
-``default_runtime_name``. Every other key and comment stays as it was (tomlkit). A runtime
-table without the default runtime in it makes containerd's CRI plugin fail to load, so
-``runc`` is added too when it is the default and missing.
+points ``BinaryName`` at ponytail-runtime, which execs the runtime of ponytail's ``[runtime]
+path`` (runc from PATH by default): a custom BinaryName in runc's entry is named in the change,
+with the line that keeps it. With --set-as-default it becomes ``default_runtime_name``. Every
+other key and comment stays as it was (tomlkit). A runtime table without the default runtime in
+it makes containerd's CRI plugin fail to load, so ``runc`` is added too when it is the default
+and missing. An uninstall takes out the entry, that runc (when nothing else needs it) and puts
+the default back as it was.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ if TYPE_CHECKING:
 DEFAULT_PATH = "/etc/containerd/config.toml"
 RESTART = "systemctl restart containerd"
 RUNC_V2 = "io.containerd.runc.v2"
-# config version -> the CRI plugin's table holding `containerd.runtimes`
-CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+# config version -> the CRI plugin's table holding `containerd.runtimes`: version 2 is containerd
+# 1.x's, 3 containerd 2.0-2.2's, 4 (2.3 on: `containerd config default`, `config migrate`) the same plugins
+CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime", 4: "io.containerd.cri.v1.runtime"}
 CDI_ANNOTATIONS = "cdi.k8s.io/*"  # passed to the runtime: how the device plugin may name GPUs
 
 
-def edit(path: str, text: str | None, settings: Settings, remove: bool = False) -> Edit:
+def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
     import tomlkit
 
     document = _parse(path, text)
@@ -37,20 +41,15 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False) 
     plugin = CRI_PLUGIN[version]
     where = f'plugins."{plugin}".containerd'
     containerd = _table(path, document, ("plugins", plugin, "containerd"), create=not remove)
-    changes: list[str] = []
-    name = settings.runtime_name
     if containerd is None:
         return Edit(path, text, text, ())
     runtimes = _table(path, containerd, ("runtimes",), create=not remove, where=where)
-    default = str(containerd.get("default_runtime_name", "runc"))
     if remove:
-        if runtimes is not None and name in runtimes:
-            del runtimes[name]
-            changes.append(f"removed [{where}.runtimes.{name}]")
-        if default == name:
-            containerd["default_runtime_name"] = "runc"
-            changes.append(f"{where}.default_runtime_name = 'runc' (was {name!r})")
-        return _result(path, text, document, changes, tomlkit)
+        return _result(path, text, document, _remove(containerd, runtimes, where, settings.runtime_name, added or {}), tomlkit)
+    changes: list[str] = []
+    recorded: dict[str, object] = {}
+    name = settings.runtime_name
+    default = str(containerd.get("default_runtime_name", "runc"))
     assert runtimes is not None
     runc = runtimes.get("runc")
     if runc is not None and not isinstance(runc, dict):
@@ -62,14 +61,45 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False) 
         verb = "added" if current is None else "updated"
         changes.append(f"{verb} [{where}.runtimes.{name}]: runtime_type {wanted['runtime_type']!r}, "
                        f"options.BinaryName = {settings.runtime_path!r}" + (" (runc's options kept)" if runc else ""))
+        custom = _plain(runc).get("options", {}).get("BinaryName") if runc is not None else None
+        if custom and isinstance(custom, str) and custom != "runc":
+            changes.append(
+                f"runc's BinaryName {custom!r} is not ponytail's: ponytail-runtime execs [runtime] path of its config "
+                f"(/etc/ponytail/config.toml; default: runc from PATH); to keep {custom}, set there: [runtime] path = {custom!r}"
+            )
     if settings.set_as_default and default != name:
+        previous = containerd.get("default_runtime_name")
+        recorded["default"] = None if previous is None else str(previous)
         containerd["default_runtime_name"] = name
         changes.append(f"{where}.default_runtime_name = {name!r} (was {default!r})")
         default = name
     if default == "runc" and runc is None:
         runtimes["runc"] = _new_table(tomlkit, {"runtime_type": RUNC_V2})
+        recorded["runc"] = True
         changes.append(f"added [{where}.runtimes.runc]: the default runtime must be defined or the CRI plugin fails to load")
-    return _result(path, text, document, changes, tomlkit)
+    planned = _result(path, text, document, changes, tomlkit)
+    return Edit(planned.path, planned.old_text, planned.new_text, planned.changes, recorded)
+
+
+def _remove(containerd: dict, runtimes: dict | None, where: str, name: str, added: dict) -> list[str]:
+    """Take out ponytail's runtime, and what ``added`` says ponytail added with it."""
+    changes = []
+    if runtimes is not None and name in runtimes:
+        del runtimes[name]
+        changes.append(f"removed [{where}.runtimes.{name}]")
+    if containerd.get("default_runtime_name") == name:
+        previous = added.get("default", "runc")
+        if previous is None:
+            del containerd["default_runtime_name"]
+            changes.append(f"removed {where}.default_runtime_name (was {name!r}; containerd's default, runc, again)")
+        else:
+            containerd["default_runtime_name"] = previous
+            changes.append(f"{where}.default_runtime_name = {previous!r} (was {name!r})")
+    runc = runtimes.get("runc") if runtimes is not None else None
+    if runtimes is not None and added.get("runc") and runc is not None and _plain(runc) == {"runtime_type": RUNC_V2} and len(runtimes) == 1:
+        del runtimes["runc"]  # ponytail's, and no other runtime needs the default defined
+        changes.append(f"removed [{where}.runtimes.runc] (ponytail added it)")
+    return changes
 
 
 def _entry(runc: dict | None, settings: Settings) -> dict:
@@ -108,7 +138,9 @@ def _version(path: str, document: dict, text: str | None) -> int:
             "add 'version = 2' after checking its plugin names (containerd 1.7+: containerd config migrate)"
         )
     if isinstance(version, bool) or version not in CRI_PLUGIN:
-        raise ConfigError(f"{path}: config version {version!r} is not one ponytail edits (2: containerd 1.x, 3: containerd 2.x)")
+        raise ConfigError(
+            f"{path}: config version {version!r} is not one ponytail edits (2: containerd 1.x, 3: containerd 2.0-2.2, 4: containerd 2.3 on)"
+        )
     return int(version)
 
 

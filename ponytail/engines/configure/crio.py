@@ -39,7 +39,8 @@ def check_main_config(path: str, text: str | None) -> None:
         raise ConfigError(f"{path} is not valid TOML ({e}); CRI-O cannot read it either: fix it first") from e
 
 
-def edit(path: str, text: str | None, settings: Settings, remove: bool = False) -> Edit:
+def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
+    """The file is ponytail's own: a removal removes it (``added`` is not needed)."""
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 

@@ -15,9 +15,11 @@ DEFAULT_PATH = "/etc/docker/daemon.json"
 RESTART = "systemctl restart docker   (or: kill -HUP $(pidof dockerd) to reload runtimes only)"
 
 
-def edit(path: str, text: str | None, settings: Settings, remove: bool = False) -> Edit:
+def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
+    """``added``: for a removal, what the install recorded ("default": the default-runtime it replaced)."""
     document = _parse(path, text)
     changes: list[str] = []
+    recorded: dict[str, object] = {}
     runtimes = document.get("runtimes")
     if runtimes is None:
         runtimes = {}
@@ -30,8 +32,13 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False) 
             del runtimes[name]
             changes.append(f"removed runtime {name!r}")
         if document.get("default-runtime") == name:
-            del document["default-runtime"]
-            changes.append("removed default-runtime (Docker's default, runc, again)")
+            previous = (added or {}).get("default")
+            if isinstance(previous, str):
+                document["default-runtime"] = previous
+                changes.append(f"default-runtime = {previous!r} again")
+            else:
+                del document["default-runtime"]
+                changes.append("removed default-runtime (Docker's default, runc, again)")
     else:
         current = runtimes.get(name)
         if current != wanted:
@@ -41,6 +48,7 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False) 
                 changes.append(f"runtimes.{name}.path = {settings.runtime_path!r}")
         if settings.set_as_default and document.get("default-runtime") != name:
             changes.append(f"default-runtime = {name!r} (was {document.get('default-runtime', 'runc')!r})")
+            recorded["default"] = document.get("default-runtime")
             document["default-runtime"] = name
     if runtimes:
         document["runtimes"] = runtimes
@@ -48,7 +56,7 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False) 
         del document["runtimes"]
     if not changes:
         return Edit(path, text, text, ())
-    return Edit(path, text, json.dumps(document, indent=_indent(text)) + "\n", tuple(changes))
+    return Edit(path, text, json.dumps(document, indent=_indent(text)) + "\n", tuple(changes), recorded)
 
 
 def _parse(path: str, text: str | None) -> dict:

@@ -1,5 +1,6 @@
 """The engine's config file, read and written with care: no symlinks followed, nothing
-half-written (a temporary file renamed over it), the original kept as a backup once."""
+half-written (a temporary file renamed over it). What it was before ponytail is kept by
+ponytail.engines.configure.undo, where no engine reads it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from ponytail.errors import ConfigError, InjectionError
 from ponytail.fs.atomic import replace_file
 
 MAX_BYTES = 4 << 20
-BACKUP_SUFFIX = ".ponytail-backup"
-CREATED_SUFFIX = ".ponytail-created"  # beside a config file that did not exist before ponytail wrote it
 
 
 def read_text(path: str) -> str | None:
@@ -71,39 +70,15 @@ def _existing_parent(directory: str) -> str:
     return directory or "/"
 
 
-def write_atomically(path: str, text: str, backup: bool = True) -> str | None:
-    """Replace ``path`` with ``text`` in one rename (ponytail.fs.atomic), keeping its mode and
-    owner (0644 root for a new file); the original is copied to PATH.ponytail-backup first unless
-    a backup exists. Returns the backup's path when one was made now."""
+def write_atomically(path: str, text: str, new_mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` in one rename, keeping its mode and owner (``new_mode``,
+    root, for a new file)."""
     directory = os.path.dirname(path) or "."
-    made_backup = None
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        try:
-            st: os.stat_result | None = os.lstat(path)
-        except FileNotFoundError:
-            st = None
-        if backup and st is not None and not os.path.lexists(path + BACKUP_SUFFIX):
-            original = read_text(path) or ""
-            replace_file(path + BACKUP_SUFFIX, original.encode("utf-8"), stat.S_IMODE(st.st_mode), owner=(st.st_uid, st.st_gid))
-            made_backup = path + BACKUP_SUFFIX
-        replace_file(path, text.encode("utf-8"), 0o644, keep_mode=True, keep_owner=True)
+        replace_file(path, text.encode("utf-8"), new_mode, keep_mode=True, keep_owner=True)
     except OSError as e:
         raise InjectionError(f"cannot write {path}: {e.strerror}") from e
-    return made_backup
-
-
-def restore_backup(path: str) -> bool:
-    """Put PATH.ponytail-backup back in place of ``path``; False when there is none."""
-    backup = path + BACKUP_SUFFIX
-    if not os.path.isfile(backup) or os.path.islink(backup):
-        return False
-    try:
-        os.replace(backup, path)
-        _fsync_dir(os.path.dirname(path) or ".")
-    except OSError as e:
-        raise InjectionError(f"cannot restore {backup}: {e.strerror}") from e
-    return True
 
 
 def remove(path: str) -> None:
@@ -114,10 +89,3 @@ def remove(path: str) -> None:
     except OSError as e:
         raise InjectionError(f"cannot remove {path}: {e.strerror}") from e
 
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -18,12 +18,15 @@ class Settings:
 
 @dataclass(frozen=True)
 class Edit:
-    """One file's new text (None: remove the file) and each change with its reason."""
+    """One file's new text (None: remove the file) and each change with its reason; ``added``:
+    what ponytail put there beside its own entry, for an uninstall to take out again
+    ("runc": the runc runtime it defined; "default": the default runtime it replaced, None: unset)."""
 
     path: str
     old_text: str | None
     new_text: str | None
     changes: tuple[str, ...]
+    added: dict[str, object] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:

@@ -13,7 +13,8 @@ DEFAULT_PATH = "/usr/share/containers/oci/hooks.d/ponytail.json"  # what Debian 
 RESTART = "nothing to restart: podman reads hooks.d at every run"
 
 
-def edit(path: str, text: str | None, settings: Settings, remove: bool = False) -> Edit:
+def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
+    """The file is ponytail's own: a removal removes it (``added`` is not needed)."""
     from ponytail.engines.hooksd import hook_file_text
 
     if remove:
