@@ -207,6 +207,9 @@ def _load_toml(text: str, path: str) -> dict:
         raise ConfigError(f"config file {path}: TOML syntax error: {e}") from e
     except RecursionError:
         raise ConfigError(f"config file {path}: arrays or tables nested too deeply") from None
+    except ValueError as e:  # a value tomllib cannot convert: an integer of over 4300 digits
+        reason = str(e).partition("; use sys.")[0]
+        raise ConfigError(f"config file {path}: a value cannot be read: {reason}") from None
 
 
 def _check_type(path: str, key: str, value: object, expected: type) -> object:
