@@ -400,3 +400,26 @@ def test_a_container_process_that_is_gone_is_one_line(host: FakeHost, cgroup: Cg
         assert f"process {sleeper.pid}" in stderr, stderr
     assert cgroup.programs() == before
 
+
+
+@pytest.mark.parametrize("runs, at_once", [(20, 2), (40, 8)])
+def test_concurrent_runs_into_one_cgroup_take_turns(runs: int, at_once: int, host: FakeHost, cgroup: Cgroup, container) -> None:
+    """The engine may run the hook twice, and containers may share a rootfs: every run succeeds,
+    the first extends the program, the others find it extended (no 'detached meanwhile')."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sleeper, bundle, rootfs = container
+    cgroup.attach(deny_all())
+    config = str(host.write_config())
+    state = state_for(bundle, sleeper.pid)
+    with ThreadPoolExecutor(at_once) as pool:
+        results = list(pool.map(lambda _: run_ponytail(["-config", config], stdin=state), range(runs)))
+    failed = [r.stderr for r in results if r.returncode != 0]
+    assert not failed, f"{len(failed)} of {runs} failed: {failed[0]}"
+    _, programs = cgroup.programs()
+    assert len(programs) == 1
+    fd = bpf.program_fd(programs[0])
+    info = bpf.program_info(fd)
+    os.close(fd)
+    assert info.instructions == allow_block(GPU0) + deny_all()
+    assert opens(cgroup, sleeper, rootfs) == {**INJECTED, DENIED: "EPERM", NULL: "EPERM"}

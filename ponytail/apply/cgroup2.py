@@ -29,6 +29,7 @@ import errno
 import os
 
 from ponytail.apply import bpf
+from ponytail.apply.rootlock import lock_directory
 from ponytail.errors import InjectionError
 from ponytail.fs.kernelfs import filesystem_magic
 from ponytail.plan.devicefilter import extend, why_not_extensible
@@ -59,8 +60,12 @@ class DevicePrograms:
             self.fd = -1
 
 
-def prepare_device_programs(directory: str, devices: tuple[tuple[int, int], ...]) -> DevicePrograms:
-    """Open ``directory`` (the container's cgroup on the cgroup2 mount) and load the replacements."""
+def prepare_device_programs(directory: str, devices: tuple[tuple[int, int], ...], lock_timeout_s: float = 10.0) -> DevicePrograms:
+    """Open ``directory`` (the container's cgroup on the cgroup2 mount), lock it and load the replacements.
+
+    The lock (an exclusive flock on the cgroup directory, ponytail.apply.rootlock) is held until
+    ``close``: from reading the programs to swapping them, one run at a time per cgroup, so that a
+    second run reads what the first attached, not a program the first is about to replace."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
@@ -69,6 +74,7 @@ def prepare_device_programs(directory: str, devices: tuple[tuple[int, int], ...]
     try:
         if filesystem_magic(fd) != CGROUP2_MAGIC:
             raise InjectionError(f"{directory} is not on a cgroup2 filesystem; refusing to edit it")
+        lock_directory(fd, f"the cgroup {directory}", lock_timeout_s)
         _prepare(programs, devices)
     except BaseException:
         programs.close()

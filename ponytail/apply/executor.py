@@ -86,7 +86,7 @@ def apply_plan(
             elif isinstance(op, AllowDevices) and container_pid is not None:
                 from ponytail.apply.cgroup import open_devices_cgroup
 
-                devices_cgroup = open_devices_cgroup(container_pid, op)
+                devices_cgroup = open_devices_cgroup(container_pid, op, lock_timeout_s)
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
