@@ -41,6 +41,9 @@ class Config:
     drivers: dict[str, DriverTree] = field(default_factory=dict, compare=False)
     cuda_compat: bool = True  # [cuda] compat: honour an image's /usr/local/cuda/compat (ponytail.plan.compat)
     cache_dir: str = "/run/ponytail"  # [cache] dir: the probe cache (ponytail.host.probecache); "" turns it off
+    # [cgroup] extend_denying_programs: also extend a cgroup v2 device program that denies an injected node on
+    # purpose (it allows devices it does not name: another tool's deny list); false: such a program wins
+    extend_denying_programs: bool = False
 
 
 @record(frozen=True)
@@ -70,6 +73,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, type]]] = {
     "timeouts": {"probe": ("timeout_probe", float), "ldconfig": ("timeout_ldconfig", float), "lock": ("timeout_lock", float)},
     "cuda": {"compat": ("cuda_compat", bool)},
     "cache": {"dir": ("cache_dir", str)},
+    "cgroup": {"extend_denying_programs": ("extend_denying_programs", bool)},
 }
 MAX_TIMEOUT_S = 600.0
 _DRIVER_KEYS = ("root", "description", "kernel_modules")
