@@ -41,6 +41,9 @@ class Config:
     drivers: dict[str, DriverTree] = field(default_factory=dict, compare=False)
     cuda_compat: bool = True  # [cuda] compat: honour an image's /usr/local/cuda/compat (ponytail.plan.compat)
     cache_dir: str = "/run/ponytail"  # [cache] dir: the probe cache (ponytail.host.probecache); "" turns it off
+    # [cgroup] extend_denying_programs: also extend a cgroup v2 device program that denies an injected node on
+    # purpose (it allows devices it does not name: another tool's deny list); false: such a program wins
+    extend_denying_programs: bool = False
 
 
 @record(frozen=True)
@@ -96,6 +99,14 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
                    "compatibility); `false`: never."),
     },
     "cache": {"dir": ("cache_dir", str, "Where the probe cache is kept; `\"\"` turns it off.")},
+    "cgroup": {
+        "extend_denying_programs": (
+            "extend_denying_programs", bool,
+            "cgroup v2: extend a device program that allows devices it does not name but denies an injected node "
+            "(another tool's deliberate deny). `false`: such a program wins and the start fails with one line naming "
+            "the node and the program; allow-list programs (runc's, crun's, systemd's) are always extended.",
+        ),
+    },
 }
 # the tables of named sub-tables, [capabilities.NAME] and [drivers.NAME]: table -> key -> (type, what it means)
 _NAMED_TABLES: dict[str, dict[str, tuple[str, str]]] = {
@@ -263,6 +274,9 @@ def _load_toml(text: str, path: str) -> dict:
         raise ConfigError(f"config file {path}: TOML syntax error: {e}") from e
     except RecursionError:
         raise ConfigError(f"config file {path}: arrays or tables nested too deeply") from None
+    except ValueError as e:  # a value tomllib cannot convert: an integer of over 4300 digits
+        reason = str(e).partition("; use sys.")[0]
+        raise ConfigError(f"config file {path}: a value cannot be read: {reason}") from None
 
 
 def _check_type(path: str, key: str, value: object, expected: type) -> object:

@@ -99,7 +99,9 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
     from ponytail.apply.executor import apply_plan
 
-    outcome = apply_plan(plan, rootfs, container.pid if container else None, config.timeout_ldconfig, config.timeout_lock)
+    outcome = apply_plan(
+        plan, rootfs, container.pid if container else None, config.timeout_ldconfig, config.timeout_lock, config.extend_denying_programs
+    )
     log.write_all("debug", outcome.done + outcome.unchanged)
     if driver is not None or len(plan.choices) > 1:  # a driver tree or a CUDA compat directory
         log.write_all("info", plan.choices)

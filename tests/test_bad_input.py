@@ -96,6 +96,8 @@ CONFIGS = [
     ("deeply-nested", b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
     ("not-utf8", b"[host]\ndriver_root = '\xff'\n", "is not UTF-8 text"),
     ("too-large", b"#" * (MiB + 1), "is larger than 1048576 bytes"),
+    # tomllib's int() refuses it with ValueError, not TOMLDecodeError
+    ("huge-integer", b"[timeouts]\nprobe = " + b"1" * 4301 + b"\n", "a value cannot be read: Exceeds the limit (4300 digits)"),
 ]
 
 
@@ -110,3 +112,30 @@ def test_bad_config_is_one_line_with_the_file_and_exit_2(tmp_path: Path, name: s
     line = one_line(result.stderr)
     assert f"config file {config}" in line and message in line, line
     assert tree_digest(rootfs) == before
+
+
+ENTRY_POINTS = {  # every command that reads the config: (arguments after ponytail, stdin)
+    "hook": ([], "state"),
+    "manual": (["-root", "ROOTFS"], ""),
+    "info": (["info"], ""),
+    "check": (["check"], ""),
+    "list": (["list"], ""),
+    "cdi-generate": (["cdi", "generate"], ""),
+    "cdi-list": (["cdi", "list"], ""),
+    "cdi-hook": (["cdi-hook"], "state"),
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("name, content, message", [c for c in CONFIGS if c[0] in ("syntax", "huge-integer", "unknown-key")])
+def test_a_bad_config_is_exit_2_at_every_entry_point(tmp_path: Path, entry: str, name: str, content: bytes, message: str) -> None:
+    config = tmp_path / "config.toml"
+    config.write_bytes(content)
+    rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
+    args, stdin = ENTRY_POINTS[entry]
+    args = [str(rootfs) if a == "ROOTFS" else a for a in args]
+    state = state_for(bundle_for(tmp_path, rootfs), os.getpid()) if stdin == "state" else ""
+    result = run_ponytail([*args, "-config", str(config)], stdin=state)
+    assert result.returncode == 2, result.stderr
+    line = one_line(result.stderr)
+    assert f"config file {config}" in line and message in line, line

@@ -27,10 +27,13 @@ from ponytail.plan.devicefilter import (
     LDX_W,
     MOV32_X,
     MOV64_K,
+    NEUTRAL_DEVICE,
     RSH32_K,
     allow_block,
+    denied_on_purpose,
     extend,
     insn,
+    verdict,
     why_not_extensible,
 )
 
@@ -79,6 +82,36 @@ def test_the_allow_block_goes_in_front_once() -> None:
     assert new is not None and new.endswith(old) and new.startswith(allow_block(GPU0))
     assert extend(new, GPU0) is None  # a second run adds nothing
     assert extend(new, GPU0[:1]) is not None  # other nodes: another block
+
+
+def deny_list(major: int) -> bytes:
+    """A deny list, as another tool might attach one: deny c MAJOR:*, allow everything else."""
+    return (
+        insn(LDX_W, 2, 1, 0) + insn(AND32_K, 2, imm=0xFFFF) + insn(JNE_K, 2, off=4, imm=2)
+        + insn(LDX_W, 4, 1, 4) + insn(JNE_K, 4, off=2, imm=major) + insn(MOV64_K, 0, imm=0) + insn(EXIT) + allow_all()
+    )
+
+
+def test_what_a_program_answers_is_read_from_its_instructions() -> None:
+    runc = runc_style((1, 3), (1, 5))
+    assert [verdict(runc, 1, 3), verdict(runc, 1, 5), verdict(runc, 195, 2), verdict(runc, *NEUTRAL_DEVICE)] == [True, True, False, False]
+    assert verdict(runc, 1, 3, access=1) is True and verdict(runc, 1, 3, dev_type=1) is False  # mknod within rwm; a block device
+    extended = extend(runc, GPU0)
+    assert extended is not None and all(verdict(extended, *d) for d in GPU0)
+    assert verdict(extended, 195, 200) is False and verdict(extended, 195, 2, access=1) is False  # no mknod from the block
+    assert (verdict(deny_all(), 1, 3), verdict(allow_all(), 1, 3)) == (False, True)
+    assert verdict(deny_list(195), 195, 2) is False and verdict(deny_list(195), 1, 3) is True
+    assert verdict(calls_a_helper(), 1, 3) is None  # not modelled: left to the old rules
+    assert verdict(insn(0x05, off=-1), 1, 3) is None  # a loop: stops at MAX_STEPS
+    assert verdict(b"", 1, 3) is None
+
+
+def test_a_deny_list_denies_on_purpose_an_allow_list_does_not() -> None:
+    assert denied_on_purpose(deny_list(195), GPU0) == (195, 2)
+    assert denied_on_purpose(deny_list(511), GPU0) == (511, 0)
+    assert denied_on_purpose(deny_list(7), GPU0) is None
+    for program in (runc_style((1, 3)), deny_all(), allow_all(), calls_a_helper()):
+        assert denied_on_purpose(program, GPU0) is None
 
 
 def test_programs_that_cannot_be_extended_are_named() -> None:
@@ -241,16 +274,21 @@ def test_a_long_program_is_read_whole(host: FakeHost, cgroup: Cgroup, container)
     assert opens(cgroup, sleeper, rootfs) == {**INJECTED, DENIED: "EPERM", NULL: "OK"}
 
 
-def test_several_programs_are_each_extended(host: FakeHost, cgroup: Cgroup, container) -> None:
+def test_several_allow_lists_are_each_extended_and_a_program_that_allows_the_nodes_is_left_alone(
+    host: FakeHost, cgroup: Cgroup, container
+) -> None:
+    """Device programs are ANDed: every allow list (what runc, crun and systemd attach) must allow
+    the nodes; a program that allows them already is not touched."""
     sleeper, bundle, rootfs = container
     cgroup.attach(runc_style((1, 3)))
     cgroup.attach(allow_all())
+    cgroup.attach(runc_style((1, 3), (1, 5)))
     _, before = cgroup.programs()
     result = hook(host, bundle, sleeper.pid)
     assert result.returncode == 0, result.stderr
     assert opens(cgroup, sleeper, rootfs) == {**INJECTED, DENIED: "EPERM", NULL: "OK"}
     flags, after = cgroup.programs()
-    assert flags == bpf.BPF_F_ALLOW_MULTI and len(after) == 2 and not set(after) & set(before)
+    assert flags == bpf.BPF_F_ALLOW_MULTI and len(after) == 3 and set(after) & set(before) == {before[1]}
 
 
 def test_programs_of_a_parent_cgroup_are_left_alone_and_named(host: FakeHost, tmp_path: Path) -> None:
@@ -324,8 +362,9 @@ def test_a_program_that_cannot_be_edited_stops_the_start_and_undoes_the_mounts(a
     stderr = result.stderr.decode()
     assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
     what = f"device program {before[1][0]} of cgroup {cgroup.path}"
+    named = f"device program {before[1][0]} ('ponytail_test') of cgroup {cgroup.path}"
     expected = {
-        "calls a helper": f"ponytail: error: cannot allow the GPU nodes in {what}: it calls a function",
+        "calls a helper": f"ponytail: error: cannot allow the GPU nodes in {named}: it calls a function",
         "through a bpf link": f"ponytail: error: cannot replace {what}: BPF_PROG_ATTACH: No such file or directory (attached through a bpf link",
     }[attached]
     assert expected in stderr, stderr
@@ -399,3 +438,61 @@ def test_a_container_process_that_is_gone_is_one_line(host: FakeHost, cgroup: Cg
         assert f"process {sleeper.pid}" in stderr, stderr
     assert cgroup.programs() == before
 
+
+
+@pytest.mark.parametrize("runs, at_once", [(20, 2), (40, 8)])
+def test_concurrent_runs_into_one_cgroup_take_turns(runs: int, at_once: int, host: FakeHost, cgroup: Cgroup, container) -> None:
+    """The engine may run the hook twice, and containers may share a rootfs: every run succeeds,
+    the first extends the program, the others find it extended (no 'detached meanwhile')."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sleeper, bundle, rootfs = container
+    cgroup.attach(deny_all())
+    config = str(host.write_config())
+    state = state_for(bundle, sleeper.pid)
+    with ThreadPoolExecutor(at_once) as pool:
+        results = list(pool.map(lambda _: run_ponytail(["-config", config], stdin=state), range(runs)))
+    failed = [r.stderr for r in results if r.returncode != 0]
+    assert not failed, f"{len(failed)} of {runs} failed: {failed[0]}"
+    _, programs = cgroup.programs()
+    assert len(programs) == 1
+    fd = bpf.program_fd(programs[0])
+    info = bpf.program_info(fd)
+    os.close(fd)
+    assert info.instructions == allow_block(GPU0) + deny_all()
+    assert opens(cgroup, sleeper, rootfs) == {**INJECTED, DENIED: "EPERM", NULL: "EPERM"}
+
+
+def test_a_program_that_denies_an_injected_node_on_purpose_wins(host: FakeHost, cgroup: Cgroup, container) -> None:
+    """Another tool's deny list (c 195:* denied, the rest allowed) beside the engine's allow list:
+    the start fails with one line naming the node and the program, and nothing is changed."""
+    sleeper, bundle, rootfs = container
+    cgroup.attach(runc_style((1, 3)))
+    cgroup.attach(deny_list(195))
+    before = cgroup.programs()
+    result = hook(host, bundle, sleeper.pid)
+    assert result.returncode == 1
+    stderr = result.stderr.decode()
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+    assert (
+        f"ponytail: error: device program {before[1][1]} ('ponytail_test') of cgroup {cgroup.path} denies /dev/nvidia2 (c 195:2) "
+        "on purpose" in stderr
+    ), stderr
+    assert "[cgroup] extend_denying_programs = true" in stderr
+    assert cgroup.programs() == before
+    mountinfo = sleeper.run(["cat", "/proc/self/mountinfo"]).stdout
+    assert "nvidia" not in mountinfo and str(rootfs) not in mountinfo
+
+
+def test_the_config_can_let_ponytail_extend_a_denying_program(host: FakeHost, cgroup: Cgroup, container) -> None:
+    sleeper, bundle, rootfs = container
+    cgroup.attach(runc_style((1, 3)))
+    cgroup.attach(deny_list(195))
+    _, before = cgroup.programs()
+    config = host.base / "extend.toml"
+    config.write_text(host.config_text() + "[cgroup]\nextend_denying_programs = true\n")
+    result = run_ponytail(["-config", str(config)], stdin=state_for(bundle, sleeper.pid))
+    assert result.returncode == 0, result.stderr
+    assert opens(cgroup, sleeper, rootfs) == {**INJECTED, DENIED: "EPERM", NULL: "OK"}
+    _, after = cgroup.programs()
+    assert len(after) == 2 and not set(after) & set(before)

@@ -81,3 +81,19 @@ def test_podman_hooksd_on_cgroup_v2_lets_the_container_open_exactly_the_injected
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == EXPECTED, result.stdout
     assert "allowed c 195:2 rw, c 195:255 rw, c 511:0 rw, c 511:1 rw: replaced device program(s)" in host.log.read_text()
+
+
+def test_runc_s_own_program_denying_a_gpu_node_on_purpose_wins(host: FakeHost, tmp_path: Path) -> None:
+    """config.json allows every device but c 195:*: runc's program then denies the GPU nodes on
+    purpose (it allows what it does not name), and the hook does not widen it: exit 1, one line."""
+    bundle = oci_bundle(tmp_path, CHECKS, env=["NVIDIA_VISIBLE_DEVICES=0"], hooks={"prestart": [hook_entry(host.write_config())]})
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["linux"]["resources"] = {"devices": [
+        {"allow": True, "access": "rwm"}, {"allow": False, "type": "c", "major": 195, "access": "rwm"},
+    ]}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    container_id = unique()
+    result = run_bundle("runc-v2", bundle, container_id)
+    assert result.returncode != 0
+    assert "denies /dev/nvidia2 (c 195:2) on purpose" in result.stderr, result.stderr
+    assert f"error container={container_id} device program" in host.log.read_text()

@@ -337,3 +337,28 @@ def test_check_never_leaves_the_rootfs(layout: Layout, tmp_path: Path, plant: st
     status, report, _ = layout.check("--bundle", str(bundle))
     assert status == 0, _not_ok(report)
     assert "470.82.01" not in json.dumps(report)
+
+
+def test_an_image_linker_config_of_many_directories_is_read_in_linear_time(tmp_path: Path) -> None:
+    """ponytail check --rootfs reads the image's /etc/ld.so.conf and its includes: 16 files of
+    6,000 distinct directories cost what 16 files of one repeated directory do (it kept them in a
+    list and looked each up there)."""
+    from ponytail.cli.loaderview import _image_library_dirs
+
+    from support.timing import assert_as_fast
+
+    def rootfs(name: str, distinct: bool) -> int:
+        root = make_rootfs(tmp_path / name)
+        (root / "etc/ld.so.conf.d").mkdir(parents=True, exist_ok=True)
+        (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+        for i in range(16):
+            (root / f"etc/ld.so.conf.d/{i:02}.conf").write_text("".join(f"/d{i * 10000 + j if distinct else ''}\n" for j in range(6000)))
+        return os.open(root, os.O_PATH | os.O_DIRECTORY)
+
+    distinct, repeated = rootfs("distinct", True), rootfs("repeated", False)
+    try:
+        assert len(_image_library_dirs(distinct)) >= 16 * 6000
+        assert_as_fast(lambda: _image_library_dirs(distinct), lambda: _image_library_dirs(repeated), "distinct", "repeated lines")
+    finally:
+        os.close(distinct)
+        os.close(repeated)

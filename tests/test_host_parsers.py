@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import subprocess
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from ponytail.errors import ProbeError
 from ponytail.host.driver import canonical_bus_id, nvidia_major, parse_char_majors, parse_driver_version, parse_information
 from ponytail.host.elf import EM_X86_64, NotElf, read_elf_info
-from ponytail.host.ldcache import parse_ld_cache, read_ld_cache
+from ponytail.host.ldcache import NEW_MAGIC, parse_ld_cache, read_ld_cache
 from ponytail.host.pci import PciFunction, is_nvidia_gpu, pci_functions_pyudev, pci_functions_sysfs
 
 from support.fakehost import FakeHost, compile_library, gpus
@@ -133,3 +134,27 @@ def test_ld_cache_matches_ldconfig_print() -> None:
 @pytest.mark.parametrize("data", [b"", b"glibc-ld.so.cache1.1", b"ld.so-1.7.0\0\xff\xff\xff\xff", b"\0" * 100])
 def test_ld_cache_garbage_gives_nothing(data: bytes) -> None:
     assert parse_ld_cache(data) == []
+
+
+def _cache(strings: bytes, offsets: list[tuple[int, int]]) -> bytes:
+    """A glibc ld.so.cache: header, one entry per (name offset, path offset) into ``strings``."""
+    header = struct.pack("<20sIIB3xI12x", NEW_MAGIC, len(offsets), len(strings), 0, 0)
+    base = len(header) + 24 * len(offsets)
+    table = b"".join(struct.pack("<iIIIQ", 0x303, base + key, base + value, 0, 0) for key, value in offsets)
+    return header + table + strings
+
+
+def test_a_hostile_ld_cache_costs_what_a_plain_one_does() -> None:
+    """Entries pointing into one long run of bytes without a NUL (an image's or a driver tree's
+    cache): each string search is bounded, so the cost follows the entries, not entries times size."""
+    from support.timing import assert_as_fast
+
+    n = 20000
+    plain = _cache(b"libx.so.1\0/usr/lib/libx.so.1\0", [(0, 10)] * n)
+    unterminated = _cache(b"libx.so.1\0" + b"A" * (4 << 20), [(0, 10 + i) for i in range(n)])
+    long_strings = _cache(b"libx.so.1\0" + (b"/" + b"a" * 3000 + b"\0") * 1000, [(0, 10 + i * 100) for i in range(n)])
+    assert_as_fast(lambda: parse_ld_cache(unterminated), lambda: parse_ld_cache(plain), "unterminated strings", "a plain cache")
+    assert_as_fast(lambda: parse_ld_cache(long_strings), lambda: parse_ld_cache(plain), "long strings", "a plain cache")
+    assert len(parse_ld_cache(plain)) == n
+    assert parse_ld_cache(unterminated) == []
+    assert 0 < len(parse_ld_cache(long_strings)) < n  # it stops when the strings read exceed 4 times the cache

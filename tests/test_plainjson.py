@@ -185,3 +185,35 @@ def test_anything_else_is_left_to_json_dumps(value: object) -> None:
             dumps(value, 2)
     else:
         assert dumps(value, 2) == expected
+
+
+
+KiB = 1 << 10
+WORST_CASES = {  # larger than MAX_PLAIN_BYTES (lifted for the test), so that a rescan shows
+    # an image's ENV full of "<", as Go writes it: the old reader rescanned to the string's end per escape
+    "unicode-escapes": b'{"env": ["A=' + b"\\u003c" * (2048 * KiB // 6) + b'"]}',
+    "escaped-quotes": b'"' + b'\\"' * (256 * KiB) + b'"',
+    "short-strings": b"[" + b",".join([b'"\\n"'] * (100 * KiB)) + b"]",
+    "integers": b"[" + b",".join([b"1234567"] * (64 * KiB)) + b"]",
+    "nested": b'{"a": ' * 60 + b"[" + b",".join([b"{}"] * (170 * KiB)) + b"]" + b"}" * 60,
+}
+
+
+@pytest.mark.parametrize("name", WORST_CASES)
+def test_worst_cases_take_time_in_proportion_to_json(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linear: held to json's own pure-Python decoder on documents of 0.5-2 MiB."""
+    import json.decoder
+    import json.scanner
+
+    from ponytail.lite import plainjson
+
+    from support.timing import assert_as_fast
+
+    monkeypatch.setattr(plainjson, "MAX_PLAIN_BYTES", 4 << 20)
+    reference = json.JSONDecoder()
+    reference.parse_string = json.decoder.py_scanstring  # type: ignore[attr-defined]
+    reference.scan_once = json.scanner.py_make_scanner(reference)  # type: ignore[attr-defined]
+    raw = WORST_CASES[name]
+    text = raw.decode()
+    assert plainjson.loads_plain(raw) == reference.decode(text) == json.loads(raw)
+    assert_as_fast(lambda: plainjson.loads_plain(raw), lambda: reference.decode(text), name)

@@ -136,3 +136,32 @@ def test_on_garbage_it_agrees_with_tomllib_or_gives_up(text: str) -> None:
         assert plain is None, repr(text)
         return
     assert plain is None or plain == expected, repr(text)
+
+
+def test_an_integer_longer_than_int_converts_is_left_to_tomllib() -> None:
+    text = "[a]\nk = " + "1" * 4301 + "\n"
+    with pytest.raises(ValueError):  # not a TOMLDecodeError: ponytail.config words it (tests/test_bad_input.py)
+        tomllib.loads(text)
+    assert loads_plain(text) is None
+    assert loads_plain("[a]\nk = " + "1" * 4000 + "\n") == tomllib.loads("[a]\nk = " + "1" * 4000 + "\n")
+
+
+KiB = 1 << 10
+WORST_CASES = {  # each about 256 KiB (a config may have 1 MiB)
+    "long-string": '[a]\nk = "' + "a" * (256 * KiB) + '"\n',
+    "long-comment": "#" + "x" * (256 * KiB) + "\n",
+    "array": "[a]\nk = [" + ",".join(['"a"'] * (64 * KiB)) + "]\n",
+    "keys": "[a]\n" + "".join(f"k{i} = 1\n" for i in range(24 * KiB)),
+    "tables": "".join(f"[t.k{i}]\n" for i in range(24 * KiB)),
+    "blank-lines": "\n" * (256 * KiB),
+    "spaces": "[a]\nk =" + " " * (256 * KiB) + "1\n",
+}
+
+
+@pytest.mark.parametrize("name", WORST_CASES)
+def test_worst_cases_take_time_in_proportion_to_tomllib(name: str) -> None:
+    from support.timing import assert_as_fast
+
+    text = WORST_CASES[name]
+    assert loads_plain(text) == tomllib.loads(text)
+    assert_as_fast(lambda: loads_plain(text), lambda: tomllib.loads(text), name)

@@ -130,13 +130,22 @@ def test_shim_errors_are_one_line_in_stderr_and_in_the_runtime_log(host: FakeHos
     assert entry["level"] == "error" and entry["msg"] == result.stderr.strip()
 
 
-def test_a_broken_config_stops_gpu_containers_only(host: FakeHost, tmp_path: Path) -> None:
+BROKEN_CONFIGS = {
+    "syntax": ("[host\n", "TOML syntax error"),
+    "huge-integer": ("[timeouts]\nprobe = " + "1" * 4301 + "\n", "a value cannot be read"),  # ValueError in tomllib
+    "unknown-key": ("[host]\ndriver_rot = '/'\n", "unknown key 'host.driver_rot'"),
+}
+
+
+@pytest.mark.parametrize("broken", BROKEN_CONFIGS)
+def test_a_broken_config_stops_gpu_containers_only(broken: str, host: FakeHost, tmp_path: Path) -> None:
+    text, message = BROKEN_CONFIGS[broken]
     config = tmp_path / "config.toml"
-    config.write_text("[host\n")
+    config.write_text(text)
     plain = oci_bundle(tmp_path, ["/bin/echo", "plain"])
     result = shim(["--root", str(tmp_path / "state"), "run", "-b", str(plain), unique()], config)
     assert result.returncode == 0 and result.stdout == "plain\n", result.stderr
     gpu = oci_bundle(tmp_path, ["/bin/echo", "gpu"], env=["NVIDIA_VISIBLE_DEVICES=0"])
     result = shim(["--root", str(tmp_path / "state"), "run", "-b", str(gpu), unique()], config)
     assert result.returncode == 2 and result.stdout == ""
-    assert f"ponytail-runtime: config file {config}: TOML syntax error" in result.stderr
+    assert result.stderr.count("\n") == 1 and f"ponytail-runtime: config file {config}: {message}" in result.stderr

@@ -153,6 +153,7 @@ def test_the_cuda_version_is_asked_only_for_a_cuda_constraint() -> None:
         ("driver>=abc", "NVIDIA_REQUIRE_CUDA: 'abc' in 'driver>=abc' is not a version"),
         ("cuda>=12.", "NVIDIA_REQUIRE_CUDA: '12.' in 'cuda>=12.' is not a version"),
         ("arch>=9.0x", "NVIDIA_REQUIRE_CUDA: '9.0x' in 'arch>=9.0x' is not a version"),
+        ("cuda>=12." + "4" * 5000, "NVIDIA_REQUIRE_CUDA: '12.4444"),  # int() would raise ValueError: bad input, not a crash
     ],
 )
 def test_an_expression_that_cannot_be_parsed_is_bad_input(expression: str, message: str) -> None:

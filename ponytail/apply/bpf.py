@@ -32,7 +32,7 @@ BPF_F_REPLACE = 4
 BPF_F_QUERY_EFFECTIVE = 1
 
 _ATTR_SIZE = 128  # bytes of bpf_attr sent: covers every command used here
-_INFO_SIZE = 64  # bpf_prog_info up to nr_map_ids (type, id, tag, lengths, pointers)
+_INFO_SIZE = 80  # bpf_prog_info up to name (type, id, tag, lengths, pointers, load time, uid, maps, name)
 MAX_PROGRAMS = 64  # the kernel's limit on programs attached to one cgroup for one type
 
 
@@ -71,13 +71,14 @@ class ProgramInfo:
     no CAP_BPF/CAP_SYS_ADMIN, or constant blinding (net.core.bpf_jit_harden) with raw
     dumps restricted."""
 
-    __slots__ = ("type", "id", "instructions", "readable")
+    __slots__ = ("type", "id", "instructions", "readable", "name")
 
-    def __init__(self, type_: int, id_: int, instructions: bytes, readable: bool) -> None:
+    def __init__(self, type_: int, id_: int, instructions: bytes, readable: bool, name: str = "") -> None:
         self.type = type_
         self.id = id_
         self.instructions = instructions
         self.readable = readable
+        self.name = name  # as loaded (16 bytes at most; runc's is empty)
 
 
 def program_info(fd: int, max_bytes: int = 1 << 20) -> ProgramInfo:
@@ -96,9 +97,10 @@ def program_info(fd: int, max_bytes: int = 1 << 20) -> ProgramInfo:
         if length > size and size < max_bytes:
             size = min(max_bytes, length)
             continue
+        name = info.raw[64:80].split(b"\0", 1)[0].decode("ascii", "replace")
         if length == 0 or pointer == 0 or length > size:
-            return ProgramInfo(type_, id_, b"", False)
-        return ProgramInfo(type_, id_, buf.raw[:length], True)
+            return ProgramInfo(type_, id_, b"", False, name)
+        return ProgramInfo(type_, id_, buf.raw[:length], True, name)
 
 
 def load_device_program(instructions: bytes, name: str, license: bytes = b"Apache-2.0") -> int:

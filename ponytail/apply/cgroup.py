@@ -46,8 +46,11 @@ class DevicesCgroup:
             self.programs.close()
 
 
-def open_devices_cgroup(pid: int, op: AllowDevices | None = None) -> DevicesCgroup:
-    """Open the devices.allow (v1) and prepare the device programs (v2) of process ``pid``'s cgroups."""
+def open_devices_cgroup(
+    pid: int, op: AllowDevices | None = None, lock_timeout_s: float = 10.0, extend_denying_programs: bool = False
+) -> DevicesCgroup:
+    """Open the devices.allow (v1) and prepare the device programs (v2) of process ``pid``'s cgroups
+    (runs into one cgroup v2 take turns: ponytail.apply.cgroup2)."""
     text = read_proc_cgroup(pid)
     v1 = devices_cgroup_path(text)
     v2 = unified_cgroup_path(text)
@@ -73,7 +76,7 @@ def open_devices_cgroup(pid: int, op: AllowDevices | None = None) -> DevicesCgro
             from ponytail.apply.cgroup2 import prepare_device_programs
 
             try:
-                cgroup.programs = prepare_device_programs(directory, op.devices)
+                cgroup.programs = prepare_device_programs(directory, op, lock_timeout_s, extend_denying_programs)
             except BaseException:
                 cgroup.close()
                 raise

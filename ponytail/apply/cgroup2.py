@@ -18,6 +18,15 @@ replaced. Two phases, as the executor works:
   never wider). A program attached without it (exclusive or BPF_F_ALLOW_OVERRIDE) is
   replaced by attaching with the same flags, which the kernel does in one step.
 
+Which programs are extended: each program is run on the injected nodes (the instructions are
+read back; ponytail.plan.devicefilter.verdict). One that allows them all already is left as it is.
+One that denies what it does not name is an allow list, what runc, crun and systemd attach (runc
+and crun detach every other program when they attach theirs): it is extended. One that allows
+devices it does not name but denies an injected node is a deny list of another tool, a rule made
+on purpose: it wins, and the start fails with one line naming the node and the program, unless
+``[cgroup] extend_denying_programs = true``. A program that cannot be run here is treated as an
+allow list (as before this rule).
+
 No program attached means nothing to edit (nothing is added: an allow-only program
 would not be needed and an ANDed one would not help). A rootless engine attaches none
 and a rootless hook may not even ask: that is nothing to do, not an error.
@@ -29,9 +38,11 @@ import errno
 import os
 
 from ponytail.apply import bpf
+from ponytail.apply.rootlock import lock_directory
 from ponytail.errors import InjectionError
 from ponytail.fs.kernelfs import filesystem_magic
-from ponytail.plan.devicefilter import extend, why_not_extensible
+from ponytail.plan.devicefilter import denied_on_purpose, extend, verdict, why_not_extensible
+from ponytail.plan.operations import AllowDevices
 
 PROGRAM_NAME = "ponytail_dev"
 CGROUP2_MAGIC = 0x63677270
@@ -59,8 +70,12 @@ class DevicePrograms:
             self.fd = -1
 
 
-def prepare_device_programs(directory: str, devices: tuple[tuple[int, int], ...]) -> DevicePrograms:
-    """Open ``directory`` (the container's cgroup on the cgroup2 mount) and load the replacements."""
+def prepare_device_programs(directory: str, op: AllowDevices, lock_timeout_s: float = 10.0, extend_denying: bool = False) -> DevicePrograms:
+    """Open ``directory`` (the container's cgroup on the cgroup2 mount), lock it and load the replacements.
+
+    The lock (an exclusive flock on the cgroup directory, ponytail.apply.rootlock) is held until
+    ``close``: from reading the programs to swapping them, one run at a time per cgroup, so that a
+    second run reads what the first attached, not a program the first is about to replace."""
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
@@ -69,14 +84,15 @@ def prepare_device_programs(directory: str, devices: tuple[tuple[int, int], ...]
     try:
         if filesystem_magic(fd) != CGROUP2_MAGIC:
             raise InjectionError(f"{directory} is not on a cgroup2 filesystem; refusing to edit it")
-        _prepare(programs, devices)
+        lock_directory(fd, f"the cgroup {directory}", lock_timeout_s)
+        _prepare(programs, op, extend_denying)
     except BaseException:
         programs.close()
         raise
     return programs
 
 
-def _prepare(programs: DevicePrograms, devices: tuple[tuple[int, int], ...]) -> None:
+def _prepare(programs: DevicePrograms, op: AllowDevices, extend_denying: bool) -> None:
     where = f"the device program(s) of cgroup {programs.directory}"
     try:
         programs.flags, ids = bpf.query_device_programs(programs.fd)
@@ -100,7 +116,7 @@ def _prepare(programs: DevicePrograms, devices: tuple[tuple[int, int], ...]) -> 
                 continue
             raise InjectionError(f"cannot open device program {program_id} of cgroup {programs.directory}: {e.strerror}{_permission_hint(e)}") from e
         try:
-            new = _replacement(programs.directory, program_id, old, devices)
+            new = _replacement(programs.directory, program_id, old, op, extend_denying)
         except BaseException:
             os.close(old)
             raise
@@ -128,12 +144,16 @@ def _inherited(programs: DevicePrograms, own: tuple[int, ...]) -> str:
     )
 
 
-def _replacement(directory: str, program_id: int, old_fd: int, devices: tuple[tuple[int, int], ...]) -> int | None:
+def _replacement(directory: str, program_id: int, old_fd: int, op: AllowDevices, extend_denying: bool) -> int | None:
+    """The loaded replacement of one program, or None when it needs none: it allows every node
+    already (e.g. it was extended by an earlier run)."""
     what = f"device program {program_id} of cgroup {directory}"
     try:
         info = bpf.program_info(old_fd)
     except OSError as e:
         raise InjectionError(f"cannot read {what}: {e.strerror}{_permission_hint(e)}") from e
+    if info.name:
+        what = f"device program {program_id} ({info.name!r}) of cgroup {directory}"
     if info.type != bpf.BPF_PROG_TYPE_CGROUP_DEVICE:
         raise InjectionError(f"{what} has type {info.type}, not a device program; refusing to edit it")
     if not info.readable:
@@ -142,6 +162,17 @@ def _replacement(directory: str, program_id: int, old_fd: int, devices: tuple[tu
     why = why_not_extensible(info.instructions)
     if why is not None:
         raise InjectionError(f"cannot allow the GPU nodes in {what}: {why}; {_ENGINE_HINT}")
+    devices = op.devices
+    if all(verdict(info.instructions, major, minor) for major, minor in devices):
+        return None
+    denied = denied_on_purpose(info.instructions, devices)
+    if denied is not None and not extend_denying:
+        node = dict(zip(devices, op.nodes, strict=False)).get(denied)
+        raise InjectionError(
+            f"{what} denies {node + ' ' if node else ''}(c {denied[0]}:{denied[1]}) on purpose (it allows devices it does not "
+            "name, so it is not the engine's allow list): ponytail does not widen another tool's deny; allow the node there, "
+            "or set [cgroup] extend_denying_programs = true in the config to extend it anyway"
+        )
     program = extend(info.instructions, devices)
     if program is None:
         return None

@@ -65,7 +65,8 @@ class Outcome:
 
 
 def apply_plan(
-    plan: Plan, rootfs: str, container_pid: int | None, ldconfig_timeout_s: float = LDCONFIG_TIMEOUT_S, lock_timeout_s: float = 10.0
+    plan: Plan, rootfs: str, container_pid: int | None, ldconfig_timeout_s: float = LDCONFIG_TIMEOUT_S, lock_timeout_s: float = 10.0,
+    extend_denying_programs: bool = False,
 ) -> Outcome:
     """Apply ``plan`` to ``rootfs``; in the mount namespace of ``container_pid`` when given.
     Runs into the same rootfs directory take turns (ponytail.apply.rootlock)."""
@@ -86,7 +87,7 @@ def apply_plan(
             elif isinstance(op, AllowDevices) and container_pid is not None:
                 from ponytail.apply.cgroup import open_devices_cgroup
 
-                devices_cgroup = open_devices_cgroup(container_pid, op)
+                devices_cgroup = open_devices_cgroup(container_pid, op, lock_timeout_s, extend_denying_programs)
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)

@@ -111,22 +111,22 @@ def _image_copies(
 def _image_library_dirs(root_fd: int) -> list[str]:
     """The directories the image's ldconfig would scan: /etc/ld.so.conf and its includes,
     then the loader's defaults."""
-    dirs: list[str] = []
+    dirs: dict[str, None] = {}  # in order, each once (a set's lookup: a list's would be quadratic)
     pending = ["/etc/ld.so.conf"]
-    done = 0
-    while pending and done < MAX_CONF_FILES:
-        text = read_file_in_root(root_fd, pending.pop(0), 1 << 16)
-        done += 1
+    for done in range(MAX_CONF_FILES):
+        if done >= len(pending):
+            break
+        text = read_file_in_root(root_fd, pending[done], 1 << 16)
         for line in (text or b"").decode("utf-8", "replace").splitlines():
             line = line.split("#", 1)[0].strip()
             if line.startswith("include"):
-                pending += _expand(root_fd, line[len("include"):].strip())
-            elif line.startswith("/") and line not in dirs:
-                dirs.append(line.rstrip("/") or "/")
+                if len(pending) < MAX_CONF_FILES:
+                    pending += _expand(root_fd, line[len("include"):].strip())
+            elif line.startswith("/"):
+                dirs.setdefault(line.rstrip("/") or "/")
     for d in (*library_dirs(), "/lib64", "/lib"):
-        if d not in dirs:
-            dirs.append(d)
-    return dirs
+        dirs.setdefault(d)
+    return list(dirs)
 
 
 def _expand(root_fd: int, pattern: str) -> list[str]:

@@ -46,6 +46,9 @@ class Facts:
     models: tuple[str, ...]  # of the selected GPUs
 
 
+MAX_VERSION_DIGITS = 18  # per part: int() of an image's 5,000-digit "version" would raise ValueError (over 4300 digits)
+
+
 def check_requirements(requirements: tuple[tuple[str, str], ...], facts: Facts) -> None:
     """Raise RequirementNotMet naming the first unmet variable, its failed constraints and
     the driver's values; InputError for an expression that cannot be parsed."""
@@ -78,8 +81,8 @@ def _holds(var: str, constraint: str, facts: Facts, cache: dict[str, str]) -> bo
         if op not in ("=", "==", "!="):
             raise InputError(f"{var}: brand only compares with = or != ({constraint!r})")
         return all((brand_of(model) == wanted.lower()) == (op != "!=") for model in facts.models)
-    if not all(part.isdecimal() for part in wanted.split(".")):  # digits, dot-separated
-        raise InputError(f"{var}: {wanted!r} in {constraint!r} is not a version")
+    if not all(part.isdecimal() and len(part) <= MAX_VERSION_DIGITS for part in wanted.split(".")):  # digits, dot-separated
+        raise InputError(f"{var}: {quoted(wanted)} in {quoted(constraint)} is not a version")
     if key == "arch":
         archs = [arch_of(model) for model in facts.models]
         return all(a is not None and _compare(a, op, wanted) for a in archs)

@@ -86,15 +86,36 @@ def parse_ld_cache_entries(data: bytes) -> list[tuple[str, str, int]]:
     count = min(nlibs, (len(data) - pos) // _NEW_ENTRY.size)
     table = memoryview(data)[pos : pos + count * _NEW_ENTRY.size]
     entries = []
+    strings = _Strings(data)
     for flags, key, value, _osv, _hwcap in _NEW_ENTRY.iter_unpack(table):
-        name, path = _string(data, start + key), _string(data, start + value)
+        name, path = strings.at(start + key), strings.at(start + value)
+        if strings.spent > 4 * len(data):  # entries pointing all over a long string: no linker's cache
+            break
         if name and path:
             entries.append((name, path, flags))
     return entries
 
 
-def _string(data: bytes, offset: int) -> str | None:
-    end = data.find(b"\0", offset)  # -1 past the end, or unterminated
-    if end < 0:
-        return None
-    return data[offset:end].decode("utf-8", "replace")
+MAX_STRING_BYTES = 4096  # PATH_MAX: a longer name or path is no library's
+
+
+class _Strings:
+    """The NUL-terminated strings of a cache by offset, each decoded once. Each search is bounded
+    (MAX_STRING_BYTES), so a cache whose entries all point into one long run of bytes without a NUL
+    costs in proportion to its entries, not entries times its size; ``spent`` counts the bytes
+    decoded (a real cache's names and paths share their bytes at most about twice)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.found: dict[int, str | None] = {}
+        self.spent = 0
+
+    def at(self, offset: int) -> str | None:
+        """The string at ``offset``; None when it is unterminated or longer than a path."""
+        if offset in self.found:
+            return self.found[offset]
+        end = self.data.find(b"\0", offset, offset + MAX_STRING_BYTES + 1)
+        text = None if end < 0 else self.data[offset:end].decode("utf-8", "replace")
+        self.spent += max(end - offset, 0)
+        self.found[offset] = text
+        return text

@@ -128,7 +128,11 @@ def _after_item(text: str, i: int, close: str) -> tuple[bool, int]:
 
 
 def _string(text: str, i: int) -> tuple[str, int]:
-    """The string whose first character is at ``i`` (after the opening quote)."""
+    """The string whose first character is at ``i`` (after the opening quote).
+
+    Linear in the string's length however many escapes it has: each search for a backslash
+    stops at the next one (or at the closing quote), and the closing quote is searched for
+    again only when the one found was escaped."""
     end = text.index('"', i)
     backslash = text.find("\\", i, end)
     if backslash < 0:
@@ -136,38 +140,43 @@ def _string(text: str, i: int) -> tuple[str, int]:
         _check_chunk(chunk)
         return chunk, end + 1
     parts: list[str] = []
-    while True:
-        backslash = text.find("\\", i)
-        end = text.index('"', i)
-        if backslash < 0 or end < backslash:
-            chunk = text[i:end]
-            _check_chunk(chunk)
-            parts.append(chunk)
-            return "".join(parts), end + 1
+    while backslash >= 0:
         chunk = text[i:backslash]
         _check_chunk(chunk)
         parts.append(chunk)
-        c = text[backslash + 1]
-        if c == "u":
-            digits = text[backslash + 2 : backslash + 6]
-            if len(digits) != 4 or any(d not in _HEX for d in digits):
-                raise _NotPlain
-            code = int(digits, 16)
-            i = backslash + 6
-            if 0xD800 <= code <= 0xDBFF and text.startswith("\\u", i):  # a surrogate pair: one character
-                low = text[i + 2 : i + 6]
-                if len(low) == 4 and all(d in _HEX for d in low) and 0xDC00 <= int(low, 16) <= 0xDFFF:
-                    code = 0x10000 + ((code - 0xD800) << 10) + (int(low, 16) - 0xDC00)
-                    i += 6
-            if 0xD800 <= code <= 0xDFFF:  # a lone surrogate is no text: json.loads keeps it, the caller refuses it
-                raise _NotPlain
-            parts.append(chr(code))
-        else:
-            escaped = _ESCAPES.get(c)
-            if escaped is None:
-                raise _NotPlain
-            parts.append(escaped)
-            i = backslash + 2
+        i = _escape(text, backslash + 1, parts)
+        if end < i:  # the quote found was an escaped one
+            end = text.index('"', i)
+        backslash = text.find("\\", i, end)
+    chunk = text[i:end]
+    _check_chunk(chunk)
+    parts.append(chunk)
+    return "".join(parts), end + 1
+
+
+def _escape(text: str, i: int, parts: list[str]) -> int:
+    """Append the character of the escape whose letter is at ``i``; the index past it."""
+    c = text[i]
+    if c != "u":
+        escaped = _ESCAPES.get(c)
+        if escaped is None:
+            raise _NotPlain
+        parts.append(escaped)
+        return i + 1
+    digits = text[i + 1 : i + 5]
+    if len(digits) != 4 or any(d not in _HEX for d in digits):
+        raise _NotPlain
+    code = int(digits, 16)
+    i += 5
+    if 0xD800 <= code <= 0xDBFF and text.startswith("\\u", i):  # a surrogate pair: one character
+        low = text[i + 2 : i + 6]
+        if len(low) == 4 and all(d in _HEX for d in low) and 0xDC00 <= int(low, 16) <= 0xDFFF:
+            code = 0x10000 + ((code - 0xD800) << 10) + (int(low, 16) - 0xDC00)
+            i += 6
+    if 0xD800 <= code <= 0xDFFF:  # a lone surrogate is no text: json.loads keeps it, the caller refuses it
+        raise _NotPlain
+    parts.append(chr(code))
+    return i
 
 
 def _check_chunk(chunk: str) -> None:

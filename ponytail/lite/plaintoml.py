@@ -4,7 +4,7 @@ Importing tomllib (typing, datetime, its regexes) would weigh on every container
 start (bench/importcost.py). A ponytail config is a few ``[table]`` headers with ``key = "string"``,
 ``key = ['string', ...]``, ``key = true`` or ``key = 42`` lines and comments. This
 reads exactly that subset and gives up (None) on anything else: another kind of
-value, an escape in a string, a dotted or quoted key (but for a two-part table
+value, an escape in a string, an integer of over MAX_DIGITS digits, a dotted or quoted key (but for a two-part table
 header such as ``[drivers.build-1]``), an inline table, a repeated key or table, a
 table both named alone and as the first part of a header, a control character. The caller then parses the text with tomllib,
 which also words the errors. So whatever this returns is what tomllib returns.
@@ -17,6 +17,7 @@ _DIGITS = frozenset("0123456789")
 _VALUE_END = frozenset(" \t\r\n#,]")
 _QUOTES = frozenset("\"'")
 _SPACES = frozenset(" \t")
+MAX_DIGITS = 4000
 Table = dict[str, object]
 
 
@@ -125,8 +126,8 @@ class _Reader:
         while self._peek() in _DIGITS:
             self.pos += 1
         number = self.text[digits : self.pos]
-        if not number or (number.startswith("0") and len(number) > 1):
-            raise _NotPlain
+        if not number or (number.startswith("0") and len(number) > 1) or len(number) > MAX_DIGITS:
+            raise _NotPlain  # a longer number: tomllib decides (int() refuses over 4300 digits)
         self._check_value_end()
         return int(self.text[start : self.pos])
 
@@ -180,8 +181,10 @@ class _Reader:
         self.pos += len(comment)
 
     def _spaces(self) -> None:
-        while self._peek() in _SPACES:
-            self.pos += 1
+        text, pos, end = self.text, self.pos, len(self.text)
+        while pos < end and text[pos] in _SPACES:
+            pos += 1
+        self.pos = pos
 
     def _expect(self, c: str) -> None:
         if self._peek() != c:
@@ -198,4 +201,4 @@ class _Reader:
 
 def _printable(text: str) -> bool:
     """No control character but tab (TOML allows none in strings and comments)."""
-    return all(c == "\t" or (" " <= c and c != "\x7f") for c in text)
+    return text.isprintable() or all(c == "\t" or (" " <= c and c != "\x7f") for c in text)

@@ -102,6 +102,105 @@ def why_not_extensible(program: bytes) -> str | None:
     return None
 
 
+# A character device no engine's rule names: what a program answers for it is its default
+NEUTRAL_DEVICE = (4095, 1048575)  # the largest major and minor
+MAX_STEPS = 1 << 18
+_MASK32, _MASK64 = (1 << 32) - 1, (1 << 64) - 1
+
+
+def verdict(program: bytes, major: int, minor: int, access: int = ACC_READ | ACC_WRITE, dev_type: int = DEV_CHAR) -> bool | None:
+    """What the device program answers for this access (True: allowed), run on its instructions;
+    None when it does something this does not model (a helper call, a map, memory other than
+    its context, pointer arithmetic, division) or runs over MAX_STEPS. Engines' programs
+    (runc's, crun's, systemd's, this module's block) only load the context and compare."""
+    context = (dev_type | access << 16, major, minor)
+    regs = [0] * (MAX_REGISTER + 1)
+    context_regs = {1}  # registers holding the context pointer
+    count = len(program) // 8
+    pc = steps = 0
+    while 0 <= pc < count and steps < MAX_STEPS:
+        steps += 1
+        code, r, off, imm = INSN.unpack_from(program, pc * 8)
+        dst, src = r & 0xF, r >> 4
+        if dst > MAX_REGISTER or src > MAX_REGISTER:
+            return None
+        kind = code & 0x07
+        if code == EXIT:
+            return bool(regs[0] & 1)
+        if code == LDX_W:
+            if src not in context_regs or off not in (0, 4, 8):
+                return None
+            regs[dst] = context[off // 4]
+            context_regs.discard(dst)
+        elif code == LD_IMM64 and src == 0 and pc + 1 < count:
+            regs[dst] = (imm & _MASK32) | (INSN.unpack_from(program, pc * 8 + 8)[3] & _MASK32) << 32
+            context_regs.discard(dst)
+            pc += 1
+        elif kind in (0x04, 0x07):  # ALU, ALU64
+            moves = code & 0xF0 == 0xB0  # a move overwrites whatever the register held
+            if code == 0xBF and src in context_regs:  # r = the context pointer
+                context_regs.add(dst)
+            elif (dst in context_regs and not moves) or (code & 0x08 and src in context_regs):
+                return None
+            else:
+                value = _alu(code, regs[dst], regs[src] if code & 0x08 else imm & _MASK64, kind == 0x04)
+                if value is None:
+                    return None
+                regs[dst] = value
+                context_regs.discard(dst)
+        elif kind in (0x05, 0x06):  # JMP, JMP32
+            if code == JA:
+                pc += off
+            else:
+                if dst in context_regs or (code & 0x08 and src in context_regs):
+                    return None
+                taken = _jump(code, regs[dst], regs[src] if code & 0x08 else imm & _MASK64, kind == 0x06)
+                if taken is None:
+                    return None
+                if taken:
+                    pc += off
+        else:
+            return None
+        pc += 1
+    return None
+
+
+def _alu(code: int, a: int, b: int, alu32: bool) -> int | None:
+    op = code & 0xF0
+    mask = _MASK32 if alu32 else _MASK64
+    a, b = a & mask, b & mask
+    shift = b & (31 if alu32 else 63)
+    results = {
+        0x00: a + b, 0x10: a - b, 0x40: a | b, 0x50: a & b, 0x60: a << shift, 0x70: a >> shift,
+        0x80: -a, 0xA0: a ^ b, 0xB0: b,
+    }
+    result = results.get(op)
+    return None if result is None else result & mask
+
+
+def _jump(code: int, a: int, b: int, jmp32: bool) -> bool | None:
+    bits = 32 if jmp32 else 64
+    a, b = a & ((1 << bits) - 1), b & ((1 << bits) - 1)
+    sa, sb = (a - (1 << bits) if a >> (bits - 1) else a), (b - (1 << bits) if b >> (bits - 1) else b)
+    return {
+        0x10: a == b, 0x20: a > b, 0x30: a >= b, 0x40: bool(a & b), 0x50: a != b, 0x60: sa > sb, 0x70: sa >= sb,
+        0xA0: a < b, 0xB0: a <= b, 0xC0: sa < sb, 0xD0: sa <= sb,
+    }.get(code & 0xF0)
+
+
+def denied_on_purpose(program: bytes, devices: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:
+    """The first of ``devices`` the program denies while it allows a device it does not list
+    (NEUTRAL_DEVICE): a deny list, another tool's deliberate rule, not an engine's allow list
+    (which denies whatever it does not name). None when there is no such device, or the
+    program cannot be run here (then it is treated as an allow list)."""
+    if verdict(program, *NEUTRAL_DEVICE) is not True:
+        return None
+    for major, minor in devices:
+        if verdict(program, major, minor) is False:
+            return major, minor
+    return None
+
+
 def describe(devices: tuple[tuple[int, int], ...]) -> str:
     """The block in words, for -debug."""
     return f"{len(allow_block(devices)) // 8} eBPF instructions that allow these rules and leave anything else to the engine's program"

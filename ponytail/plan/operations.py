@@ -84,6 +84,7 @@ class AllowDevices:
 
     devices: tuple[tuple[int, int], ...]  # (major, minor) of every injected node
     reason: str
+    nodes: tuple[str, ...] = ()  # their paths in the container, in the same order (for messages)
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -137,9 +138,10 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
     if caps and "params" in host.proc_files:
         plan.ops.append(_proc_mask(host, selection, mig_gpus))
     _linker_cache(plan, host, sonames, ldconfig)
-    rules = tuple(op.rdev for op in plan.ops if isinstance(op, Mount) and op.rdev is not None)
-    if rules:
-        plan.ops.append(AllowDevices(rules, "let the container open exactly the injected device nodes"))
+    nodes = [op for op in plan.ops if isinstance(op, Mount) and op.rdev is not None]
+    if nodes:
+        rules = tuple(op.rdev for op in nodes if op.rdev is not None)
+        plan.ops.append(AllowDevices(rules, "let the container open exactly the injected device nodes", tuple(op.target for op in nodes)))
     by_index = {g.index: g for g in host.gpus}
     gpus = tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
     return Plan(tuple(plan.ops), gpus, selection, host.skipped, tuple(plan.warnings), tuple(plan.problems), said=tuple(said))
