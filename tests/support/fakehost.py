@@ -406,3 +406,26 @@ def copy_program(program: str, rootfs: Path, target: str) -> None:
         if not copy.exists():
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(library.resolve(), copy)
+
+
+MUSL_LIBC = Path("/usr/lib/x86_64-linux-musl/libc.so")  # Debian's musl package: the loader and libc in one file
+
+
+def make_musl_rootfs(path: Path, path_file: str | None = None) -> Path:
+    """An Alpine-like image: busybox, musl's loader at /lib/ld-musl-x86_64.so.1 (a regular file,
+    as Alpine has it), no glibc, and cudacheck built with musl-gcc; ``path_file`` is written as the
+    image's own /etc/ld-musl-x86_64.path."""
+    for d in ("bin", "dev", "proc", "sys", "tmp", "etc", "lib", "usr/lib", "usr/local/bin"):
+        (path / d).mkdir(parents=True, exist_ok=True)
+    copy_program("/bin/busybox", path, "/bin/busybox")
+    for applet in ("sh", "cat", "ls"):
+        _symlink("busybox", path / "bin" / applet)
+    shutil.copy(MUSL_LIBC, path / "lib/ld-musl-x86_64.so.1")
+    _symlink("ld-musl-x86_64.so.1", path / "lib/libc.musl-x86_64.so.1")
+    out = BUILD_DIR / "musl" / "cudacheck"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["musl-gcc", "-O1", "-o", str(out), str(C_DIR / "cudacheck.c")], check=True)
+    shutil.copy(out, path / "usr/local/bin/cudacheck")
+    if path_file is not None:
+        (path / "etc/ld-musl-x86_64.path").write_text(path_file)
+    return path
