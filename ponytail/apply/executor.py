@@ -168,7 +168,7 @@ def _clone_source(op: Mount) -> int:
                 raise InjectionError(
                     f"{op.source} is no longer the character device {op.rdev[0]}:{op.rdev[1]}; refusing to mount it"
                 )
-        elif op.kind == "ipc":
+        elif op.kind == "ipc" or op.is_dir:
             if not (stat.S_ISDIR(st.st_mode) if op.is_dir else stat.S_ISSOCK(st.st_mode)):
                 raise InjectionError(f"{op.source} is no longer a {'directory' if op.is_dir else 'socket'}; refusing to mount it")
         elif not stat.S_ISREG(st.st_mode):

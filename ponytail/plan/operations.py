@@ -189,6 +189,19 @@ def _device_nodes(
             plan.problems.append(f"{why}: {node.problem}")
         else:
             plan.warnings.append(f"/dev/{node.name} not injected: {node.problem}")
+    _features(plan, host)
+
+
+def _features(plan: _Draft, host: Host) -> None:
+    """The opt-in features asked for (NVIDIA_IMEX_CHANNELS, NVIDIA_GDS, ...): every node found,
+    its files and directories read-only; a feature the host cannot give is a problem (never a
+    partial start)."""
+    for feature in host.features:
+        plan.problems += feature.problems
+        for node in feature.nodes:
+            plan.ops.append(_mount("device", node.host_path, f"/dev/{node.name}", feature.why, (node.major, node.minor)))
+        for path in feature.paths:
+            plan.ops.append(_mount("file", path.host_path, path.target, path.why, is_dir=path.is_dir))
 
 
 def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:

@@ -22,6 +22,16 @@ NVIDIA_MAJOR = 195
 UVM_MAJOR = 511
 CAPS_MAJOR = 239
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
+# the opt-in multi-node features' nodes (FakeHost(fabrics=...)): module name in /proc/devices,
+# its major (none of them this machine's), and the nodes (name under /dev, minor)
+FABRICS: dict[str, tuple[str, int, tuple[tuple[str, int], ...]]] = {
+    "imex": ("nvidia-caps-imex-channels", 237, tuple((f"nvidia-caps-imex-channels/channel{n}", n) for n in (0, 1, 2))),
+    "gds": ("nvidia-fs", 241, tuple((f"nvidia-fs{n}", n) for n in range(4))),
+    "mofed": ("infiniband_verbs", 231, (("infiniband/uverbs0", 192), ("infiniband/uverbs1", 193))),
+    "rdma_cm": ("misc", 10, (("infiniband/rdma_cm", 58),)),  # with mofed
+    "gdrcopy": ("gdrdrv", 242, (("gdrdrv", 0),)),
+    "nvswitch": ("nvidia-nvswitch", 240, (("nvidia-nvswitchctl", 255), ("nvidia-nvswitch0", 0), ("nvidia-nvswitch1", 1))),
+}
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ class FakeHost:
     mig: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # GPU minor -> [(GI, CI)]
     daemons: bool = False  # persistenced socket, MPS pipe directory, GSP firmware
     cuda_blocks: int = 0  # 1: cuDriverGetVersion never returns (a wedged GPU); 2: and forks a helper first
+    fabrics: tuple[str, ...] = ()  # keys of FABRICS: their modules in /proc/devices, their nodes; gds adds cufile.json and /run/udev
 
     def __post_init__(self) -> None:
         self.proc = self.base / "proc"
@@ -148,6 +159,8 @@ class FakeHost:
         self._make_nodes()
         self._write_nvml_table()
         self._install_driver_files()
+        if "gds" in self.fabrics:
+            self._write_fabric_files()
         if self.daemons:
             self._start_daemons()
 
@@ -186,7 +199,9 @@ class FakeHost:
         devices += f"{NVIDIA_MAJOR} nvidia-frontend\n"
         if self.with_uvm:
             devices += f"{UVM_MAJOR} nvidia-uvm\n"
-        devices += f"{CAPS_MAJOR} nvidia-caps\n\nBlock devices:\n  7 loop\n{NVIDIA_MAJOR + 1} fakeblock\n"
+        devices += f"{CAPS_MAJOR} nvidia-caps\n"
+        devices += "".join(f"{FABRICS[f][1]} {FABRICS[f][0]}\n" for f in self._fabrics() if FABRICS[f][1] != 10)
+        devices += "\nBlock devices:\n  7 loop\n{NVIDIA_MAJOR + 1} fakeblock\n"
         (self.proc / "devices").write_text(devices)
 
     def _write_sys(self) -> None:
@@ -211,10 +226,24 @@ class FakeHost:
         if self.with_uvm:
             nodes["nvidia-uvm"] = (UVM_MAJOR, 0)
             nodes["nvidia-uvm-tools"] = (UVM_MAJOR, 1)
+        for fabric in self._fabrics():
+            _, major, fabric_nodes = FABRICS[fabric]
+            nodes.update({name: (major, minor) for name, minor in fabric_nodes})
         for name, (major, minor) in nodes.items():
             path = self.dev / name
+            path.parent.mkdir(parents=True, exist_ok=True)
             if not path.exists():
                 os.mknod(path, 0o666 | 0o020000, os.makedev(major, minor))
+
+    def _fabrics(self) -> tuple[str, ...]:
+        return self.fabrics + (("rdma_cm",) if "mofed" in self.fabrics else ())
+
+    def _write_fabric_files(self) -> None:
+        """What GPUDirect Storage reads besides its nodes: /etc/cufile.json, udev's database."""
+        (self.driver / "etc").mkdir(parents=True, exist_ok=True)
+        (self.driver / "etc/cufile.json").write_text('{"logging": {"level": "ERROR"}}\n')
+        (self.ipc / "run/udev/data").mkdir(parents=True, exist_ok=True)
+        (self.ipc / "run/udev/data/c241:0").write_text("E:DEVNAME=/dev/nvidia-fs0\n")
 
     def _write_nvml_table(self) -> None:
         lines = [f"gpu {g.minor} {1 if g.minor in self.mig else 0}" for g in self.gpu_list]
