@@ -10,13 +10,15 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ponytail.container.deviceplugin import plugin_features
 from ponytail.container.request import requested_features
 from ponytail.errors import InputError
 
+from support.cdi_support import CdiPodman, generate
 from support.engines import hook_entry, oci_bundle, run_bundle, unique
-from support.fakehost import FakeHost, gpus
+from support.fakehost import FakeHost, gpus, make_rootfs
 from support.harness import bundle_for, run_ponytail, state_for
 
 ALL_FABRICS = ("imex", "gds", "mofed", "gdrcopy", "nvswitch")
@@ -170,3 +172,44 @@ def test_runc_starts_a_container_with_gpudirect_storage(fabric_host: FakeHost, t
     out = result.stdout.splitlines()
     assert out[1:4] == ["open /dev/nvidia-fs0 ENXIO", "open /dev/nvidia-fs3 ENXIO", "open /dev/gdrdrv ENOENT"], out
     assert out[4:] == ['{"logging": {"level": "ERROR"}}', "c241:0"], out
+
+
+def test_cdi_generate_writes_each_feature_the_host_has_as_a_kind_of_its_own(fabric_host: FakeHost, tmp_path: Path) -> None:
+    generate(fabric_host, tmp_path / "nvidia.yaml")
+    kinds = {}
+    for feature in ("imex-channel", "gds", "mofed", "gdrcopy", "nvswitch"):
+        spec = yaml.safe_load((tmp_path / f"nvidia-{feature}.yaml").read_text())
+        assert spec["kind"] == f"nvidia.com/{feature}"
+        kinds[feature] = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    assert list(kinds["imex-channel"]) == ["0", "1", "2", "all"]
+    assert [n["path"] for n in kinds["imex-channel"]["1"]["deviceNodes"]] == ["/dev/nvidia-caps-imex-channels/channel1"]
+    gds = kinds["gds"]["all"]
+    assert [(n["path"], n["major"], n["minor"]) for n in gds["deviceNodes"]] == [(f"/dev/nvidia-fs{n}", 241, n) for n in range(4)]
+    assert [(m["containerPath"], "ro" in m["options"]) for m in gds["mounts"]] == [("/etc/cufile.json", True), ("/run/udev", True)]
+    assert list(kinds["mofed"]) == ["all"] and len(kinds["mofed"]["all"]["deviceNodes"]) == 3
+    listed = run_ponytail(["cdi", "list", "-config", str(fabric_host.write_config())]).stdout.decode().splitlines()
+    assert "nvidia.com/gpu=0" in listed and "nvidia.com/imex-channel=2" in listed and "nvidia.com/gds=all" in listed, listed
+
+
+def test_cdi_generate_offers_no_feature_the_host_lacks_and_removes_its_old_spec(shared_host: FakeHost, tmp_path: Path) -> None:
+    (tmp_path / "nvidia-gds.yaml").write_text("kind: nvidia.com/gds\n")  # from before nvidia-fs was unloaded
+    generate(shared_host, tmp_path / "nvidia.yaml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nvidia.yaml"]
+
+
+def test_podman_gives_a_container_the_cdi_devices_of_imex_channels_and_gds(fabric_host: FakeHost, tmp_path: Path) -> None:
+    generate(fabric_host, tmp_path / "nvidia.yaml")
+    podman = CdiPodman(tmp_path / "nvidia.yaml", tmp_path / "no-hooks", [tmp_path / "nvidia-imex-channel.yaml", tmp_path / "nvidia-gds.yaml"])
+    try:
+        nodes = "/dev/nvidia-caps-imex-channels/channel0 /dev/nvidia-caps-imex-channels/channel1 /dev/nvidia-fs2 /dev/gdrdrv"
+        rootfs = make_rootfs(tmp_path / "rootfs")
+        result = podman.run(rootfs, ["sh", "-c", f"/usr/local/bin/cudacheck {nodes}; cat /etc/cufile.json"],
+                            devices=["nvidia.com/gpu=0", "nvidia.com/imex-channel=1", "nvidia.com/gds=all"])
+    finally:
+        podman.close()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "cuDriverGetVersion 12040", "open /dev/nvidia-caps-imex-channels/channel0 ENOENT",
+        "open /dev/nvidia-caps-imex-channels/channel1 ENXIO", "open /dev/nvidia-fs2 ENXIO", "open /dev/gdrdrv ENOENT",
+        '{"logging": {"level": "ERROR"}}',
+    ], result.stdout
