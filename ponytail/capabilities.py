@@ -118,6 +118,7 @@ class Feature:
     files: tuple[str, ...] = ()  # host files, under the driver root, mounted read-only when present
     directories: tuple[str, ...] = ()  # host directories, under the IPC root, mounted read-only when present
     hint: str = ""  # what to do when a node is missing
+    daemon: str = ""  # the host's service the feature needs, when installed: it must be of the running driver
 
 
 IMEX_FEATURE = "imex-channel"
@@ -126,6 +127,7 @@ FEATURES: dict[str, Feature] = {
     IMEX_FEATURE: Feature(
         "NVIDIA_IMEX_CHANNELS", "IMEX channel", ((f"{IMEX_CHANNEL_DIR}/channel", True, IMEX_CHANNEL_DIR),),
         hint="create it with 'nvidia-modprobe -i <N>', or check the nvidia module's NVreg_CreateImexChannel0",
+        daemon="nvidia-imex",
     ),
     "gds": Feature(
         "NVIDIA_GDS", "GPUDirect Storage", (("nvidia-fs", True, "nvidia-fs"),),
@@ -141,5 +143,6 @@ FEATURES: dict[str, Feature] = {
         "NVIDIA_NVSWITCH", "NVSwitch",
         (("nvidia-nvswitchctl", False, "nvidia-nvswitch"), ("nvidia-nvswitch", True, "nvidia-nvswitch")),
         hint="load the nvidia module on an NVSwitch system, or run 'nvidia-modprobe -s'",
+        daemon="nv-fabricmanager",
     ),
 }

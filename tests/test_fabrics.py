@@ -114,6 +114,7 @@ def test_request_parsing_of_imex_channels_and_switches() -> None:
     assert requested_features({}) == ()
     assert requested_features({"NVIDIA_IMEX_CHANNELS": "all"}) == (("imex-channel", "all", "NVIDIA_IMEX_CHANNELS=all"),)
     assert requested_features({"NVIDIA_IMEX_CHANNELS": " 3,1,3 "})[0][1] == "3,1"
+    assert requested_features({"NVIDIA_IMEX_CHANNELS": "0"})[0][1] == "0"  # channel 0, not "off"
     for empty in ("", " ", "none", "void"):
         assert requested_features({"NVIDIA_IMEX_CHANNELS": empty}) == ()
     assert [f for f, _, _ in requested_features({"NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "Enabled", "NVIDIA_NVSWITCH": "off"})] == ["gds", "mofed"]
@@ -213,3 +214,27 @@ def test_podman_gives_a_container_the_cdi_devices_of_imex_channels_and_gds(fabri
         "open /dev/nvidia-caps-imex-channels/channel1 ENXIO", "open /dev/nvidia-fs2 ENXIO", "open /dev/gdrdrv ENOENT",
         '{"logging": {"level": "ERROR"}}',
     ], result.stdout
+
+
+def test_fabric_manager_and_imex_come_with_utility(fabric_host: FakeHost, tmp_path: Path) -> None:
+    _, out, _ = dry_run(fabric_host, tmp_path, ["NVIDIA_DRIVER_CAPABILITIES=utility"])
+    assert "-> /usr/bin/nv-fabricmanager  (binary, utility" in out and "-> /usr/bin/nvidia-imex  (binary, utility" in out, out
+    _, out, _ = dry_run(fabric_host, tmp_path, ["NVIDIA_DRIVER_CAPABILITIES=compute"], name="compute")
+    assert "nv-fabricmanager" not in out.split("libraries, binaries and driver files:")[1]
+
+
+@pytest.mark.parametrize("variable, daemon", [("NVIDIA_IMEX_CHANNELS=0", "nvidia-imex"), ("NVIDIA_NVSWITCH=enabled", "nv-fabricmanager")])
+def test_a_fabric_daemon_of_another_driver_fails_the_start_with_one_line(tmp_path: Path, sleeper, variable: str, daemon: str) -> None:
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1), fabrics=("imex", "nvswitch"))
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    bundle = bundle_for(tmp_path, rootfs, env=[variable])
+    assert run_ponytail(["-config", str(host.write_config())], stdin=state_for(bundle, sleeper.pid)).returncode == 0
+    host.install_fabric_daemons("535.104.05")  # the driver was upgraded, the daemons were not
+    result = run_ponytail(["-config", str(host.write_config())], stdin=state_for(bundle, sleeper.pid))
+    lines = result.stderr.decode().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, lines
+    assert f"usr/bin/{daemon} is not of the running driver 550.54.15" in lines[0] and "error 802" in lines[0], lines
+    (host.driver / "usr/bin" / daemon).unlink()  # not installed here (it runs in a container of its own): no check
+    status, out, err = dry_run(host, tmp_path, [variable], name="daemon-elsewhere")
+    assert status == 0 and "problem" not in out, out + err

@@ -214,10 +214,10 @@ def requested_features(env: dict[str, str], plugin_features: tuple[tuple[str, st
     found = {name: (name, selector, source) for name, selector, source in plugin_features}
     for name, feature in FEATURES.items():
         value = env.get(feature.variable, "").strip()
-        if name in found or value.lower() in ("", "none", "void", "disabled", "false", "no", "0"):
+        if name in found or value.lower() in ("", "none", "void"):
             continue
         if name != IMEX_FEATURE:
-            if value.lower() in ENABLED:
+            if value.lower() in ENABLED:  # anything else (disabled, false) asks for nothing
                 found[name] = (name, "all", f"{feature.variable}={value}")
             continue
         if value.lower() == "all":

@@ -234,13 +234,14 @@ def probe_host(
         gpu_information=found.information,
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
-        features=tuple(_feature(config, majors, name, selector, source) for name, selector, source in features),
+        features=tuple(_feature(config, majors, name, selector, source, found.driver_version) for name, selector, source in features),
     )
 
 
-def _feature(config: Config, majors: dict[str, int], name: str, selector: str, source: str) -> FeatureFinding:
+def _feature(config: Config, majors: dict[str, int], name: str, selector: str, source: str, driver_version: str) -> FeatureFinding:
     """Every node of feature ``name`` that ``selector`` names (``all``, or IMEX channel numbers),
-    each a character device of the major /proc/devices gives its module; missing ones are problems."""
+    each a character device of the major /proc/devices gives its module; missing ones are problems,
+    and so is the feature's daemon when it is installed but of another driver."""
     feature = FEATURES[name]
     why = f"{source}: {feature.what}"
     nodes: list[DeviceNode] = []
@@ -266,7 +267,44 @@ def _feature(config: Config, majors: dict[str, int], name: str, selector: str, s
                 missing = not os.path.lexists(node.host_path)
                 problems.append(f"{why} asked, but {f'{node.host_path} does not exist: {feature.hint}' if missing else node.problem}")
             nodes.append(node)
+    mismatch = _daemon_mismatch(config.driver_root, feature.daemon, driver_version) if feature.daemon and not problems else None
+    if mismatch is not None:
+        problems.append(f"{why} asked, but {mismatch}")
     return FeatureFinding(name, why, tuple(n for n in nodes if n.problem is None), _feature_paths(config, feature, why), tuple(problems))
+
+
+DAEMON_READ_LIMIT = 256 << 20
+
+
+def _daemon_mismatch(driver_root: str, daemon: str, driver_version: str) -> str | None:
+    """Why the installed ``daemon`` (nv-fabricmanager, nvidia-imex) is not of the running driver,
+    or None (not installed here: it may run elsewhere, in a container; or of this driver). Its
+    version is compiled into it, so the binary must name the driver's version: a mismatched
+    one makes CUDA fail in the container with error 802 (system not yet initialized)."""
+    binary = find_binary(driver_root, daemon, "check")
+    if binary is None:
+        return None
+    wanted, tail = driver_version.encode(), b""
+    try:
+        fd = os.open(binary.host_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        return f"{binary.host_path} cannot be read to check its version: {e.strerror}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"{binary.host_path} is not a regular file"
+        for _ in range(DAEMON_READ_LIMIT >> 20):
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            if wanted in tail + chunk:
+                return None
+            tail = chunk[-len(wanted):]
+    finally:
+        os.close(fd)
+    return (
+        f"{binary.host_path} is not of the running driver {driver_version} (it does not name that version; CUDA would "
+        f"fail with error 802): install the {daemon} of driver {driver_version} and restart it"
+    )
 
 
 def _feature_paths(config: Config, feature: Feature, why: str) -> tuple[IpcPath, ...]:

@@ -161,6 +161,8 @@ class FakeHost:
         self._install_driver_files()
         if "gds" in self.fabrics:
             self._write_fabric_files()
+        if "imex" in self.fabrics or "nvswitch" in self.fabrics:
+            self.install_fabric_daemons(self.driver_version)
         if self.daemons:
             self._start_daemons()
 
@@ -244,6 +246,17 @@ class FakeHost:
         (self.driver / "etc/cufile.json").write_text('{"logging": {"level": "ERROR"}}\n')
         (self.ipc / "run/udev/data").mkdir(parents=True, exist_ok=True)
         (self.ipc / "run/udev/data/c241:0").write_text("E:DEVNAME=/dev/nvidia-fs0\n")
+
+    def install_fabric_daemons(self, version: str) -> None:
+        """nv-fabricmanager and nvidia-imex of driver ``version`` in the driver root (programs that
+        name their version, as the real ones do)."""
+        bindir = self.driver / "usr/bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        for name, says in (("nv-fabricmanager", "Fabric Manager version is : "), ("nvidia-imex", "IMEX version is: ")):
+            (bindir / name).unlink(missing_ok=True)
+            shutil.copy(compile_program("fake_nvidia_smi.c"), bindir / name)
+            with open(bindir / name, "ab") as f:
+                f.write(f"\0{says}{version}\0".encode())
 
     def _write_nvml_table(self) -> None:
         lines = [f"gpu {g.minor} {1 if g.minor in self.mig else 0}" for g in self.gpu_list]
