@@ -6,11 +6,13 @@ the host, the start fails with one line. Real runc starts for IMEX channels and 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 import yaml
+from test_shim import shim
 
 from ponytail.container.deviceplugin import plugin_features
 from ponytail.container.request import requested_features
@@ -238,3 +240,19 @@ def test_a_fabric_daemon_of_another_driver_fails_the_start_with_one_line(tmp_pat
     (host.driver / "usr/bin" / daemon).unlink()  # not installed here (it runs in a container of its own): no check
     status, out, err = dry_run(host, tmp_path, [variable], name="daemon-elsewhere")
     assert status == 0 and "problem" not in out, out + err
+
+
+def test_ponytail_runtime_allows_the_imex_channels_in_the_bundle_it_hands_to_runc(fabric_host: FakeHost, tmp_path: Path) -> None:
+    """Docker's and containerd's path: ponytail-runtime writes the device rules of the plan into config.json."""
+    bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck", "/dev/nvidia-caps-imex-channels/channel1"], env=["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1"])
+    container_id = unique()
+    state, output = tmp_path / "runc-state", tmp_path / "out"
+    created = shim(["--root", str(state), "create", "--bundle", str(bundle), container_id], fabric_host.write_config(), output=output)
+    try:
+        assert created.returncode == 0, output.read_text()
+        rules = json.loads((bundle / "config.json").read_text())["linux"]["resources"]["devices"]
+        assert {"allow": True, "type": "c", "major": 237, "minor": 1, "access": "rwm"}.items() <= next(
+            r for r in rules if r.get("major") == 237).items(), rules
+        assert [r for r in rules if r.get("major") == 237 and r.get("minor") != 1] == []
+    finally:
+        shim(["--root", str(state), "delete", "-f", container_id], fabric_host.write_config())
