@@ -38,8 +38,11 @@ class Capability:
 CAPABILITIES: dict[str, Capability] = {
     "utility": Capability(
         libraries=("libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq"),
-        binaries=("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
-        ipc=("/run/nvidia-persistenced/socket",),
+        binaries=(
+            "nvidia-smi", "nvidia-debugdump", "nvidia-persistenced",
+            "nv-fabricmanager", "nvidia-imex", "nvidia-imex-ctl",  # multi-node: fabric manager and IMEX, to query them
+        ),
+        ipc=("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket"),
         required_libraries=("libnvidia-ml.so.1",),
     ),
     "compute": Capability(
@@ -101,3 +104,46 @@ def parse_capabilities(text: str | None) -> tuple[tuple[str, ...], tuple[str, ..
             if n not in chosen:
                 chosen.append(n)
     return tuple(c for c in ALL if c in chosen), unknown
+
+
+# Opt-in features beyond the capabilities (multi-node training): what each brings, asked by its
+# variable (``enabled``), by the device plugin's CDI annotation (``nvidia.com/<name>=all``), and
+# for IMEX channels by a list (``all`` or channel numbers). Never part of ``all`` capabilities.
+@record(frozen=True)
+class Feature:
+    variable: str
+    what: str
+    # device nodes: (name under /dev, whether a number follows it, /proc/devices name of its major);
+    # each must exist at least once and be a character device of that major
+    nodes: tuple[tuple[str, bool, str], ...]
+    files: tuple[str, ...] = ()  # host files, under the driver root, mounted read-only when present
+    directories: tuple[str, ...] = ()  # host directories, under the IPC root, mounted read-only when present
+    hint: str = ""  # what to do when a node is missing
+    daemon: str = ""  # the host's service the feature needs, when installed: it must be of the running driver
+
+
+IMEX_FEATURE = "imex-channel"
+IMEX_CHANNEL_DIR = "nvidia-caps-imex-channels"  # under /dev: channel<N>, minor N
+FEATURES: dict[str, Feature] = {
+    IMEX_FEATURE: Feature(
+        "NVIDIA_IMEX_CHANNELS", "IMEX channel", ((f"{IMEX_CHANNEL_DIR}/channel", True, IMEX_CHANNEL_DIR),),
+        hint="create it with 'nvidia-modprobe -i <N>', or check the nvidia module's NVreg_CreateImexChannel0",
+        daemon="nvidia-imex",
+    ),
+    "gds": Feature(
+        "NVIDIA_GDS", "GPUDirect Storage", (("nvidia-fs", True, "nvidia-fs"),),
+        files=("/etc/cufile.json",), directories=("/run/udev",), hint="load the nvidia-fs module (modprobe nvidia-fs)",
+    ),
+    "mofed": Feature(
+        "NVIDIA_MOFED", "InfiniBand/RDMA (MOFED)",
+        (("infiniband/uverbs", True, "infiniband_verbs"), ("infiniband/rdma_cm", False, "misc")),
+        hint="load ib_uverbs and rdma_ucm (modprobe ib_uverbs rdma_ucm)",
+    ),
+    "gdrcopy": Feature("NVIDIA_GDRCOPY", "GDRCopy", (("gdrdrv", False, "gdrdrv"),), hint="load the gdrdrv module"),
+    "nvswitch": Feature(
+        "NVIDIA_NVSWITCH", "NVSwitch",
+        (("nvidia-nvswitchctl", False, "nvidia-nvswitch"), ("nvidia-nvswitch", True, "nvidia-nvswitch")),
+        hint="load the nvidia module on an NVSwitch system, or run 'nvidia-modprobe -s'",
+        daemon="nv-fabricmanager",
+    ),
+}

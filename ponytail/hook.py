@@ -62,6 +62,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     request = build_request(
         options.device, options.capabilities, container.env if container else None, container.privileged if container else True,
         container.plugin_devices if container else None, config.accept_env_when_unprivileged,
+        container.plugin_features if container else (),
     )
     if request.devices.is_void:
         log.write("info", f"not a GPU container ({request.devices.source}={request.devices.selector!r}); nothing injected")

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 LD_SO_CONF = "/etc/ld.so.conf"
 LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
 LD_SO_CACHE = "/etc/ld.so.cache"
+# musl's loader reads no ld.so.cache: its library path is this file when the image has one, else these
+MUSL_ARCHES = {"x86_64": "x86_64", "aarch64": "aarch64", "ppc64le": "powerpc64le", "s390x": "s390x", "riscv64": "riscv64"}
+MUSL_DEFAULT_PATH = ("/lib", "/usr/local/lib", "/usr/lib")
 _ATTRIBUTES = {  # a Mount's options, as mount_setattr flags
     "ro": syscalls.MOUNT_ATTR_RDONLY,
     "nosuid": syscalls.MOUNT_ATTR_NOSUID,
@@ -166,7 +169,7 @@ def _clone_source(op: Mount) -> int:
                 raise InjectionError(
                     f"{op.source} is no longer the character device {op.rdev[0]}:{op.rdev[1]}; refusing to mount it"
                 )
-        elif op.kind == "ipc":
+        elif op.kind == "ipc" or op.is_dir:
             if not (stat.S_ISDIR(st.st_mode) if op.is_dir else stat.S_ISSOCK(st.st_mode)):
                 raise InjectionError(f"{op.source} is no longer a {'directory' if op.is_dir else 'socket'}; refusing to mount it")
         elif not stat.S_ISREG(st.st_mode):
@@ -410,6 +413,33 @@ def _linker_cache(paths: InRoot, op: LinkerCache, ldconfig_fd: int, outcome: Out
     rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, paths.root_fd, op.directories, timeout_s)
     outcome.done.append(f"ran {op.ldconfig} -X -r {rootfs} ({', '.join(op.directories)})")
     _check_cache(paths, op, outcome)
+    _musl_path(paths, op.directories, outcome)
+
+
+def _musl_path(paths: InRoot, directories: tuple[str, ...], outcome: Outcome, machine: str = "") -> None:
+    """An image with musl's loader (Alpine) ignores the linker cache: write its path file,
+    /etc/ld-musl-<arch>.path, with the injected directories first, then the file's own
+    entries, then musl's defaults (a path file replaces them). Nothing when no musl loader."""
+    arch = MUSL_ARCHES.get(machine or os.uname().machine)
+    if arch is None or not _is_regular_file(paths, f"/lib/ld-musl-{arch}.so.1"):
+        return
+    path_file = f"/etc/ld-musl-{arch}.path"
+    old = (paths.read_file(path_file, 1 << 16) or b"").decode(errors="replace")
+    entries = [*directories, *old.replace(":", "\n").split("\n"), *MUSL_DEFAULT_PATH]
+    content = "".join(f"{d}\n" for d in dict.fromkeys(e.strip() for e in entries) if d).encode()
+    _write_file(paths, path_file, content, outcome, replace=True)
+
+
+def _is_regular_file(paths: InRoot, path: str) -> bool:
+    """Whether ``path`` resolves inside the root to a regular file (links followed within it)."""
+    try:
+        resolved = paths.resolve(path)
+    except (UnsafePath, OSError):
+        return False
+    try:
+        return resolved.exists and stat.S_ISREG(resolved.mode)
+    finally:
+        resolved.close()
 
 
 def _check_cache(paths: InRoot, op: LinkerCache, outcome: Outcome) -> None:

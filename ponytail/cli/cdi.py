@@ -60,11 +60,11 @@ def list_devices(spec_file: str | None, strategy: str, config: str | None) -> No
     from ponytail.engines.cdi.files import qualified_names, read_spec
 
     with _errors():
-        if spec_file is not None:
-            spec = read_spec(spec_file)
-        else:
-            spec, _ = make_spec(_config(config), "/ponytail", strategy)
-    for name in qualified_names(spec):
+        specs = [read_spec(spec_file)] if spec_file is not None else []
+        if spec_file is None:
+            spec, _, features = make_spec(_config(config), "/ponytail", strategy)
+            specs = [spec, *features.values()]  # and the multi-node features this host has (nvidia.com/gds=all ...)
+    for name in (n for spec in specs for n in qualified_names(spec)):
         click.echo(name)
 
 

@@ -39,8 +39,9 @@ def run_generate(
     """Write this host's spec (to ``output``, else stdout); errors as one line. The exit status."""
     import os
 
+    from ponytail.capabilities import FEATURES
     from ponytail.config import config_path, load_config
-    from ponytail.engines.cdi.files import form_of, generate, render, write_atomically
+    from ponytail.engines.cdi.files import feature_spec_path, form_of, generate, render, write_atomically
     from ponytail.errors import PonytailError, UsageError
 
     try:
@@ -52,7 +53,7 @@ def run_generate(
             command = installed_command()
         if command is None or not os.path.isabs(command):
             raise UsageError("cannot find this install's ponytail command by an absolute path; pass --hook-path CMD")
-        spec, warnings = generate(loaded, command, strategy, capabilities, version)
+        spec, warnings, features = generate(loaded, command, strategy, capabilities, version)
         data = render(spec, form_of(output, form))
         for warning in warnings:
             print(f"ponytail: warning: {warning}", file=sys.stderr)
@@ -63,9 +64,21 @@ def run_generate(
         if not output.endswith((".yaml", ".json")):
             print(f"ponytail: warning: engines read only .yaml and .json files; {output} will be ignored by them", file=sys.stderr)
         write_atomically(output, data)
+        written = [(output, spec)]
+        for feature in FEATURES:  # the multi-node features this host has, each a kind of its own, beside it
+            path = feature_spec_path(output, feature)
+            if feature in features:
+                write_atomically(path, render(features[feature], form_of(output, form)))
+                written.append((path, features[feature]))
+            elif os.path.lexists(path):
+                try:
+                    os.unlink(path)  # the host no longer has it
+                except OSError as e:
+                    raise UsageError(f"cannot remove {path}, the spec of a feature this host no longer has: {e.strerror}") from e
     except PonytailError as e:
         print(f"ponytail: error: {e.message}", file=sys.stderr)
         return e.exit_code
-    names = ", ".join(f"{spec['kind']}={d['name']}" for d in spec["devices"])
-    print(f"wrote {output}: cdiVersion {spec['cdiVersion']}, {len(spec['devices'])} device(s): {names}", file=sys.stderr)
+    for path, done in written:
+        names = ", ".join(f"{done['kind']}={d['name']}" for d in done["devices"])
+        print(f"wrote {path}: cdiVersion {done['cdiVersion']}, {len(done['devices'])} device(s): {names}", file=sys.stderr)
     return 0

@@ -32,11 +32,35 @@ def plugin_devices(mounts: object, annotations: dict[str, str]) -> tuple[str, st
     return None
 
 
-def _from_mounts(mounts: object) -> list[str]:
+def plugin_features(mounts: object, annotations: dict[str, str]) -> tuple[tuple[str, str, str], ...]:
+    """The opt-in features the device plugin hands over, as (feature, selector, source): IMEX
+    channels as volume mounts under <DEVICE_LIST_DIR>/imex/<N>, and CDI annotations of the
+    features' kinds (``nvidia.com/imex-channel=3``, ``nvidia.com/gds=all``)."""
+    from ponytail.capabilities import FEATURES, IMEX_FEATURE
+
+    found: dict[str, list[str]] = {}
+    sources: dict[str, str] = {}
+    channels = _from_mounts(mounts, f"{DEVICE_LIST_DIR}/imex")
+    if channels:
+        found[IMEX_FEATURE], sources[IMEX_FEATURE] = channels, f"volume mounts under {DEVICE_LIST_DIR}/imex"
+    for key in sorted(annotations):
+        if not key.startswith(CDI_ANNOTATION_PREFIX):
+            continue
+        for device in annotations[key].split(","):
+            kind, sep, name = device.strip().partition("=")
+            feature = kind.removeprefix("nvidia.com/")
+            if sep and name and kind != feature and feature in FEATURES and feature not in sources:
+                found.setdefault(feature, []).append(name)
+    for feature in found:
+        sources.setdefault(feature, "CDI annotations (cdi.k8s.io/*)")
+    return tuple((f, "all" if "all" in found[f] else ",".join(dict.fromkeys(found[f])), sources[f]) for f in FEATURES if f in found)
+
+
+def _from_mounts(mounts: object, directory: str = DEVICE_LIST_DIR) -> list[str]:
     ids: list[str] = []
     if not isinstance(mounts, list):
         return ids
-    prefix = DEVICE_LIST_DIR + "/"
+    prefix = directory + "/"
     for mount in mounts:
         if not isinstance(mount, dict):
             continue

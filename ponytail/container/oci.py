@@ -29,6 +29,7 @@ class Container:
     privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
     plugin_devices: tuple[str, str] | None = None  # (selector, source): the device plugin's list, ponytail.container.deviceplugin
     char_devices: tuple[tuple[int, int], ...] = ()  # major:minor of linux.devices' character devices
+    plugin_features: tuple[tuple[str, str, str], ...] = ()  # opt-in features the device plugin hands over
 
 
 @record(frozen=True)
@@ -105,7 +106,7 @@ def load_container(state: State) -> Container:
     if not isinstance(root_path, str) or not root_path or "\0" in root_path:
         raise InputError(f"{bundle}/config.json: 'root.path' is missing or not a string")
     spec = read_spec(raw, f"{bundle}/config.json")
-    from ponytail.container.deviceplugin import plugin_devices
+    from ponytail.container.deviceplugin import plugin_devices, plugin_features
 
     annotations = {**spec.annotations, **state.annotations}
     return Container(
@@ -120,6 +121,7 @@ def load_container(state: State) -> Container:
         privileged=spec.privileged,
         plugin_devices=plugin_devices(spec.mounts, annotations),
         char_devices=spec.char_devices,
+        plugin_features=plugin_features(spec.mounts, annotations),
     )
 
 

@@ -160,11 +160,14 @@ class Request:
     requirements: tuple[tuple[str, str], ...] = ()  # (variable, constraint expression)
     mig_config: DeviceRequest | None = None
     mig_monitor: DeviceRequest | None = None
+    # opt-in features (ponytail.capabilities.FEATURES): (name, "all" or channel numbers, who asked)
+    features: tuple[tuple[str, str, str], ...] = ()
 
 
 def build_request(
     cli_device: str | None, cli_capabilities: str | None, env: dict[str, str] | None, privileged: bool = True,
     plugin: tuple[str, str] | None = None, accept_env_when_unprivileged: bool = True,
+    plugin_features: tuple[tuple[str, str, str], ...] = (),
 ) -> Request:
     """Read the NVIDIA conventions: NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES,
     NVIDIA_REQUIRE_* (unless NVIDIA_DISABLE_REQUIRE), NVIDIA_MIG_CONFIG_DEVICES and
@@ -197,6 +200,7 @@ def build_request(
         requirements=requirements_from_env(env),
         mig_config=mig.get(MIG_CONFIG_VAR),
         mig_monitor=mig.get(MIG_MONITOR_VAR),
+        features=requested_features(env if privileged or accept_env_when_unprivileged else {}, plugin_features),
     )
 
 
@@ -207,6 +211,35 @@ def unknown_capabilities_message(unknown: tuple[str, ...], source: str, text: st
     names = ", ".join(quoted(n) for n in unknown)
     return (f"unknown driver capabilit{'ies' if len(unknown) > 1 else 'y'} {names} in {source}={quoted(text or '')}: "
             f"the capabilities are {', '.join(ALL)}, or all")
+
+
+ENABLED = ("enabled", "true", "yes", "1")
+
+
+def requested_features(env: dict[str, str], plugin_features: tuple[tuple[str, str, str], ...] = ()) -> tuple[tuple[str, str, str], ...]:
+    """The opt-in features asked for: the device plugin's (ponytail.container.deviceplugin) first,
+    then each feature's variable (``enabled``; NVIDIA_IMEX_CHANNELS: ``all`` or channel numbers;
+    unset, empty, ``none`` or ``void`` ask for nothing). A channel that is not a number is bad input."""
+    from ponytail.capabilities import FEATURES, IMEX_FEATURE
+
+    found = {name: (name, selector, source) for name, selector, source in plugin_features}
+    for name, feature in FEATURES.items():
+        value = env.get(feature.variable, "").strip()
+        if name in found or value.lower() in ("", "none", "void"):
+            continue
+        if name != IMEX_FEATURE:
+            if value.lower() in ENABLED:  # anything else (disabled, false) asks for nothing
+                found[name] = (name, "all", f"{feature.variable}={value}")
+            continue
+        if value.lower() == "all":
+            found[name] = (name, "all", f"{feature.variable}={value}")
+            continue
+        channels = [c.strip() for c in value.split(",") if c.strip()]
+        bad = next((c for c in channels if not _number(c) or len(c) > 9), None)
+        if bad is not None:
+            raise InputError(f"{feature.variable}={quoted(value)}: {quoted(bad)} is not an IMEX channel number; use all, or numbers such as 0,1")
+        found[name] = (name, ",".join(dict.fromkeys(str(int(c)) for c in channels)), f"{feature.variable}={value}")
+    return tuple(found[name] for name in FEATURES if name in found)
 
 
 MIG_CONFIG_VAR = "NVIDIA_MIG_CONFIG_DEVICES"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ponytail.capabilities import CAPABILITIES, CONTROL_NODES
+from ponytail.capabilities import CAPABILITIES, CONTROL_NODES, FEATURES, IMEX_FEATURE, Feature
 from ponytail.config import Config
 from ponytail.errors import ProbeError
 from ponytail.host.driver import (
@@ -75,6 +75,18 @@ class IpcPath:
 
 
 @record(frozen=True)
+class FeatureFinding:
+    """What the host has for one requested opt-in feature (ponytail.capabilities.FEATURES):
+    its nodes (each checked), files and directories found, and why it cannot be given."""
+
+    name: str
+    why: str  # who asked, e.g. "NVIDIA_GDS=enabled: GPUDirect Storage"
+    nodes: tuple[DeviceNode, ...]
+    paths: tuple[IpcPath, ...]  # files (under the driver root) and directories (under the IPC root), read-only
+    problems: tuple[str, ...]
+
+
+@record(frozen=True)
 class Gpus:
     driver_version: str
     gpus: tuple[Gpu, ...]
@@ -101,6 +113,7 @@ class Host:
     gpu_information: dict[str, bytes]  # bus id -> /proc/driver/nvidia/gpus/<bus id>/information
     capability_files: dict[str, bytes]  # MIG access files, by path relative to /proc/driver/nvidia
     dev_root: str
+    features: tuple[FeatureFinding, ...] = ()
 
     def caps_node(self, minor: int) -> DeviceNode:
         name = f"nvidia-caps/nvidia-cap{minor}"
@@ -174,7 +187,7 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
 
 def probe_host(
     config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None, udev: bool = True,
-    library_version: str = "",
+    library_version: str = "", features: tuple[tuple[str, str, str], ...] = (),
 ) -> Host:
     """Everything a plan needs for ``capabilities``, read once. ``library_globs`` (from
     -libs) replaces the capabilities' libraries and the config's globs. ``library_version``
@@ -221,7 +234,121 @@ def probe_host(
         gpu_information=found.information,
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
+        features=tuple(_feature(config, majors, name, selector, source, found.driver_version) for name, selector, source in features),
     )
+
+
+def _feature(config: Config, majors: dict[str, int], name: str, selector: str, source: str, driver_version: str) -> FeatureFinding:
+    """Every node of feature ``name`` that ``selector`` names (``all``, or IMEX channel numbers),
+    each a character device of the major /proc/devices gives its module; missing ones are problems,
+    and so is the feature's daemon when it is installed but of another driver."""
+    feature = FEATURES[name]
+    why = f"{source}: {feature.what}"
+    nodes: list[DeviceNode] = []
+    problems: list[str] = []
+    for prefix, numbered, module in feature.nodes:
+        major = majors.get(module)
+        found: list[tuple[str, int | None]] = _numbered_nodes(config.dev_root, prefix) if numbered else [(prefix, None)]
+        if name == IMEX_FEATURE and selector != "all":
+            found = []
+            for channel in selector.split(","):
+                if not _is_number(channel):
+                    problems.append(f"{why}: {channel!r} is not a channel number")
+                else:
+                    found.append((f"{prefix}{int(channel)}", int(channel)))
+        if major is None:
+            problems.append(f"{why} asked, but no {module} in {config.proc_root}/devices: {feature.hint}")
+            continue
+        if not found:
+            problems.append(f"{why} asked, but there is no {os.path.join(config.dev_root, prefix)}{'<N>' if numbered else ''}: {feature.hint}")
+        for node_name, minor in found:
+            node = _node(config.dev_root, node_name, major, minor) if minor is not None else _any_minor(config.dev_root, node_name, major)
+            if node.problem is not None:
+                missing = not os.path.lexists(node.host_path)
+                problems.append(f"{why} asked, but {f'{node.host_path} does not exist: {feature.hint}' if missing else node.problem}")
+            nodes.append(node)
+    mismatch = _daemon_mismatch(config.driver_root, feature.daemon, driver_version) if feature.daemon and not problems else None
+    if mismatch is not None:
+        problems.append(f"{why} asked, but {mismatch}")
+    return FeatureFinding(name, why, tuple(n for n in nodes if n.problem is None), _feature_paths(config, feature, why), tuple(problems))
+
+
+DAEMON_READ_LIMIT = 256 << 20
+
+
+def _daemon_mismatch(driver_root: str, daemon: str, driver_version: str) -> str | None:
+    """Why the installed ``daemon`` (nv-fabricmanager, nvidia-imex) is not of the running driver,
+    or None (not installed here: it may run elsewhere, in a container; or of this driver). Its
+    version is compiled into it, so the binary must name the driver's version: a mismatched
+    one makes CUDA fail in the container with error 802 (system not yet initialized)."""
+    binary = find_binary(driver_root, daemon, "check")
+    if binary is None:
+        return None
+    wanted, tail = driver_version.encode(), b""
+    try:
+        fd = os.open(binary.host_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        return f"{binary.host_path} cannot be read to check its version: {e.strerror}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"{binary.host_path} is not a regular file"
+        for _ in range(DAEMON_READ_LIMIT >> 20):
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            if wanted in tail + chunk:
+                return None
+            tail = chunk[-len(wanted):]
+    finally:
+        os.close(fd)
+    return (
+        f"{binary.host_path} is not of the running driver {driver_version} (it does not name that version; CUDA would "
+        f"fail with error 802): install the {daemon} of driver {driver_version} and restart it"
+    )
+
+
+def _feature_paths(config: Config, feature: Feature, why: str) -> tuple[IpcPath, ...]:
+    paths = []
+    for path, root, is_dir in [(f, config.driver_root, False) for f in feature.files] + [(d, config.ipc_root, True) for d in feature.directories]:
+        full = host_path(root, path)
+        try:
+            mode = os.stat(full, follow_symlinks=False).st_mode
+        except OSError:
+            continue
+        if stat.S_ISDIR(mode) if is_dir else stat.S_ISREG(mode):
+            paths.append(IpcPath(full, path, is_dir, why))
+    return tuple(paths)
+
+
+def _numbered_nodes(dev_root: str, prefix: str) -> list[tuple[str, int | None]]:
+    """(name, minor) of each ``<prefix><N>`` under ``dev_root``, by N; the minor is checked by
+    its major only (a uverbs node's minor is 192+N)."""
+    directory, start = os.path.split(prefix)
+    try:
+        names = os.listdir(os.path.join(dev_root, directory))
+    except OSError:
+        return []
+    numbers = sorted(int(n[len(start):]) for n in names if n.startswith(start) and _is_number(n[len(start):]))
+    return [(os.path.join(directory, f"{start}{n}"), None) for n in numbers]
+
+
+def _is_number(text: str) -> bool:
+    return 0 < len(text) < 10 and text.isascii() and text.isdigit()
+
+
+def _any_minor(dev_root: str, name: str, major: int) -> DeviceNode:
+    """The node ``name``, which must be a character device of ``major``; its minor is what it has."""
+    path = os.path.join(dev_root, name)
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return _node(dev_root, name, major, 0)
+    minor = os.minor(st.st_rdev)
+    if not stat.S_ISCHR(st.st_mode):
+        return DeviceNode(name, path, major, minor, f"{path} is not a character device")
+    if os.major(st.st_rdev) != major:
+        return DeviceNode(name, path, major, minor, f"{path} is c {os.major(st.st_rdev)}:{minor}, expected major {major}")
+    return DeviceNode(name, path, major, minor, None)
 
 
 def _driver_files(

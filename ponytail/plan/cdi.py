@@ -47,6 +47,21 @@ def build_spec(shared: Plan, devices: list[tuple[str, Plan]], hook_command: str,
     return spec
 
 
+def build_feature_spec(kind: str, devices: list[tuple[str, list[Mount]]]) -> dict:
+    """The spec of an opt-in feature's ``kind`` (``nvidia.com/gds``): each device its nodes and
+    read-only files, nothing shared and no hook (a feature needs no work inside the container)."""
+    entries = []
+    for name, ops in devices:
+        edits: dict = {"deviceNodes": [_device_node(op) for op in ops if _is_node(op)]}
+        mounts = [_mount(op) for op in ops if op.kind != "device"]
+        if mounts:
+            edits["mounts"] = mounts
+        entries.append({"name": name, "containerEdits": edits})
+    spec = {"cdiVersion": "", "kind": kind, "devices": entries}
+    spec["cdiVersion"] = required_version(spec)
+    return spec
+
+
 def hook_arguments(plan: Plan, options: list[str]) -> list[str]:
     """The plan's in-container work (SONAME links, the masked /proc/driver/nvidia, the linker
     cache) as ``ponytail cdi-hook`` arguments; empty when there is none."""

@@ -33,7 +33,7 @@ def make_plan(
     from ponytail.plan.operations import build_plan
 
     config, tree_version, tree_line = _driver_tree(config, driver)
-    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version)
+    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version, features=request.features)
     selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree_version))
     mig_gpus = {
         what: select_gpus(host.gpus, wanted)

@@ -14,7 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # the operations need none of these at run time (a CDI hook loads no probe)
     from ponytail.container.request import Request, Selection
     from ponytail.host.files import SkippedFile
-    from ponytail.host.probe import DeviceNode, Gpu, Host
+    from ponytail.host.probe import DeviceNode, FeatureFinding, Gpu, Host
 
 LD_CONF_FILE = "/etc/ld.so.conf.d/00-ponytail.conf"
 PROC_DRIVER_DIR = "/proc/driver/nvidia"
@@ -191,6 +191,22 @@ def _device_nodes(
             plan.problems.append(f"{why}: {node.problem}")
         else:
             plan.warnings.append(f"/dev/{node.name} not injected: {node.problem}")
+    _features(plan, host)
+
+
+def _features(plan: _Draft, host: Host) -> None:
+    """The opt-in features asked for (NVIDIA_IMEX_CHANNELS, NVIDIA_GDS, ...): every node found,
+    its files and directories read-only; a feature the host cannot give is a problem (never a
+    partial start)."""
+    for feature in host.features:
+        plan.problems += feature.problems
+        plan.ops += feature_mounts(feature)
+
+
+def feature_mounts(feature: FeatureFinding) -> list[Mount]:
+    """A found feature's nodes as device mounts, its files and directories read-only."""
+    nodes = [_mount("device", n.host_path, f"/dev/{n.name}", feature.why, (n.major, n.minor)) for n in feature.nodes]
+    return nodes + [_mount("file", p.host_path, p.target, p.why, is_dir=p.is_dir) for p in feature.paths]
 
 
 def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:

@@ -59,6 +59,7 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
             out.append(f"  write {op.conf_file}: {', '.join(op.directories)}")
             out.append(f"  run   {op.ldconfig} -X -r <rootfs> {' '.join(op.directories)}  ({op.reason})")
             out.append(f"  check the container's cache resolves {', '.join(s for s, _ in op.sonames)} to the injected files")
+            out.append("  write /etc/ld-musl-<arch>.path too when the image has musl's loader (it reads no ld.so.cache)")
     out.append("device cgroup (hook mode; the container's cgroups are in the header):")
     for op in plan.operations:
         if isinstance(op, AllowDevices):

@@ -28,9 +28,10 @@ def generate(host: FakeHost, out: Path, *options: str) -> dict:
 class CdiPodman(Podman):
     """podman (private storage, runc) with ``spec`` as its only CDI spec."""
 
-    def __init__(self, spec: Path, hooks_dir: Path) -> None:
+    def __init__(self, spec: Path, hooks_dir: Path, extra_specs: Sequence[Path] = ()) -> None:
         super().__init__(hooks_dir)
         self.spec = spec
+        self.specs = " ".join(str(p) for p in (spec, *extra_specs))  # every spec podman reads
 
     def run(self, rootfs: Path, args: list[str], annotations: dict[str, str] | None = None, env: Sequence[str] = (),
             devices: Sequence[str] = ()) -> subprocess.CompletedProcess:
@@ -43,6 +44,6 @@ class CdiPodman(Podman):
         for item in env:
             command += ["-e", item]
         command += ["--rootfs", str(rootfs), *args]
-        script = f'mount -t tmpfs tmpfs /run && mkdir /run/cdi && cp {self.spec} /run/cdi/ && exec "$@"'
+        script = f'mount -t tmpfs tmpfs /run && mkdir /run/cdi && cp {self.specs} /run/cdi/ && exec "$@"'
         return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *command],
                               capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)

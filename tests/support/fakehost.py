@@ -22,6 +22,16 @@ NVIDIA_MAJOR = 195
 UVM_MAJOR = 511
 CAPS_MAJOR = 239
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
+# the opt-in multi-node features' nodes (FakeHost(fabrics=...)): module name in /proc/devices,
+# its major (none of them this machine's), and the nodes (name under /dev, minor)
+FABRICS: dict[str, tuple[str, int, tuple[tuple[str, int], ...]]] = {
+    "imex": ("nvidia-caps-imex-channels", 237, tuple((f"nvidia-caps-imex-channels/channel{n}", n) for n in (0, 1, 2))),
+    "gds": ("nvidia-fs", 241, tuple((f"nvidia-fs{n}", n) for n in range(4))),
+    "mofed": ("infiniband_verbs", 231, (("infiniband/uverbs0", 192), ("infiniband/uverbs1", 193))),
+    "rdma_cm": ("misc", 10, (("infiniband/rdma_cm", 58),)),  # with mofed
+    "gdrcopy": ("gdrdrv", 242, (("gdrdrv", 0),)),
+    "nvswitch": ("nvidia-nvswitch", 240, (("nvidia-nvswitchctl", 255), ("nvidia-nvswitch0", 0), ("nvidia-nvswitch1", 1))),
+}
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ class FakeHost:
     mig: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # GPU minor -> [(GI, CI)]
     daemons: bool = False  # persistenced socket, MPS pipe directory, GSP firmware
     cuda_blocks: int = 0  # 1: cuDriverGetVersion never returns (a wedged GPU); 2: and forks a helper first
+    fabrics: tuple[str, ...] = ()  # keys of FABRICS: their modules in /proc/devices, their nodes; gds adds cufile.json and /run/udev
 
     def __post_init__(self) -> None:
         self.proc = self.base / "proc"
@@ -148,6 +159,10 @@ class FakeHost:
         self._make_nodes()
         self._write_nvml_table()
         self._install_driver_files()
+        if "gds" in self.fabrics:
+            self._write_fabric_files()
+        if "imex" in self.fabrics or "nvswitch" in self.fabrics:
+            self.install_fabric_daemons(self.driver_version)
         if self.daemons:
             self._start_daemons()
 
@@ -186,7 +201,9 @@ class FakeHost:
         devices += f"{NVIDIA_MAJOR} nvidia-frontend\n"
         if self.with_uvm:
             devices += f"{UVM_MAJOR} nvidia-uvm\n"
-        devices += f"{CAPS_MAJOR} nvidia-caps\n\nBlock devices:\n  7 loop\n{NVIDIA_MAJOR + 1} fakeblock\n"
+        devices += f"{CAPS_MAJOR} nvidia-caps\n"
+        devices += "".join(f"{FABRICS[f][1]} {FABRICS[f][0]}\n" for f in self._fabrics() if FABRICS[f][1] != 10)
+        devices += "\nBlock devices:\n  7 loop\n{NVIDIA_MAJOR + 1} fakeblock\n"
         (self.proc / "devices").write_text(devices)
 
     def _write_sys(self) -> None:
@@ -211,10 +228,35 @@ class FakeHost:
         if self.with_uvm:
             nodes["nvidia-uvm"] = (UVM_MAJOR, 0)
             nodes["nvidia-uvm-tools"] = (UVM_MAJOR, 1)
+        for fabric in self._fabrics():
+            _, major, fabric_nodes = FABRICS[fabric]
+            nodes.update({name: (major, minor) for name, minor in fabric_nodes})
         for name, (major, minor) in nodes.items():
             path = self.dev / name
+            path.parent.mkdir(parents=True, exist_ok=True)
             if not path.exists():
                 os.mknod(path, 0o666 | 0o020000, os.makedev(major, minor))
+
+    def _fabrics(self) -> tuple[str, ...]:
+        return self.fabrics + (("rdma_cm",) if "mofed" in self.fabrics else ())
+
+    def _write_fabric_files(self) -> None:
+        """What GPUDirect Storage reads besides its nodes: /etc/cufile.json, udev's database."""
+        (self.driver / "etc").mkdir(parents=True, exist_ok=True)
+        (self.driver / "etc/cufile.json").write_text('{"logging": {"level": "ERROR"}}\n')
+        (self.ipc / "run/udev/data").mkdir(parents=True, exist_ok=True)
+        (self.ipc / "run/udev/data/c241:0").write_text("E:DEVNAME=/dev/nvidia-fs0\n")
+
+    def install_fabric_daemons(self, version: str) -> None:
+        """nv-fabricmanager and nvidia-imex of driver ``version`` in the driver root (programs that
+        name their version, as the real ones do)."""
+        bindir = self.driver / "usr/bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        for name, says in (("nv-fabricmanager", "Fabric Manager version is : "), ("nvidia-imex", "IMEX version is: ")):
+            (bindir / name).unlink(missing_ok=True)
+            shutil.copy(compile_program("fake_nvidia_smi.c"), bindir / name)
+            with open(bindir / name, "ab") as f:
+                f.write(f"\0{says}{version}\0".encode())
 
     def _write_nvml_table(self) -> None:
         lines = [f"gpu {g.minor} {1 if g.minor in self.mig else 0}" for g in self.gpu_list]
@@ -406,3 +448,26 @@ def copy_program(program: str, rootfs: Path, target: str) -> None:
         if not copy.exists():
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(library.resolve(), copy)
+
+
+MUSL_LIBC = Path("/usr/lib/x86_64-linux-musl/libc.so")  # Debian's musl package: the loader and libc in one file
+
+
+def make_musl_rootfs(path: Path, path_file: str | None = None) -> Path:
+    """An Alpine-like image: busybox, musl's loader at /lib/ld-musl-x86_64.so.1 (a regular file,
+    as Alpine has it), no glibc, and cudacheck built with musl-gcc; ``path_file`` is written as the
+    image's own /etc/ld-musl-x86_64.path."""
+    for d in ("bin", "dev", "proc", "sys", "tmp", "etc", "lib", "usr/lib", "usr/local/bin"):
+        (path / d).mkdir(parents=True, exist_ok=True)
+    copy_program("/bin/busybox", path, "/bin/busybox")
+    for applet in ("sh", "cat", "ls"):
+        _symlink("busybox", path / "bin" / applet)
+    shutil.copy(MUSL_LIBC, path / "lib/ld-musl-x86_64.so.1")
+    _symlink("ld-musl-x86_64.so.1", path / "lib/libc.musl-x86_64.so.1")
+    out = BUILD_DIR / "musl" / "cudacheck"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["musl-gcc", "-O1", "-o", str(out), str(C_DIR / "cudacheck.c")], check=True)
+    shutil.copy(out, path / "usr/local/bin/cudacheck")
+    if path_file is not None:
+        (path / "etc/ld-musl-x86_64.path").write_text(path_file)
+    return path

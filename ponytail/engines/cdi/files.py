@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from ponytail.capabilities import FEATURES, IMEX_FEATURE
 from ponytail.config import Config
 from ponytail.errors import InputError, ProbeError, UsageError
 from ponytail.fs.atomic import replace_file
@@ -16,7 +17,7 @@ from ponytail.plan.cdi import VERSIONS, build_spec, problems
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ponytail.host.probe import Host
+    from ponytail.host.probe import FeatureFinding, Host
 
 STRATEGIES = ("index", "uuid", "both")
 # `cdi generate` and `cdi list` name GPUs alike: by index (podman --device nvidia.com/gpu=0), by UUID
@@ -26,8 +27,10 @@ SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 DEFAULT_NAME = "nvidia"
 
 
-def generate(config: Config, hook_command: str, strategy: str = DEFAULT_STRATEGY, capabilities: str = "all", version: str | None = None) -> tuple[dict, list[str]]:
-    """This host's spec, and the plan's warnings."""
+def generate(
+    config: Config, hook_command: str, strategy: str = DEFAULT_STRATEGY, capabilities: str = "all", version: str | None = None
+) -> tuple[dict, list[str], dict[str, dict]]:
+    """This host's spec, the plan's warnings, and the specs of the opt-in features it has (feature_specs)."""
     from ponytail.container.request import Selection, build_request
     from ponytail.host.probe import find_ldconfig, probe_host
     from ponytail.lite.records import replace
@@ -36,7 +39,8 @@ def generate(config: Config, hook_command: str, strategy: str = DEFAULT_STRATEGY
     if strategy not in STRATEGIES:
         raise UsageError(f"--device-name-strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
     request = build_request("all", capabilities, None)
-    host = probe_host(config, request.capabilities)
+    host = probe_host(config, request.capabilities, features=tuple((name, "all", f"CDI {name}") for name in FEATURES))
+    features, host = host.features, replace(host, features=())
     ldconfig = find_ldconfig(config.ldconfig)
     ldconfig = os.path.abspath(ldconfig) if ldconfig else None
     if not host.gpus:
@@ -73,7 +77,34 @@ def generate(config: Config, hook_command: str, strategy: str = DEFAULT_STRATEGY
     found = problems(spec)
     if found:  # a bug: never write a spec the engines would refuse
         raise ProbeError(f"the generated spec is not valid CDI: {found[0]}")
-    return spec, list(shared.warnings)
+    return spec, list(shared.warnings), feature_specs(features)
+
+
+def feature_specs(features: tuple[FeatureFinding, ...]) -> dict[str, dict]:
+    """A spec per opt-in feature this host has, by feature name: ``nvidia.com/imex-channel=N``
+    (and ``=all``), ``nvidia.com/gds=all``, ``nvidia.com/mofed=all``... A feature whose module
+    or nodes are missing is not offered."""
+    from ponytail.plan.cdi import build_feature_spec
+    from ponytail.plan.operations import feature_mounts
+
+    specs = {}
+    for feature in features:
+        if feature.problems or not feature.nodes:
+            continue
+        ops = feature_mounts(feature)
+        devices = [(str(op.rdev[1]), [op]) for op in ops if op.rdev is not None] if feature.name == IMEX_FEATURE else []
+        spec = build_feature_spec(f"nvidia.com/{feature.name}", devices + [("all", ops)])
+        found = problems(spec)
+        if found:  # a bug: never write a spec the engines would refuse
+            raise ProbeError(f"the generated spec of nvidia.com/{feature.name} is not valid CDI: {found[0]}")
+        specs[feature.name] = spec
+    return specs
+
+
+def feature_spec_path(output: str, feature: str) -> str:
+    """Where the spec of ``feature`` goes beside the GPUs' spec ``output``: nvidia.yaml -> nvidia-gds.yaml."""
+    stem, ext = os.path.splitext(output)
+    return f"{stem}-{feature}{ext}"
 
 
 def _names(strategy: str, index_name: str, uuid: str | None) -> list[str]:

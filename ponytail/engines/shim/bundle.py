@@ -57,7 +57,7 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
     """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
 
     The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
-    from ponytail.container.deviceplugin import plugin_devices
+    from ponytail.container.deviceplugin import plugin_devices, plugin_features
     from ponytail.container.request import build_request
     from ponytail.lite.records import replace
     from ponytail.plan.make import make_plan
@@ -65,7 +65,9 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
 
     try:
         plugin = plugin_devices(spec.mounts, spec.annotations)
-        request = build_request(None, None, spec.env, spec.privileged, plugin, config.accept_env_when_unprivileged)
+        request = build_request(
+            None, None, spec.env, spec.privileged, plugin, config.accept_env_when_unprivileged, plugin_features(spec.mounts, spec.annotations)
+        )
         if request.devices.is_void:
             return (), ""
         plan, _ = make_plan(config, replace(request, requirements=()), None, dry_run=True, udev=False)
