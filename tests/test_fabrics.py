@@ -106,7 +106,7 @@ def test_a_missing_node_is_refused_even_when_the_module_is_loaded(tmp_path: Path
     host = FakeHost(tmp_path / "host", gpu_list=gpus(1), fabrics=("gdrcopy",))
     (host.dev / "gdrdrv").unlink()
     status, out, _ = dry_run(host, tmp_path, ["NVIDIA_GDRCOPY=enabled"])
-    assert status == 0 and "problem: NVIDIA_GDRCOPY=enabled: GDRCopy asked, but" in out and "gdrdrv does not exist" in out
+    assert status == 1 and "problem: NVIDIA_GDRCOPY=enabled: GDRCopy asked, but" in out and "gdrdrv does not exist" in out
     os.mknod(host.dev / "gdrdrv", 0o666 | 0o060000, os.makedev(242, 0))  # a block device of the right numbers
     status, out, _ = dry_run(host, tmp_path, ["NVIDIA_GDRCOPY=enabled"], name="again")
     assert "gdrdrv is not a character device" in out
