@@ -7,9 +7,11 @@ program in the container still loads libcuda.so.1 and opens its GPU.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from support.commands import PONYTAIL
-from support.fakehost import FakeHost, compile_library, compile_program, gpus
+from support.engines import hook_entry
+from support.fakehost import FakeHost, compile_library, compile_program, gpus, make_rootfs
 from support.harness import run_ponytail
-from support.hostile import CUDA_OK, Stage, evil_library
+from support.hostile import CUDA_OK, PlantedNode, Stage, evil_library
 
 WORKS, REFUSED, SAFE = "works", "refused", "safe"  # SAFE: either outcome, the host untouched
 
@@ -280,3 +283,114 @@ def snapshot(root: Path) -> dict[str, tuple]:
             what = None
         entries["/" + str(path.relative_to(root)).lstrip(".")] = (stat.S_IFMT(st.st_mode), st.st_mode, what)
     return entries
+
+
+# -- device nodes, FIFOs and sockets where a start writes ---------------------------------------
+# Every path the host's ldconfig or ponytail opens in the rootfs during a start: ldconfig's
+# temporary files and caches (written as root, in the runtime's cgroup: the container's device
+# rules do not hold for it), the linker config it reads, and ponytail's own files and links.
+WRITTEN = (
+    "/etc/ld.so.cache", "/etc/ld.so.cache~", "/var/cache/ldconfig/aux-cache", "/var/cache/ldconfig/aux-cache~",
+    "/etc/ld.so.conf", "/etc/ld.so.conf.d/00-ponytail.conf", f"{LIB}/libcuda.so.1",
+)
+# and a file ldconfig reads under a name no list can know (the image's ld.so.conf includes
+# ld.so.conf.d/*.conf): a device there is harmless (ldconfig sees the rootfs nodev); a FIFO would
+# keep it waiting until its deadline (README: not covered)
+INCLUDED = "/etc/ld.so.conf.d/image.conf"
+NODES = [(path, kind) for path in (*WRITTEN, INCLUDED) for kind in PlantedNode.KINDS if path != INCLUDED or "fifo" not in kind]
+MODES = ("runc-prestart", "cdi-hook", "manual")
+HANG_S = 15  # [timeouts] ldconfig in these tests: a start that waits for a FIFO shows as one this long
+
+
+@pytest.fixture(scope="module")
+def patient_config(shared_host: FakeHost) -> Path:
+    config = shared_host.base / "patient.toml"
+    config.write_text(shared_host.config_text() + f"[timeouts]\nldconfig = {HANG_S}\n")
+    return config
+
+
+@pytest.fixture(scope="module")
+def cdi_hook_args(shared_host: FakeHost, patient_config: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    from support.cdi_support import generate
+
+    spec = generate(shared_host, tmp_path_factory.mktemp("spec") / "nvidia.json")
+    [hook] = spec["containerEdits"]["hooks"]
+    args = hook["args"][1:]  # cdi-hook ...
+    return [args[0], "-config", str(patient_config), *args[1:]]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("path", "kind"), NODES, ids=[f"{p.rsplit('/', 1)[1].replace('~', '-temp')}-{k}" for p, k in NODES])
+def test_a_node_where_a_start_writes_is_never_written_and_never_hangs(
+    path: str, kind: str, mode: str, tmp_path: Path, patient_config: Path, cdi_hook_args: list[str]
+) -> None:
+    """Each start works with nothing written into the node, or fails with one line; never in
+    ldconfig's time limit (a FIFO that was opened), never writing the device."""
+    from support.engines import oci_bundle
+
+    bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck", "/dev/nvidia0", "/dev/nvidiactl"], env=["NVIDIA_VISIBLE_DEVICES=all"],
+                        hooks={"prestart": [hook_entry(patient_config)]})
+    rootfs = bundle / "rootfs"
+    node = PlantedNode(kind, rootfs / path.lstrip("/"), tmp_path)
+    try:
+        started = time.monotonic()
+        rc, out, err = _start(mode, bundle, patient_config, cdi_hook_args)
+        elapsed = time.monotonic() - started
+        written = node.written()
+    finally:
+        node.close()
+    assert written == b"", f"{written[:64]!r} was written into the {kind} at {path}"
+    assert elapsed < HANG_S - 5, f"the start took {elapsed:.0f} s: something waited on the {kind} at {path}"
+    assert "Traceback" not in err and "internal error" not in err, err
+    ours = [line for line in err.splitlines() if line.startswith("ponytail: ") or "ponytail: error" in line]
+    if rc == 0:
+        assert ours == [], err
+        cache = rootfs / "etc/ld.so.cache"
+        assert cache.is_file() and not cache.is_symlink(), f"{path}: the linker cache is not a regular file"
+        if mode != "cdi-hook":  # (there the engine mounts the libraries: not in this stand-in)
+            assert b"libcuda.so.1" in cache.read_bytes(), f"{path}: libcuda.so.1 is not in the linker cache"
+        if mode == "runc-prestart":
+            assert CUDA_OK in out and "open /dev/nvidia0 ENXIO" in out, out + err
+    else:
+        assert len(ours) == 1 and "ponytail: error: " in ours[0], err
+        if mode != "runc-prestart":
+            assert rc == 1 and len(err.splitlines()) == 1, err
+
+
+def _start(mode: str, bundle: Path, config: Path, cdi_hook_args: list[str]) -> tuple[int, str, str]:
+    """One container start in ``mode``: runc running the prestart hook, the CDI hook as an
+    engine runs it at createContainer, or manual mode (-root); its status, stdout and stderr."""
+    from support.engines import run_bundle
+
+    rootfs = bundle / "rootfs"
+    if mode == "runc-prestart":
+        result = run_bundle("runc", bundle)
+        return result.returncode, result.stdout, result.stderr
+    if mode == "manual":
+        done = run_ponytail(["-config", str(config), "-root", str(rootfs)])
+        return done.returncode, done.stdout.decode(), done.stderr.decode()
+    state = json.dumps({"ociVersion": "1.0.2", "id": "cdi-hostile", "status": "creating", "pid": 0, "bundle": str(bundle)})
+    done = run_ponytail(cdi_hook_args, stdin=state)  # in a mount namespace of its own, as at createContainer
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+@pytest.mark.parametrize("image_cache", ["fifo", "char", "missing"])
+def test_a_start_whose_linker_cache_is_not_a_regular_file_fails_with_one_line(
+    image_cache: str, shared_host: FakeHost, tmp_path: Path
+) -> None:
+    """An ldconfig (here the host's /bin/true) that leaves the image's own /etc/ld.so.cache in
+    place: a FIFO or a device there is read by the container's loader as an empty cache, so
+    libcuda.so.1 would not load although the start succeeded."""
+    config = tmp_path / "true.toml"
+    config.write_text(shared_host.config_text().replace("[log]", 'ldconfig = "/bin/true"\n[log]'))
+    rootfs = make_rootfs(tmp_path / "rootfs")
+    cache = rootfs / "etc/ld.so.cache"
+    if image_cache == "fifo":
+        os.mkfifo(cache)
+    elif image_cache == "char":
+        os.mknod(cache, 0o644 | stat.S_IFCHR, os.makedev(1, 3))
+    result = run_ponytail(["-config", str(config), "-root", str(rootfs)])
+    err = result.stderr.decode()
+    assert result.returncode == 1 and len(err.splitlines()) == 1, err
+    what = {"fifo": "a FIFO", "char": "a character device", "missing": "missing"}[image_cache]
+    assert f"/etc/ld.so.cache in the rootfs is {what}" in err, err

@@ -160,3 +160,45 @@ def test_a_file_of_the_root_is_read_only_when_it_is_a_regular_file_inside_it(roo
     assert read_file_in_root(fd, "/etc/cache", 5) == b"image"
     for path in ("/etc/escape", "/etc/up", "/etc/fifo", "/etc/dir", "/etc/missing", "/../etc/escape"):
         assert read_file_in_root(fd, path, 1 << 20) is None, path
+
+
+SWAPPER = """
+import os, sys
+directory = sys.argv[1]
+os.chdir(directory)
+while True:  # 'file' is the regular file, then the FIFO, then the regular file again...
+    os.link("regular", "next"); os.rename("next", "file")
+    os.link("fifo", "next"); os.rename("next", "file")
+"""
+
+
+def test_a_fifo_swapped_in_after_the_check_is_never_opened(root: tuple[Path, int]) -> None:
+    """Another process swaps a FIFO and a regular file at one name as fast as it can while the
+    root's file is read again and again: the FIFO is never opened (inotify sees every open but
+    an O_PATH one), whatever the moment of the swap."""
+    import ctypes
+    import subprocess
+    import sys
+
+    from ponytail.fs.inroot import read_file_in_root
+
+    base, fd = root
+    (base / "regular").write_bytes(b"content")
+    os.mkfifo(base / "fifo")
+    libc = ctypes.CDLL(None, use_errno=True)
+    events = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert events >= 0 and libc.inotify_add_watch(events, str(base / "fifo").encode(), 0x20) >= 0  # IN_OPEN
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(base)])
+    try:
+        seen = {read_file_in_root(fd, "/file", 64) for _ in range(20000)}
+    finally:
+        swapper.kill()
+        swapper.wait()
+    try:
+        opened = os.read(events, 4096)
+    except BlockingIOError:
+        opened = b""
+    finally:
+        os.close(events)
+    assert b"content" in seen, seen  # the swap was under way while reading
+    assert opened == b"", "the FIFO was opened"

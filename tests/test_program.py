@@ -117,12 +117,15 @@ print(os.stat("/proc/self/ns/mnt").st_ino == namespace, os.path.ismount(rootfs +
 
 
 def test_ldconfig_runs_without_the_kernel_filesystems_under_the_rootfs_and_the_hook_comes_back(tmp_path: Path) -> None:
-    """ldconfig sees no proc under the rootfs (its magic links lead out of the chroot); the
-    hook is back in its own mount namespace afterwards, with the container's proc in place."""
+    """ldconfig sees no proc under the rootfs (its magic links lead out of the chroot), and the
+    rootfs only through a view mounted nodev, nosuid, noexec (no device node of the image can be
+    opened there); the hook is back in its own mount namespace afterwards, with the container's
+    proc in place."""
     rootfs = tmp_path / "rootfs"
     (rootfs / "proc").mkdir(parents=True)
     record = tmp_path / "seen"
-    os.close(program(tmp_path, f'echo "$@" > {record}; cat /proc/self/mountinfo >> {record}\n'))
+    script = f'echo "$@" > {record}; cat /proc/self/mountinfo >> {record}; mkdir -p "$3/etc"; : > "$3/etc/ld.so.cache"\n'
+    os.close(program(tmp_path, script))
     result = subprocess.run(
         ["unshare", "-m", "--propagation", "private", sys.executable, "-c", ISOLATION_CHECK, str(rootfs), str(tmp_path / "prog"), str(record)],
         capture_output=True, text=True, timeout=60,
@@ -132,7 +135,9 @@ def test_ldconfig_runs_without_the_kernel_filesystems_under_the_rootfs_and_the_h
     args, *mounts = record.read_text().splitlines()
     assert args == f"-X -r {rootfs} /lib"
     assert any(line.split()[4] == "/proc" for line in mounts)  # the program's own view of the host
-    assert not [line for line in mounts if line.split()[4].startswith(str(rootfs))], mounts
+    under = [line.split() for line in mounts if line.split()[4].startswith(str(rootfs))]
+    assert [m[4] for m in under] == [str(rootfs)], mounts  # the view of the rootfs, nothing under it
+    assert {"nodev", "nosuid", "noexec"} <= set(under[0][5].split(",")), under
 
 
 def test_the_signal_numbers_are_this_machine_s() -> None:

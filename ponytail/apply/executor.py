@@ -13,10 +13,15 @@ Order of work:
    the target's descriptor.
 4. Create SONAME links (where the image has a file of its own instead, the library
    is cloned then, back in the host's namespace, and mounted over it), mask
-   /proc/driver/nvidia, write the linker config, run the host's ldconfig, and check
-   the injected libraries win in the new linker cache.
+   /proc/driver/nvidia, write the linker config, run the host's ldconfig (on a nodev,
+   nosuid, noexec view of the rootfs: ponytail.apply.ldconfig), and check the injected
+   libraries win in the new linker cache.
 5. Allow the injected device nodes in the container's devices cgroup (v1) and
    swap in its new device programs (v2).
+What is in the rootfs is never opened for writing: files are written as new files
+(O_TMPFILE or O_EXCL) after a check that what they replace is a regular file, a file
+read back is opened only once held and checked to be one (ponytail.fs.inroot's
+open_regular_file), so a device node, FIFO or socket the image planted is never opened.
 Nothing is ever created or written on a kernel filesystem (proc, sysfs, cgroup...
 see ponytail.fs.kernelfs), wherever a symlink in the image points; the one mount
 made onto one is the tmpfs that masks /proc/driver/nvidia. When a step fails,
@@ -30,10 +35,10 @@ import os
 import stat
 
 from ponytail.apply import syscalls
-from ponytail.apply.ldconfig import LDCONFIG_TIMEOUT_S, run_ldconfig
+from ponytail.apply.ldconfig import LD_SO_CACHE, LDCONFIG_TIMEOUT_S, run_ldconfig
 from ponytail.apply.rootlock import lock_rootfs
 from ponytail.errors import InjectionError, InputError, PonytailError
-from ponytail.fs.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
+from ponytail.fs.inroot import InRoot, Resolved, UnsafePath, open_regular_file, open_root, resolve_in_root
 from ponytail.fs.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.lite.records import field, record
@@ -45,7 +50,6 @@ if TYPE_CHECKING:
 
 LD_SO_CONF = "/etc/ld.so.conf"
 LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
-LD_SO_CACHE = "/etc/ld.so.cache"
 # musl's loader reads no ld.so.cache: its library path is this file when the image has one, else these
 MUSL_ARCHES = {"x86_64": "x86_64", "aarch64": "aarch64", "ppc64le": "powerpc64le", "s390x": "s390x", "riscv64": "riscv64"}
 MUSL_DEFAULT_PATH = ("/lib", "/usr/local/lib", "/usr/lib")
@@ -491,13 +495,15 @@ def _write_file(paths: InRoot, path: str, content: bytes, outcome: Outcome, repl
 
 
 def _holds(resolved: Resolved, content: bytes) -> bool:
-    """Whether the regular file there holds exactly ``content``."""
+    """Whether the regular file there holds exactly ``content`` (never opens anything else)."""
     try:
-        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+        fd = open_regular_file(resolved.parent_fd, resolved.name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    if fd is None:
+        return False
     try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(content) + 1) == content
+        return os.read(fd, len(content) + 1) == content
     finally:
         os.close(fd)
 

@@ -2,17 +2,28 @@
 
 ``ldconfig -r ROOTFS`` chroots into the rootfs, then reads and writes paths the image
 controls: /etc/ld.so.conf and its includes, /etc/ld.so.cache~ (renamed onto
-/etc/ld.so.cache), /var/cache/ldconfig/aux-cache, and SONAME links in every library
-directory it scans. A chroot stops '..' and absolute symlinks, but not the magic links of
-the container's /proc, which is already mounted in the rootfs at prestart
+/etc/ld.so.cache), /var/cache/ldconfig/aux-cache and aux-cache~, and SONAME links in every
+library directory it scans. A chroot stops '..' and absolute symlinks, but not the magic
+links of the container's /proc, which is already mounted in the rootfs at prestart
 (/proc/<pid>/root leads back to the host's /), nor writes into /proc/sys or a cgroup
-hierarchy. So the host's ldconfig (never the image's) runs:
+hierarchy; and any of those names can be a device node, a FIFO or a socket the image
+ships (ldconfig opens its temporary files with O_NOFOLLOW but without O_EXCL: a block
+device there would get the cache written into it, as root, outside the container's device
+cgroup). So the host's ldconfig (never the image's) runs:
 
 - in a private copy of the mount namespace from which every kernel filesystem under the
   rootfs is detached, so inside its chroot there are only plain files;
+- on a view of the rootfs mounted nodev, nosuid and noexec (the rootfs and every mount
+  under it bind-mounted onto itself with those flags): no device node there can be opened,
+  whatever its name;
+- only when none of the files it opens at fixed names (LDCONFIG_FILES) is a device, a
+  FIFO (an open would wait for ever) or a socket;
 - with -X: ponytail makes the SONAME links it needs itself, ldconfig only writes its cache;
 - with a fixed environment (nothing of the container's, nothing of ponytail's own), stdin
   from /dev/null, no descriptor but its own binary, and a time limit.
+
+Afterwards /etc/ld.so.cache must be a regular file: the container's loader reads anything
+else as an empty cache.
 
 The hook makes that private namespace itself, for as long as ldconfig runs, and then
 returns into the one it came from (the container's): ldconfig is spawned without
@@ -24,14 +35,21 @@ error, before anything else is done.
 from __future__ import annotations
 
 import os
+import stat
 
 from ponytail.apply import syscalls
 from ponytail.apply.program import run_program
 from ponytail.errors import InjectionError
+from ponytail.fs.inroot import UnsafePath, resolve_in_root
 from ponytail.fs.kernelfs import kernel_mounts_under
 
 LDCONFIG_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 LDCONFIG_TIMEOUT_S = 10.0  # the default of [timeouts] ldconfig
+LD_SO_CACHE = "/etc/ld.so.cache"
+# what ldconfig -r opens in the rootfs by a fixed name (it renames the cache onto LD_SO_CACHE)
+LDCONFIG_FILES = ("/etc/ld.so.conf", "/etc/ld.so.cache~", "/var/cache/ldconfig/aux-cache", "/var/cache/ldconfig/aux-cache~")
+VIEW_ATTRIBUTES = syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NOEXEC
+_VIEW_FLAGS = os.ST_NODEV | os.ST_NOSUID | os.ST_NOEXEC
 
 
 def run_ldconfig(
@@ -39,19 +57,20 @@ def run_ldconfig(
 ) -> str:
     """Rebuild the linker cache of the root ``root_fd``; returns the rootfs path ldconfig was given."""
     rootfs = _canonical_path(root_fd)
+    _refuse_special_files(program, root_fd, rootfs)
     argv = ["ldconfig", "-X", "-r", rootfs, *directories]
     home = _open_namespace()
     try:
         try:
             _isolate(rootfs)
         except OSError as e:
-            raise InjectionError(f"refusing to run {program} on {rootfs}: cannot isolate it from the host's kernel filesystems: {e}") from e
+            raise InjectionError(f"refusing to run {program} on {rootfs}: cannot isolate it from the host's kernel filesystems and devices: {e}") from e
         try:
             status, output = run_program(program_fd, argv, dict(LDCONFIG_ENV), timeout_s)
         except TimeoutError:
             raise InjectionError(
                 f"{program} -r {rootfs} did not finish within {timeout_s:g} s (killed): raise [timeouts] ldconfig "
-                "in the config, or look for an ld.so.conf in the image that includes itself"
+                "in the config, or look for an ld.so.conf in the image that includes itself, or a FIFO it lists"
             ) from None
         except OSError as e:
             raise InjectionError(f"cannot run {program} on the rootfs: {e}") from e
@@ -61,6 +80,7 @@ def run_ldconfig(
     last = detail[-1] if detail else "no message"
     if status != 0:
         raise InjectionError(f"{program} -r {rootfs} failed (exit {status}): {last}")
+    _require_regular_cache(program, root_fd, rootfs)
     return rootfs
 
 
@@ -76,6 +96,49 @@ def _canonical_path(root_fd: int) -> str:
     return path
 
 
+def _refuse_special_files(program: str, root_fd: int, rootfs: str) -> None:
+    """None of the files ldconfig opens by a fixed name may be a device, a FIFO or a socket,
+    resolved as its chroot resolves them (a name that cannot be resolved, a loop or a magic
+    link, it cannot open either: its view has no /proc)."""
+    for path in LDCONFIG_FILES:
+        try:
+            resolved = resolve_in_root(root_fd, path)
+        except UnsafePath:
+            continue
+        resolved.close()
+        kind = special_file_kind(resolved.mode) if resolved.exists else None
+        if kind is not None:
+            named = path if resolved.path == path else f"{path} (-> {resolved.path})"
+            raise InjectionError(
+                f"refusing to run {program} on {rootfs}: {named} in the image is {kind}, not a regular file "
+                "(ldconfig would open it as root); remove it from the image"
+            )
+
+
+def special_file_kind(mode: int) -> str | None:
+    """'a block device', 'a character device', 'a FIFO' or 'a socket'; None for anything else."""
+    for test, kind in ((stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
+
+
+def _require_regular_cache(program: str, root_fd: int, rootfs: str) -> None:
+    """The linker cache ldconfig left must be a regular file (not a link, not a node)."""
+    try:
+        resolved = resolve_in_root(root_fd, LD_SO_CACHE, follow_last=False)
+    except UnsafePath as e:
+        raise InjectionError(f"after {program} -r {rootfs}: {e.message}") from e
+    resolved.close()
+    if resolved.exists and stat.S_ISREG(resolved.mode):
+        return
+    what = "missing" if not resolved.exists else (special_file_kind(resolved.mode) or "not a regular file")
+    raise InjectionError(
+        f"after {program} -r {rootfs}, {LD_SO_CACHE} in the rootfs is {what}: the container's linker would not find "
+        "the driver's libraries; check [host] ldconfig in the config names the host's ldconfig"
+    )
+
+
 def _open_namespace() -> int:
     """The mount namespace this process is in (the container's, in hook mode)."""
     try:
@@ -85,11 +148,13 @@ def _open_namespace() -> int:
 
 
 def _isolate(rootfs: str) -> None:
-    """Move this process into a private mount namespace with no kernel filesystem under the rootfs."""
+    """Move this process into a private mount namespace with no kernel filesystem under the
+    rootfs, and the rootfs seen through a nodev, nosuid, noexec view."""
     syscalls.unshare_mount_namespace()
     for _ in range(3):
         mounts = kernel_mounts_under(rootfs)
         if not mounts:
+            _restricted_view(rootfs)
             return
         for point in mounts:
             try:
@@ -97,6 +162,22 @@ def _isolate(rootfs: str) -> None:
             except OSError:
                 pass  # already gone with a parent; checked again above
     raise OSError(f"kernel filesystems stay mounted under it: {', '.join(mounts)}")
+
+
+def _restricted_view(rootfs: str) -> None:
+    """Bind the rootfs, with every mount under it, onto itself nodev, nosuid and noexec."""
+    tree = syscalls.clone_tree(rootfs, recursive=True)
+    try:
+        syscalls.set_mount_attributes(tree, VIEW_ATTRIBUTES, recursive=True)
+        target = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            syscalls.attach_tree(tree, target)
+        finally:
+            os.close(target)
+    finally:
+        os.close(tree)
+    if os.statvfs(rootfs).f_flag & _VIEW_FLAGS != _VIEW_FLAGS:
+        raise OSError(f"{rootfs} is not nodev, nosuid and noexec after binding it so")
 
 
 def _return(namespace_fd: int) -> None:

@@ -20,6 +20,7 @@ OPEN_TREE_CLONE = 1
 OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 AT_EMPTY_PATH = 0x1000
 AT_SYMLINK_NOFOLLOW = 0x100
+AT_RECURSIVE = 0x8000
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOVE_MOUNT_T_EMPTY_PATH = 0x40
 MOUNT_ATTR_RDONLY = 0x1
@@ -45,15 +46,18 @@ def setns_mount(ns_fd: int) -> None:
     check(libc().setns(ns_fd, CLONE_NEWNS), "setns")
 
 
-def clone_tree(path: str) -> int:
-    """A detached bind mount of ``path`` (not following a final symlink), as an fd."""
-    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW
+def clone_tree(path: str, recursive: bool = False) -> int:
+    """A detached bind mount of ``path`` (not following a final symlink), as an fd; with the
+    mounts under it when ``recursive``."""
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW | (AT_RECURSIVE if recursive else 0)
     return syscall("open_tree", -100, path.encode(), ctypes.c_uint(flags), what=f"open_tree {path}")
 
 
-def set_mount_attributes(tree_fd: int, attributes: int) -> None:
+def set_mount_attributes(tree_fd: int, attributes: int, recursive: bool = False) -> None:
+    """Set ``attributes`` (MOUNT_ATTR_*) on the mount ``tree_fd``; on every mount under it too when ``recursive``."""
     attr = _MountAttr(attributes, 0, 0, 0)
-    syscall("mount_setattr", tree_fd, b"", ctypes.c_uint(AT_EMPTY_PATH), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    flags = AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0)
+    syscall("mount_setattr", tree_fd, b"", ctypes.c_uint(flags), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
 
 
 def attach_tree(tree_fd: int, target_fd: int) -> None:

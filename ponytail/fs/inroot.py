@@ -111,7 +111,8 @@ def real_path_in_root(root_fd: int, path: str) -> str | None:
 def read_file_in_root(root_fd: int, path: str, limit: int) -> bytes | None:
     """At most ``limit`` bytes of a regular file of the root, or None (missing, not a regular
     file, unsafe, unreadable). Opened without following a last link and without blocking, and
-    checked again once open (a FIFO swapped in meanwhile is not read)."""
+    never opened at all unless it is a regular file (open_regular_file: a device or FIFO swapped
+    in meanwhile is not opened)."""
     try:
         resolved = resolve_in_root(root_fd, path)
     except (UnsafePath, OSError):
@@ -119,15 +120,29 @@ def read_file_in_root(root_fd: int, path: str, limit: int) -> bytes | None:
     try:
         if not resolved.exists or not stat.S_ISREG(resolved.mode):
             return None
-        fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+        fd = open_regular_file(resolved.parent_fd, resolved.name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd is None:
+            return None
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
             return f.read(limit)
     except OSError:
         return None
     finally:
         resolved.close()
+
+
+def open_regular_file(dir_fd: int, name: str, flags: int) -> int | None:
+    """``name`` in ``dir_fd`` opened with ``flags`` if it is a regular file (not a link to
+    one), else None; OSError. Never opens anything else, even what is swapped in meanwhile:
+    the file is held by an O_PATH descriptor (which opens nothing), checked, and that very
+    file opened again through /proc/self/fd. ``flags`` should hold O_NONBLOCK and O_CLOEXEC."""
+    held = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(held).st_mode):
+            return None
+        return os.open(f"/proc/self/fd/{held}", flags & ~os.O_NOFOLLOW & ~os.O_CREAT)
+    finally:
+        os.close(held)
 
 
 def open_root(path: str) -> int:

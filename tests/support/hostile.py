@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import stat
 import subprocess
 import uuid
 from pathlib import Path
@@ -152,3 +154,105 @@ def evil_library(directory: Path, name: str = "libevil.so") -> Path:
     built = compile_library("evil_preload.c", name, name, "0")
     shutil.copy(built, directory / name)
     return directory / name
+
+
+class PlantedNode:
+    """A device node, FIFO or socket an image ships at ``path``, and a way to tell, afterwards,
+    whether anything was written into what it leads to.
+
+    - ``block``: a node of a real loop device over a temporary file (the backing file and the
+      device's own page cache are compared with what was there);
+    - ``char``: a node of the character device 1:11, the kernel log (/dev/kmsg): what is written
+      there becomes a record the test reads back, and a read of it waits for new records, as
+      reads of many real devices do; harmless where 1:1 (/dev/mem) would not be;
+    - ``fifo``: a FIFO whose reading end the test holds open (so an open for writing does not
+      block and what is written stays in the pipe);
+    - ``fifo-unread``: a FIFO nobody reads (an open for writing, or for reading, blocks);
+    - ``socket``: a listening Unix socket (a connection would be waiting).
+    """
+
+    KINDS = ("block", "char", "fifo", "fifo-unread", "socket")
+
+    def __init__(self, kind: str, path: Path, scratch: Path) -> None:
+        self.kind = kind
+        self.path = path
+        self._fds: list[int] = []
+        self._loop = ""
+        self._socket: socket.socket | None = None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        if kind == "block":
+            self._backing = scratch / f"loop-{uuid.uuid4().hex[:8]}.img"
+            self._pattern = bytes(range(256)) * 4096  # 1 MiB
+            self._backing.write_bytes(self._pattern)
+            self._loop = subprocess.run(["losetup", "--find", "--show", str(self._backing)], capture_output=True, text=True, check=True).stdout.strip()
+            os.mknod(path, 0o644 | stat.S_IFBLK, os.stat(self._loop).st_rdev)
+        elif kind == "char":
+            self._fds.append(os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK))
+            os.lseek(self._fds[0], 0, os.SEEK_END)  # read from here on: what is logged from now
+            os.mknod(path, 0o644 | stat.S_IFCHR, os.makedev(1, 11))
+        elif kind in ("fifo", "fifo-unread"):
+            os.mkfifo(path, 0o644)
+            if kind == "fifo":
+                self._fds.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        elif kind == "socket":
+            self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            here = os.getcwd()
+            os.chdir(path.parent)  # a socket's path is limited to 107 bytes; its name is not
+            try:
+                self._socket.bind(path.name)
+            finally:
+                os.chdir(here)
+            self._socket.listen(1)
+            self._socket.setblocking(False)
+        else:
+            raise ValueError(kind)
+
+    def written(self) -> bytes:
+        """What reached the node's device, pipe or socket (b"" when nothing did)."""
+        if self.kind == "block":
+            with open(self._loop, "rb") as device:  # the device's page cache: also what is not flushed yet
+                seen = device.read(len(self._pattern))
+            if seen == self._pattern:
+                seen = self._backing.read_bytes()
+            return b"" if seen == self._pattern else _first_difference(seen, self._pattern)
+        if self.kind == "char":  # the kernel log's records since the node was planted: ldconfig's own?
+            records = []
+            while True:
+                try:
+                    records.append(os.read(self._fds[0], 8192))
+                except BlockingIOError:
+                    break
+                except BrokenPipeError:  # records overwritten meanwhile: read on from the oldest left
+                    continue
+            return b"".join(r for r in records if b"glibc-ld.so" in r or b"linux-gnu" in r)
+        if self.kind == "fifo":
+            try:
+                return os.read(self._fds[0], 65536)
+            except BlockingIOError:
+                return b""
+        if self._socket is not None:
+            try:
+                connection, _ = self._socket.accept()
+            except BlockingIOError:
+                return b""
+            connection.close()
+            return b"(a connection)"
+        return b""
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        if self._loop:
+            subprocess.run(["losetup", "-d", self._loop], capture_output=True)
+            self._loop = ""
+
+
+def _first_difference(seen: bytes, expected: bytes) -> bytes:
+    at = next((i for i, (a, b) in enumerate(zip(seen, expected, strict=False)) if a != b), min(len(seen), len(expected)))
+    return seen[at:at + 64] or b"(truncated)"

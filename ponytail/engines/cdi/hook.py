@@ -114,7 +114,7 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
     from ponytail.apply.executor import apply_plan
 
     plan = Plan(tuple(ops), (), None, (), (), ())  # type: ignore[arg-type]  # the executor reads the operations only
-    outcome = apply_plan(plan, container.rootfs, None)
+    outcome = apply_plan(plan, container.rootfs, None, config.timeout_ldconfig, config.timeout_lock)
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)
     log.write("info", f"cdi-hook in {container.rootfs}: {len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
