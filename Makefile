@@ -1,5 +1,5 @@
 # ponytail: `make demo` sets up and runs the main job, `make test` sets up and runs every test,
-# `make lint` checks style and types (ruff, mypy; CI runs it before the tests), `make test-engines` runs
+# `make lint` checks style, types and spelling (ruff, mypy, shellcheck, codespell; CI runs it before the tests), `make test-engines` runs
 # the end-to-end tests against current engine releases (CI runs it when ../shared/engines is there),
 # `make binary` builds the self-contained executable dist/ponytail/ponytail, `make fresh-check` runs
 # the suite as a fresh machine would, `make gpu-check` checks a machine with a real NVIDIA GPU.
@@ -43,10 +43,16 @@ test-engines: setup
 	fi
 	ENGINES_DIR="$(abspath $(ENGINES_DIR))" $(PY) -m pytest -q -m current_engines
 
-# ruff (style, bugs, imports) over the repository and mypy over ponytail/, both configured in pyproject.toml
+# ruff (style, bugs, security, imports) over the repository and mypy over ponytail/, both configured in
+# pyproject.toml; shellcheck over the shell scripts (Debian's, from make system-packages) and codespell
+# (the lint extra) over code and docs
+SHELL_SCRIPTS := .ci/run $(wildcard scripts/*.sh bench/*.sh packaging/*.sh packaging/*/*.sh deploy/*.sh deploy/*/*.sh)
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	@command -v shellcheck >/dev/null || { echo "lint: no shellcheck: run make system-packages (Debian's shellcheck)" >&2; exit 1; }
+	shellcheck $(SHELL_SCRIPTS)
+	$(VENV)/bin/codespell . .ci/run
 
 # the suite as a fresh machine runs it: a clean clone of what is committed, a new venv from
 # the system's python3, a scrubbed PATH and environment, run from outside the checkout

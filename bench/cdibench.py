@@ -140,7 +140,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--podman-runs", type=int, default=11)
     parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--nvidia-cdi-hook", metavar="PATH", default="/tmp/nvidia-tools/bin/nvidia-cdi-hook",
+    parser.add_argument("--nvidia-cdi-hook", metavar="PATH", default="/tmp/nvidia-tools/bin/nvidia-cdi-hook",  # noqa: S108 - where CONTRIBUTING.md builds it
                         help="NVIDIA's nvidia-cdi-hook (built from NVIDIA's public sources: CONTRIBUTING.md, Benchmarks), measured beside ponytail's")
     parser.add_argument("--command", action="append", default=[], metavar="LABEL=PATH", help="a ponytail command to measure (default: .venv's, and dist/'s binary if built)")
     options = parser.parse_args()

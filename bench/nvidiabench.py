@@ -62,7 +62,7 @@ sys.path.insert(0, str(BENCH))
 import hookbench as hb  # noqa: E402
 from hookbench import LIB_DIR, BenchHost, Sample, Series, StandIn, build_host, fresh_bundle, spawn_timed, state_for  # noqa: E402
 
-DEFAULT_TOOLS = Path("/tmp/nvidia-tools")
+DEFAULT_TOOLS = Path("/tmp/nvidia-tools")  # noqa: S108 - where CONTRIBUTING.md builds them (make bench-nvidia's NVIDIA_TOOLS)
 TOOL_NAMES = ("nvidia-container-cli", "nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-cdi-hook")
 NOT_AVAILABLE = "not available in this build"
 GPU_ENV = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]

@@ -54,7 +54,7 @@ CAPABILITIES: dict[str, Capability] = {
         binaries=("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
         nodes=("nvidia-uvm", "nvidia-uvm-tools"),
         files=("/etc/OpenCL/vendors/nvidia.icd",),
-        ipc=("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps"),
+        ipc=("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps"),  # noqa: S108 - MPS's pipe directory, bound from the host, not a file made here
         required_libraries=("libcuda.so.1",),
         required_nodes=("nvidia-uvm",),
     ),

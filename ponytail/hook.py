@@ -38,7 +38,7 @@ def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO
         log.write("error", e.message)
         print(f"ponytail: error: {one_line(e.message)}", file=stderr)
         return e.exit_code
-    except Exception as e:  # a bug: still one line for the user, the details in the log
+    except Exception as e:  # noqa: BLE001 - a bug: still one line for the user, the details in the log
         import traceback
 
         log.write("error", "internal error: " + traceback.format_exc().replace("\n", " | "))

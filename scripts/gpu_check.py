@@ -159,11 +159,11 @@ def make_rootfs(path: Path, program: Path, smi: str) -> Path:
         (path / "bin" / applet).symlink_to("busybox")
     copy_with_libraries(str(program), path, "/usr/local/bin/cuda_roundtrip")
     # the libraries nvidia-smi and libcuda link against, from this machine's system
-    copy_with_libraries(smi, path, "/tmp/nvidia-smi-libs")
+    copy_with_libraries(smi, path, "/tmp/nvidia-smi-libs")  # noqa: S108 - a path in the rootfs, removed below
     (path / "tmp/nvidia-smi-libs").unlink()
     libcuda = next((p for p in ("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1") if os.path.exists(p)), None)
     if libcuda:
-        copy_with_libraries(libcuda, path, "/tmp/libcuda-libs")
+        copy_with_libraries(libcuda, path, "/tmp/libcuda-libs")  # noqa: S108 - a path in the rootfs, removed below
         (path / "tmp/libcuda-libs").unlink()
     (path / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
     return path

@@ -3,7 +3,8 @@
 # gcc (fake driver libraries), python3-venv (the .venv), busybox-static (test rootfs; Debian's
 # dynamically linked busybox works too: the test rootfs carries its libraries), util-linux (unshare, nsenter),
 # the container engines the end-to-end tests start containers with (containerd for the CRI test),
-# strace (a test injects SIGKILL at one exact syscall with it), and musl with musl-tools (a musl test image).
+# strace (a test injects SIGKILL at one exact syscall with it), musl with musl-tools (a musl test image),
+# and shellcheck (make lint).
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -18,6 +19,7 @@ have dockerd || need+=(docker.io)
 have containerd || need+=(containerd)  # the Kubernetes node test (CRI): containerd 1.6 and ctr
 have strace || need+=(strace)
 have musl-gcc || need+=(musl musl-tools)  # an Alpine-like test image: musl's loader, and cudacheck built for it
+have shellcheck || need+=(shellcheck)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2

@@ -30,7 +30,7 @@ def leftovers(directory: Path, target: str) -> list[str]:
 
 def in_child_with_file_size_limit(write: Callable[[], None]) -> int:
     """Run ``write`` in a forked child whose files cannot grow past LIMIT bytes (write(2) returns
-    a short count, then EFBIG); 0 when it raised, 1 when it returned, 2 on anything else."""
+    a short count, then EFBIG); 0 when it raised OSError, 1 when it returned, 2 on anything else."""
     pid = os.fork()
     if pid == 0:
         code = 2
@@ -40,7 +40,7 @@ def in_child_with_file_size_limit(write: Callable[[], None]) -> int:
             try:
                 write()
                 code = 1
-            except Exception:
+            except OSError:
                 code = 0
         finally:
             os._exit(code)
@@ -160,7 +160,7 @@ def _shim(d: Path) -> None:
 def _configure(d: Path) -> None:
     from ponytail.engines.configure.files import write_atomically
 
-    write_atomically(str(d / "daemon.json"), "a" * BIG, backup=False)
+    write_atomically(str(d / "daemon.json"), "a" * BIG)
 
 
 def _cuda_cache(d: Path) -> None:

@@ -195,6 +195,21 @@ def test_list_names_from_a_file_and_from_this_host(shared_host: FakeHost, tmp_pa
     assert bad.returncode == 2 and "at least one device" in bad.stderr.decode()
 
 
+@pytest.mark.parametrize("name, content", [
+    ("truncated.json", b'{"cdiVersion": '), ("truncated.yaml", b"devices: [{name: a"), ("latin1.json", b'{"kind": "\xe9"}'),
+    ("bad-date.yaml", b"cdiVersion: 2001-13-14"), ("bad-float.yaml", b"cdiVersion: !!float x"),
+    ("python-tag.yaml", b"kind: !!python/object/apply:os.system [true]"),
+    ("deep.json", b"[" * 100000), ("deep.yaml", b"[" * 100000),
+])
+def test_a_file_that_is_no_spec_is_one_line_and_exit_2(tmp_path: Path, name: str, content: bytes) -> None:
+    """What JSON and YAML can raise on a bad file, and nothing else, is turned into that line."""
+    (tmp_path / name).write_bytes(content)
+    result = run_ponytail(["cdi", "list", str(tmp_path / name)])
+    stderr = result.stderr.decode()
+    assert result.returncode == 2 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith(f"ponytail: error: {tmp_path / name} is not a CDI spec: "), stderr
+
+
 def test_check_says_when_the_spec_went_stale(tmp_path: Path) -> None:
     host = FakeHost(tmp_path / "host", gpu_list=gpus(2))
     spec = tmp_path / "nvidia.yaml"

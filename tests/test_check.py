@@ -362,3 +362,10 @@ def test_an_image_linker_config_of_many_directories_is_read_in_linear_time(tmp_p
     finally:
         os.close(distinct)
         os.close(repeated)
+
+
+def test_a_container_check_without_bundle_or_rootfs_is_a_finding_not_an_assertion() -> None:
+    from ponytail.cli.check import FAIL, Finding, check_container
+    from ponytail.config import Config
+
+    assert check_container(Config(), None, None) == [Finding("container", "rootfs", FAIL, "no container to check: pass --bundle or --rootfs")]

@@ -198,7 +198,7 @@ def test_a_mig_change_is_seen_by_the_next_run(tmp_path: Path) -> None:
 
 def _poison(cache: Path, evil: Path) -> bytes:
     """The cache's entry with one more library, ``evil``."""
-    key, witnesses, (libraries, *rest) = marshal.loads(cache.read_bytes())
+    key, witnesses, (libraries, *rest) = marshal.loads(cache.read_bytes())  # noqa: S302 - the test's own cache file
     bogus = (str(evil), str(evil), "/usr/lib/x86_64-linux-gnu/libevil.so.1", "libevil.so.1", "compute", 64)
     return marshal.dumps((key, witnesses, (libraries + (bogus,), *rest)))
 
@@ -234,7 +234,7 @@ def test_a_hostile_cache_file_is_ignored(host: FakeHost, tmp_path: Path, case: s
         setup = subprocess.run(["sh", "-c", HOSTILE[case]], env={**os.environ, "C": str(cache), "P": str(poisoned)})
         assert setup.returncode == 0
     else:
-        key, witnesses, _ = marshal.loads(cache.read_bytes())
+        key, witnesses, _ = marshal.loads(cache.read_bytes())  # noqa: S302 - the test's own cache file
         cache.write_bytes(marshal.dumps((key, witnesses, ((str(evil),), (), (), (), ()))))
     result = run_ponytail(["list", "-config", str(config)])
     assert result.returncode == 0, result.stderr

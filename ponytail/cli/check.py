@@ -446,7 +446,8 @@ def check_container(config: Config, bundle: str | None, rootfs: str | None) -> l
             return [Finding("container", "bundle", FAIL, e.message)]
         env, annotations = container.env, container.annotations
         rootfs = rootfs or container.rootfs
-    assert rootfs is not None
+    if rootfs is None:
+        return [Finding("container", "rootfs", FAIL, "no container to check: pass --bundle or --rootfs")]
     if not os.path.isdir(rootfs):
         return [Finding("container", "rootfs", FAIL, f"{rootfs} is not a directory: pass the container's rootfs")]
     try:

@@ -47,7 +47,7 @@ def _as_typed(command: click.Command, ctx: click.Context, args: list[str], error
     """The unknown option as the user typed it, with the nearest known spellings of the same dashes."""
     known = spellings(command, ctx)
     for at, token in enumerate(args):
-        if token == "--":
+        if token == "--":  # noqa: S105 - a command-line token, not a password
             break
         name = token.split("=", 1)[0]
         if name.startswith("-") and name not in known and name.startswith(error.option_name):

@@ -33,21 +33,17 @@ def parse_ld_cache(data: bytes) -> list[tuple[str, str]]:
 
 # An entry's flags (glibc's ldconfig.h): the library's type in the low byte (FLAG_ELF_LIBC6,
 # 0x03, for every glibc library) and the ABI it needs in the high byte, 0x0000 for the
-# architecture's default one (i386, 32-bit ARM soft-float before FLAG_ARM_LIBSF...).
+# architecture's default one (i386, 32-bit ARM soft-float before FLAG_ARM_LIBSF...). Only the
+# 64-bit ABIs are named here; the others are 32-bit: MIPS n32 0x0600 and 0x0D00 (NaN-2008),
+# x32 0x0800, 32-bit ARM hard-float 0x0900 and soft-float 0x0B00, MIPS o32 NaN-2008 0x0C00.
 FLAG_REQUIRED_MASK = 0xFF00
 FLAG_SPARC_LIB64 = 0x0100
 FLAG_IA64_LIB64 = 0x0200
 FLAG_X8664_LIB64 = 0x0300
 FLAG_S390_LIB64 = 0x0400
 FLAG_POWERPC_LIB64 = 0x0500
-FLAG_MIPS64_LIBN32 = 0x0600  # 32-bit pointers on a 64-bit CPU
 FLAG_MIPS64_LIBN64 = 0x0700
-FLAG_X8664_LIBX32 = 0x0800  # x32: 32-bit pointers on x86-64
-FLAG_ARM_LIBHF = 0x0900  # 32-bit ARM, hard-float
 FLAG_AARCH64_LIB64 = 0x0A00
-FLAG_ARM_LIBSF = 0x0B00  # 32-bit ARM, soft-float
-FLAG_MIPS_LIB32_NAN2008 = 0x0C00
-FLAG_MIPS64_LIBN32_NAN2008 = 0x0D00
 FLAG_MIPS64_LIBN64_NAN2008 = 0x0E00
 FLAG_RISCV_FLOAT_ABI_SOFT = 0x0F00  # RISC-V and LoongArch name their float ABI; glibc's
 FLAG_RISCV_FLOAT_ABI_DOUBLE = 0x1000  # ports that use them are 64-bit (riscv64, loongarch64)

@@ -26,11 +26,6 @@ def is_nvidia_gpu(function: PciFunction) -> bool:
     return function.vendor == NVIDIA_VENDOR and (function.pci_class >> 8) in GPU_CLASSES
 
 
-def nvidia_gpu_bus_ids(sys_root: str, udev: bool = True) -> list[str]:
-    """Bus ids of the NVIDIA GPUs under ``sys_root``, in PCI bus order."""
-    return [f.bus_id for f in nvidia_gpus(sys_root, udev)]
-
-
 def nvidia_gpus(sys_root: str, udev: bool = True) -> list[PciFunction]:
     """The NVIDIA GPUs under ``sys_root`` (bus ids in lower case), in PCI bus order.
 

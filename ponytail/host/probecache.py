@@ -190,7 +190,7 @@ def _read(cache_dir: str, name: str) -> tuple | None:
     finally:
         os.close(fd)
     try:
-        entry = marshal.loads(data)
+        entry = marshal.loads(data)  # noqa: S302 - root's own file (checked above), data only, its shape checked below
     except (ValueError, EOFError, TypeError):
         return None
     return entry if type(entry) is tuple and len(entry) == 3 and type(entry[0]) is tuple else None

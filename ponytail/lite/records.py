@@ -7,8 +7,9 @@ fields from the class annotations in order, defaults and
 ``field(default=..., default_factory=..., compare=..., repr=...)``, positional or keyword
 construction, ``repr``, ``==`` (same class, equal compared fields),
 ``frozen=True`` (assignment raises FrozenInstanceError; instances hash by their
-compared fields), ``__post_init__`` and inheritance; ``fields()`` and
-``replace()`` as in dataclasses. tests/test_records.py holds it to dataclasses.
+compared fields) and inheritance; ``fields()`` and ``replace()`` as in dataclasses.
+A class with ``__post_init__`` is refused (a TypeError), not built without calling it.
+tests/test_records.py holds it to dataclasses.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def replace(instance: Any, **changes: Any) -> Any:
 
 
 def _build(cls: type, frozen: bool) -> type:
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__qualname__}: a record has no __post_init__ (use dataclasses, or a function that makes it)")
     # inherited fields first, as dataclasses does
     base = next((b.__dict__["__record_spec__"] for b in cls.__mro__[1:] if "__record_spec__" in b.__dict__), None)
     names: list[str] = list(base[0]) if base else []
@@ -138,8 +141,6 @@ def _add_methods(
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if not kwargs and len(args) == count:  # the usual call: every field, in order
             self.__dict__.update(zip(names, args, strict=True))
-            if post_init is not None:
-                post_init(self)
             return
         if len(args) > count:
             raise TypeError(f"{title}() takes {count} positional arguments but {len(args)} were given")
@@ -160,8 +161,6 @@ def _add_methods(
                     else:
                         raise TypeError(f"{title}() missing required argument: {name!r}")
         self.__dict__.update(values)  # bypasses a frozen __setattr__, as dataclasses' __init__ does
-        if post_init is not None:
-            post_init(self)
 
     def __repr__(self: Any) -> str:
         return f"{type(self).__qualname__}({', '.join(f'{name}={getattr(self, name)!r}' for name in shown)})"
@@ -171,7 +170,6 @@ def _add_methods(
             return NotImplemented
         return values_of(self) == values_of(other)
 
-    post_init = cls.__dict__.get("__post_init__")
     methods: dict[str, Any] = {"__init__": __init__, "__repr__": __repr__, "__eq__": __eq__}
     if frozen:
 

@@ -13,11 +13,7 @@ specification requires of it.
 
 from __future__ import annotations
 
-from ponytail.plan.operations import LinkerCache, Mount, Plan, ProcMask, Symlink
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import TypeGuard
+from ponytail.plan.operations import LinkerCache, Mount, Operation, Plan, ProcMask, Symlink
 
 KIND = "nvidia.com/gpu"
 VOID_ENV = "NVIDIA_VISIBLE_DEVICES=void"  # so the legacy prestart hook injects nothing as well
@@ -31,13 +27,14 @@ DEVICE_PERMISSIONS = "rw"  # as the plan's AllowDevices rules
 def build_spec(shared: Plan, devices: list[tuple[str, Plan]], hook_command: str, hook_options: list[str], kind: str = KIND) -> dict:
     """The spec of ``kind`` offering ``devices`` (name, the plan for that device alone) beside
     the ``shared`` plan (for no device); its hook runs ``hook_command cdi-hook *hook_options``."""
-    shared_nodes = {op.target for op in shared.operations if _is_node(op)}
+    shared_nodes = _device_nodes(shared.operations)
+    shared_paths = {node["path"] for node in shared_nodes}
     entries = []
     for name, plan in devices:
-        nodes = [_device_node(op) for op in plan.operations if _is_node(op) and op.target not in shared_nodes]
+        nodes = [node for node in _device_nodes(plan.operations) if node["path"] not in shared_paths]
         entries.append({"name": name, "containerEdits": {"deviceNodes": nodes}})
     edits: dict = {"env": [VOID_ENV]}
-    edits["deviceNodes"] = [_device_node(op) for op in shared.operations if _is_node(op)]
+    edits["deviceNodes"] = shared_nodes
     edits["mounts"] = [_mount(op) for op in shared.operations if isinstance(op, Mount) and op.kind != "device"]
     args = hook_arguments(shared, hook_options)
     if args:
@@ -52,7 +49,7 @@ def build_feature_spec(kind: str, devices: list[tuple[str, list[Mount]]]) -> dic
     read-only files, nothing shared and no hook (a feature needs no work inside the container)."""
     entries = []
     for name, ops in devices:
-        edits: dict = {"deviceNodes": [_device_node(op) for op in ops if _is_node(op)]}
+        edits: dict = {"deviceNodes": _device_nodes(tuple(ops))}
         mounts = [_mount(op) for op in ops if op.kind != "device"]
         if mounts:
             edits["mounts"] = mounts
@@ -206,17 +203,17 @@ def _edit_problems(edits: dict) -> list[str]:
     return found
 
 
-def _is_node(op: object) -> TypeGuard[Mount]:
-    return isinstance(op, Mount) and op.kind == "device" and op.rdev is not None
-
-
-def _device_node(op: Mount) -> dict:
-    assert op.rdev is not None
-    node: dict = {"path": op.target}
-    if op.source != op.target:
-        node["hostPath"] = op.source
-    node.update(type="c", major=op.rdev[0], minor=op.rdev[1], permissions=DEVICE_PERMISSIONS)
-    return node
+def _device_nodes(operations: tuple[Operation, ...]) -> list[dict]:
+    """The CDI deviceNodes of the device-node mounts among ``operations``, in order."""
+    nodes = []
+    for op in operations:
+        if isinstance(op, Mount) and op.kind == "device" and op.rdev is not None:
+            node: dict = {"path": op.target}
+            if op.source != op.target:
+                node["hostPath"] = op.source
+            node.update(type="c", major=op.rdev[0], minor=op.rdev[1], permissions=DEVICE_PERMISSIONS)
+            nodes.append(node)
+    return nodes
 
 
 def _mount(op: Mount) -> dict:

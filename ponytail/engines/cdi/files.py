@@ -165,15 +165,22 @@ def read_spec(path: str) -> dict:
         else:
             import yaml
 
-            spec = yaml.safe_load(raw)
-    except Exception as e:  # json's and yaml's errors alike: the file is not a spec
-        from ponytail.errors import one_line
-
-        raise InputError(f"{path} is not a CDI spec: {type(e).__name__}: {one_line(str(e))}") from e
+            try:
+                spec = yaml.safe_load(raw)
+            except yaml.YAMLError as e:
+                raise _not_a_spec(path, e) from e
+    except (ValueError, RecursionError) as e:  # bad JSON, bad UTF-8, a bad YAML value (a date, a float), nesting too deep
+        raise _not_a_spec(path, e) from e
     found = problems(spec)
     if found or not isinstance(spec, dict):  # problems() finds a spec that is not an object
         raise InputError(f"{path} is not a valid CDI spec: {found[0] if found else 'not an object'}")
     return spec
+
+
+def _not_a_spec(path: str, e: Exception) -> InputError:
+    from ponytail.errors import one_line
+
+    return InputError(f"{path} is not a CDI spec: {type(e).__name__}: {one_line(str(e))}")
 
 
 def default_spec_path() -> str:

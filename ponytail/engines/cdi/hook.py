@@ -60,7 +60,7 @@ def main(options: Mapping[str, object]) -> int:
         log.write("error", e.message)
         print(f"ponytail: error: {one_line(e.message)}", file=sys.stderr)
         return e.exit_code
-    except Exception as e:  # a bug: still one line for the user, the details in the log
+    except Exception as e:  # noqa: BLE001 - a bug: still one line for the user, the details in the log
         import traceback
 
         log.write("error", "internal error (cdi-hook): " + traceback.format_exc().replace("\n", " | "))

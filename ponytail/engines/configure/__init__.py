@@ -23,7 +23,6 @@ from types import ModuleType
 
 from ponytail.engines.configure.model import Edit, Settings
 
-ENGINE_NAMES = ("docker", "containerd", "crio", "podman")
 DEFAULT_STATE_DIR = "/var/lib/ponytail/configure"  # ponytail.engines.configure.undo: where no engine reads
 
 

@@ -44,13 +44,12 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
     if containerd is None:
         return Edit(path, text, text, ())
     runtimes = _table(path, containerd, ("runtimes",), create=not remove, where=where)
-    if remove:
+    if remove or runtimes is None:  # None only for a removal, which creates no table
         return _result(path, text, document, _remove(containerd, runtimes, where, settings.runtime_name, added or {}), tomlkit)
     changes: list[str] = []
     recorded: dict[str, object] = {}
     name = settings.runtime_name
     default = str(containerd.get("default_runtime_name", "runc"))
-    assert runtimes is not None
     runc = runtimes.get("runc")
     if runc is not None and not isinstance(runc, dict):
         raise ConfigError(f"{path}: [{where}.runtimes.runc] is not a table; fix it by hand first")
