@@ -12,30 +12,30 @@ from ponytail.host.cuda import CACHE_ENTRIES, cuda_driver_version
 from support.fakehost import LIB_DIR, FakeHost, compile_library
 
 
-def libcuda(host: FakeHost) -> str:
-    return str(host.driver / LIB_DIR.lstrip("/") / "libcuda.so.1")
+def ask(host: FakeHost, cache: str) -> int:
+    return cuda_driver_version(str(host.driver), f"{LIB_DIR}/libcuda.so.1", cache)
 
 
 def test_two_driver_roots_are_both_remembered(tmp_path: Path) -> None:
     a = FakeHost(tmp_path / "a", cuda_version=12040)
     b = FakeHost(tmp_path / "b", cuda_version=12020)
     cache = tmp_path / "cache"
-    assert cuda_driver_version(libcuda(a), str(cache)) == 12040
-    assert cuda_driver_version(libcuda(b), str(cache)) == 12020
+    assert ask(a, str(cache)) == 12040
+    assert ask(b, str(cache)) == 12020
     entries = json.loads((cache / "cuda-version.json").read_text())
     assert sorted(entries.values()) == [12020, 12040]
-    assert cuda_driver_version(libcuda(a), str(cache)) == 12040  # from the cache, still right
+    assert ask(a, str(cache)) == 12040  # from the cache, still right
 
 
 def test_a_replaced_libcuda_is_asked_again(tmp_path: Path) -> None:
     host = FakeHost(tmp_path / "host", cuda_version=12040)
     cache = str(tmp_path / "cache")
-    assert cuda_driver_version(libcuda(host), cache) == 12040
+    assert ask(host, cache) == 12040
     newer = compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{host.driver_version}", host.driver_version, 12080)
     target = host.driver / LIB_DIR.lstrip("/") / f"libcuda.so.{host.driver_version}"
     target.unlink()
     shutil.copy(newer, target)  # a driver update in place: a new file at the same path
-    assert cuda_driver_version(libcuda(host), cache) == 12080
+    assert ask(host, cache) == 12080
 
 
 def test_the_cache_stays_small(tmp_path: Path) -> None:
@@ -43,7 +43,8 @@ def test_the_cache_stays_small(tmp_path: Path) -> None:
     cache.mkdir()
     old = {f"/gone/libcuda.so.{i}:1:{i}:1:1": 11000 + i for i in range(3 * CACHE_ENTRIES)}
     (cache / "cuda-version.json").write_text(json.dumps(old))
+    (cache / "cuda-version.json").chmod(0o600)
     host = FakeHost(tmp_path / "host")
-    assert cuda_driver_version(libcuda(host), str(cache)) == 12040
+    assert ask(host, str(cache)) == 12040
     entries = json.loads((cache / "cuda-version.json").read_text())
     assert len(entries) == CACHE_ENTRIES and 12040 in entries.values()

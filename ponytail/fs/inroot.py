@@ -109,7 +109,19 @@ def real_path_in_root(root_fd: int, path: str) -> str | None:
 
 
 def read_file_in_root(root_fd: int, path: str, limit: int) -> bytes | None:
-    """At most ``limit`` bytes of a regular file of the root, or None (missing, not a regular
+    """At most ``limit`` bytes of a regular file of the root, or None (see open_file_in_root)."""
+    fd = open_file_in_root(root_fd, path)
+    if fd is None:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read(limit)
+        except OSError:
+            return None
+
+
+def open_file_in_root(root_fd: int, path: str) -> int | None:
+    """A read-only descriptor of a regular file of the root, or None (missing, not a regular
     file, unsafe, unreadable). Opened without following a last link and without blocking, and
     checked again once open (a FIFO swapped in meanwhile is not read)."""
     try:
@@ -120,14 +132,14 @@ def read_file_in_root(root_fd: int, path: str, limit: int) -> bytes | None:
         if not resolved.exists or not stat.S_ISREG(resolved.mode):
             return None
         fd = os.open(resolved.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            return f.read(limit)
     except OSError:
         return None
     finally:
         resolved.close()
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 def open_root(path: str) -> int:
