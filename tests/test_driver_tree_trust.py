@@ -1,11 +1,12 @@
 """A driver's code never runs as root, and a registered driver tree is only as trusted as
 whoever can write it.
 
-- The CUDA version (for NVIDIA_REQUIRE_CUDA) is asked of libcuda by a child that gave up
-  root: its fake libcuda's constructor reports what it ran as, through a FIFO: user and
-  group nobody, no capability (the bounding set too), no_new_privs, and every mount
-  read-only (it cannot create a file in a directory that nobody may write). That holds for
-  a registered tree's libcuda and for the host's own driver root.
+- The CUDA version (for NVIDIA_REQUIRE_CUDA) is asked of libcuda, and MIG UUIDs of
+  libnvidia-ml, by a child that gave up root: the fake library's constructor
+  (tests/c/spy.h) reports what it ran as, through a FIFO: user and group nobody, no
+  capability (the bounding set too), no_new_privs, and every mount read-only (it cannot
+  create a file in a directory that anyone may write). That holds for a registered tree's
+  libcuda and for the host's own driver root.
 - A [drivers.NAME] tree that someone other than root could change (the root, a directory
   above it or below it, a file used, its ld.so.cache) is refused with one line naming the
   path, its owner and mode, and what to do.
@@ -91,12 +92,16 @@ def spied(fifo: Path, run: Callable[[], subprocess.CompletedProcess]) -> tuple[s
     return result, fields
 
 
-@pytest.mark.parametrize("whose", ["registered tree", "host driver root"])
-def test_libcuda_is_asked_for_the_cuda_version_as_nobody_without_capabilities(
+@pytest.mark.parametrize("whose", ["registered tree", "host driver root", "NVML for a MIG UUID"])
+def test_driver_libraries_are_loaded_as_nobody_without_capabilities(
     host: tuple[FakeHost, Path], tmp_path: Path, spy: Path, whose: str
 ) -> None:
+    """libcuda asked for the CUDA version (a tree's, the host's), libnvidia-ml for MIG UUIDs."""
     fake, config = host
     env = ["NVIDIA_REQUIRE_CUDA=cuda>=12.0"] + (["PONYTAIL_DRIVER=dev"] if whose == "registered tree" else [])
+    if whose.startswith("NVML"):
+        mig = FakeHost(tmp_path / "mig", gpu_list=gpus(1), mig={0: [(1, 0)]})
+        config, env = mig.write_config(), [f"NVIDIA_VISIBLE_DEVICES={FakeHost.mig_uuid(0, 1, 0)}"]
     environ = {"PONYTAIL_TEST_SPY": str(spy / "fifo"), "PONYTAIL_TEST_SPY_WRITE": str(spy / "open/planted")}
     result, seen = spied(spy / "fifo", lambda: hook_dry_run(tmp_path, config, env, environ))
     assert result.returncode == 0, result.stderr

@@ -39,7 +39,7 @@ def make_plan(
         from ponytail.container.umd import refuse_untrusted_tree
 
         refuse_untrusted_tree(tree, config.driver_root, [f.path for f in (*host.libraries, *host.binaries, *host.files)])
-    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree_version))
+    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree, tree_version))
     mig_gpus = {
         what: select_gpus(host.gpus, wanted)
         for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
@@ -142,8 +142,13 @@ def _unmet_requirement(
     return None
 
 
-def _mig_uuids(config: Config, host: Host, tree_version: str = "") -> dict[str, tuple[int, int, int]]:
+def _mig_uuids(config: Config, host: Host, tree: str, tree_version: str) -> dict[str, tuple[int, int, int]]:
     from ponytail.host.mig import mig_uuids
-    from ponytail.host.probe import find_driver_library
+    from ponytail.host.probe import find_driver_file
 
-    return mig_uuids(find_driver_library(config, tree_version or host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host), config.timeout_probe)
+    nvml = find_driver_file(config, tree_version or host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host)
+    if tree:  # not among the request's files when it does not ask for utility
+        from ponytail.container.umd import refuse_untrusted_tree
+
+        refuse_untrusted_tree(tree, config.driver_root, [nvml.path])
+    return mig_uuids(nvml.host_path, config.timeout_probe)
