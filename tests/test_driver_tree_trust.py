@@ -182,5 +182,9 @@ def test_the_strict_policy_refuses_an_unprivileged_containers_choice_of_tree(hos
     assert "PONYTAIL_DRIVER='dev' refused: unprivileged container" in out, out
     assert f"{fake.driver}{LIB_DIR}/libcuda.so.{fake.driver_version}" in out and "umd/dev" not in out, out
     assert "refused" in fake.log.read_text()
+    check = json.loads(run_ponytail(["check", "-config", str(config), "--bundle", str(tmp_path / "bundle"), "--json"]).stdout)
+    said = {(f["subject"], f["level"]): f["message"] for f in check["findings"] if f["area"] == "container"}
+    assert "refused: unprivileged container" in said[("driver tree", "warning")], said  # ponytail check says the same
+    assert "host driver root" in said[("driver", "ok")], said
     privileged = hook_dry_run(tmp_path, config, env, privileged=True, mounts=plugin).stdout.decode()
     assert f"umd/dev{LIB_DIR}/libcuda.so.{TREE[0]}" in privileged and "refused" not in privileged, privileged
