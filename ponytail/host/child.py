@@ -40,11 +40,14 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
+PR_GET_NO_NEW_PRIVS = 39
+PR_CAPBSET_READ = 23
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_IS_SET = 1
+CAPABILITY_VERSION_3 = 0x20080522
 SIGKILL = 9
 NOBODY = 65534
 CLONE_NEWNS = 0x00020000
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
@@ -136,16 +139,15 @@ def _give_up_root(parent: int) -> str | None:
         _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
     read_only = MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-    steps = (
-        ("unshare(CLONE_NEWNS)", lambda: libc.unshare(CLONE_NEWNS)),
-        ("mount --make-rprivate /", lambda: libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None)),
-        ("mount_setattr(/, read-only, recursive)", lambda: libc.syscall(
-            SYS_MOUNT_SETATTR, AT_FDCWD, b"/", ctypes.c_uint(AT_RECURSIVE), ctypes.byref(read_only), ctypes.c_size_t(ctypes.sizeof(read_only)))),
-        ("PR_SET_NO_NEW_PRIVS", lambda: libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)),
-    )
-    for what, call in steps:
-        if call() != 0:
-            return f"{what}: {os.strerror(ctypes.get_errno())}"
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}"
+    # a mount's flags are its own, never propagated: the host's mounts stay as they are
+    size = ctypes.c_size_t(ctypes.sizeof(read_only))
+    if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", ctypes.c_uint(AT_RECURSIVE), ctypes.byref(read_only), size) != 0:
+        if ctypes.get_errno() != EINVAL:  # EINVAL (valid flags on 5.12+): "/" is no mount (a chroot), nothing to change
+            return f"mount_setattr(/, read-only, recursive): {os.strerror(ctypes.get_errno())}"
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"PR_SET_NO_NEW_PRIVS: {os.strerror(ctypes.get_errno())}"
     for cap in range(64):  # the bounding set: until the kernel says there is no such capability
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             if ctypes.get_errno() == EINVAL:
@@ -159,20 +161,34 @@ def _give_up_root(parent: int) -> str | None:
         return f"becoming nobody: {e.strerror}"
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     _die_with_parent(parent)  # a change of user clears the parent-death signal: asked again
-    return _still_privileged()
+    return _still_privileged(libc)
 
 
-def _still_privileged() -> str | None:
-    """What in /proc/self/status says this process has kept any privilege, or None."""
-    with open("/proc/self/status", "rb") as f:  # bytes: nobody may not be able to import a codec
-        text = f.read().decode("ascii", "replace")
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    expected = {"Uid": f"{NOBODY} " * 4, "Gid": f"{NOBODY} " * 4, "Groups": "", "NoNewPrivs": "1",
-                **{c: "0" * 16 for c in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}}
-    for name, value in expected.items():
-        if " ".join(fields.get(name, "?").split()) != value.strip():
-            return f"{name} is {fields.get(name, 'missing').strip()!r} after dropping privileges"
+def _still_privileged(libc: Any) -> str | None:
+    """What this process has kept of any privilege, asked of the kernel (no /proc needed), or None."""
+    import ctypes
+
+    if os.getresuid() != (NOBODY,) * 3 or os.getresgid() != (NOBODY,) * 3 or os.getgroups():
+        return f"still uids {os.getresuid()}, gids {os.getresgid()}, groups {os.getgroups()}"
+    if libc.prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1:
+        return "no_new_privs is not set"
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    sets = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; twice (capabilities 0-31, 32-63)
+    if libc.capget(header, sets) != 0 or any(sets):
+        return f"capabilities left: {list(sets)}"
+    for cap in range(64):
+        bounding = libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0)
+        if bounding < 0:
+            break  # no such capability: all were looked at
+        if bounding or libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) > 0:
+            return f"capability {cap} left in the bounding or ambient set"
     return None
+
+
+def loadable(fd: int, path: str) -> str:
+    """The name a child loads the library open on ``fd`` by: that very file through
+    /proc/self/fd, or ``path`` where there is no /proc (a bare chroot)."""
+    return f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else path
 
 
 def _die_with_parent(parent: int) -> None:

@@ -70,7 +70,7 @@ def _ask_in_child(fd: int, where: str, timeout_s: float) -> int:
     from ponytail.host.child import ChildTimeout, run_in_child
 
     try:
-        result = run_in_child(_ask_libcuda, fd, timeout_s=timeout_s, unprivileged=True)
+        result = run_in_child(_ask_libcuda, fd, where, timeout_s=timeout_s, unprivileged=True)
     except ChildTimeout as e:
         raise ProbeError(
             f"cannot get the CUDA version from {where}: cuDriverGetVersion {e} (a wedged GPU?); "
@@ -98,13 +98,15 @@ def _plausible(value: object) -> TypeGuard[int]:
     return type(value) is int and 1000 <= value < 1000000  # not a bool, a float, a string
 
 
-def _ask_libcuda(fd: int) -> int | str:
+def _ask_libcuda(fd: int, path: str) -> int | str:
     """In the child: load the file open on ``fd`` (the one that was checked, not a path
     that could lead elsewhere by now) and ask it."""
     import ctypes
 
+    from ponytail.host.child import loadable
+
     try:
-        lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
+        lib = ctypes.CDLL(loadable(fd, path))
         value = ctypes.c_int(0)
         status = lib.cuDriverGetVersion(ctypes.byref(value))
     except (OSError, AttributeError) as e:

@@ -141,6 +141,7 @@ def _query_nvml(fd: int, libnvidia_ml: str) -> dict[str, list[int]] | str:
 
     import pynvml
 
+    from ponytail.host.child import loadable
     from ponytail.host.elf import NotElf, read_elf_info_file
 
     try:
@@ -153,7 +154,7 @@ def _query_nvml(fd: int, libnvidia_ml: str) -> dict[str, list[int]] | str:
     try:
         # Loaded first, by its path: the dynamic linker then gives nvidia-ml-py, which asks
         # for libnvidia-ml.so.1, this library (a loaded library answers to its SONAME).
-        driver_nvml = ctypes.CDLL(f"/proc/self/fd/{fd}")
+        driver_nvml = ctypes.CDLL(loadable(fd, libnvidia_ml))
         pynvml.nvmlInit()
         found: dict[str, list[int]] = {}
         for i in range(pynvml.nvmlDeviceGetCount()):
