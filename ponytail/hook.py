@@ -80,9 +80,15 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     rootfs = container.rootfs if container else options.root
     driver = None
     if container is not None and _names_driver_tree(container):
-        from ponytail.container.umd import requested_tree
+        from ponytail.container.umd import refused_tree, requested_tree
 
         driver = requested_tree(container.env, container.annotations)
+        refusal = refused_tree(driver, container.privileged, config.accept_env_when_unprivileged)
+        if refusal is not None:  # the strict policy: an unprivileged container chooses no driver code either
+            log.write("warning", refusal)
+            if options.debug:
+                stdout.write(f"ponytail -debug: {refusal}\n")
+            driver = None
     from ponytail.plan.make import make_plan
 
     plan, host = make_plan(

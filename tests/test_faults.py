@@ -152,7 +152,9 @@ def requirement_dry_run(host: FakeHost, tmp_path: Path, setup: str, runs: int = 
     bundle = bundle_for(tmp_path, make_rootfs(tmp_path / "rootfs"), env=["PATH=/bin", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"])
     state = tmp_path / "state.json"
     state.write_text(state_for(bundle, os.getpid()))
-    run = f"{console_script('ponytail')} -config {host.write_config()} -debug < {state} > /dev/null; echo rc=$?"
+    config = host.write_config()
+    config.write_text(config.read_text().replace(f'dir = "{host.base}/cache"', 'dir = "/run/ponytail"'))
+    run = f"{console_script('ponytail')} -config {config} -debug < {state} > /dev/null; echo rc=$?"
     script = f"mount -t tmpfs -o size=1m tmpfs /run\nmkdir /run/ponytail\n{setup}\n" + f"{run}\n" * runs
     return in_private_mount_ns(script + "ls -A /run/ponytail; cat /run/ponytail/cuda-version.json 2>/dev/null || true")
 
@@ -168,7 +170,7 @@ def libcuda_key(host: FakeHost) -> str:
 def test_an_odd_value_in_the_cuda_cache_is_ignored_and_rewritten(host: FakeHost, tmp_path: Path, value: str) -> None:
     cache = tmp_path / "cache.json"
     cache.write_text(json.dumps({libcuda_key(host): "PLACEHOLDER"}).replace('"PLACEHOLDER"', value))
-    result = requirement_dry_run(host, tmp_path, f"cp {cache} /run/ponytail/cuda-version.json")
+    result = requirement_dry_run(host, tmp_path, f"install -m 600 {cache} /run/ponytail/cuda-version.json")
     assert result.stdout.splitlines()[0] == "rc=0", result
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == {libcuda_key(host): 12040}
@@ -178,7 +180,7 @@ def test_an_odd_value_in_the_cuda_cache_is_ignored_and_rewritten(host: FakeHost,
 def test_a_cuda_cache_that_is_not_a_table_is_ignored_and_rewritten(host: FakeHost, tmp_path: Path, content: str) -> None:
     cache = tmp_path / "cache.json"
     cache.write_text(content)
-    result = requirement_dry_run(host, tmp_path, f"cp {cache} /run/ponytail/cuda-version.json")
+    result = requirement_dry_run(host, tmp_path, f"install -m 600 {cache} /run/ponytail/cuda-version.json")
     assert result.stdout.splitlines()[0] == "rc=0" and result.stderr == "", result
     assert json.loads(result.stdout.splitlines()[-1]) == {libcuda_key(host): 12040}
 

@@ -437,6 +437,7 @@ def check_container(config: Config, bundle: str | None, rootfs: str | None) -> l
 
     env: dict[str, str] = {}
     annotations: dict[str, str] = {}
+    privileged = True  # a rootfs alone: as a privileged container, whose choice of tree is always taken
     if bundle is not None:
         from ponytail.container.oci import State, load_container
 
@@ -444,13 +445,13 @@ def check_container(config: Config, bundle: str | None, rootfs: str | None) -> l
             container = load_container(State("check", 1, os.path.abspath(bundle), "created", {}))
         except PonytailError as e:
             return [Finding("container", "bundle", FAIL, e.message)]
-        env, annotations = container.env, container.annotations
+        env, annotations, privileged = container.env, container.annotations, container.privileged
         rootfs = rootfs or container.rootfs
     if rootfs is None:
         return [Finding("container", "rootfs", FAIL, "no container to check: pass --bundle or --rootfs")]
     if not os.path.isdir(rootfs):
         return [Finding("container", "rootfs", FAIL, f"{rootfs} is not a directory: pass the container's rootfs")]
     try:
-        return loader_view(config, rootfs, env, annotations)
+        return loader_view(config, rootfs, env, annotations, privileged)
     except PonytailError as e:
         return [Finding("container", "driver", FAIL, e.message)]

@@ -32,17 +32,18 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
     from ponytail.config import config_path, load_config
     from ponytail.errors import PonytailError, ProbeError
     from ponytail.host.cuda import cuda_driver_version, format_cuda_version
-    from ponytail.host.probe import find_driver_library, probe_gpus
+    from ponytail.host.probe import find_driver_file, probe_gpus
 
     stdout = stdout or sys.stdout
     try:
         loaded = load_config(*config_path(config))
         found = probe_gpus(loaded)
         try:
-            libcuda = find_driver_library(loaded, found.driver_version, "libcuda", "libcuda.so.1")
+            libcuda = find_driver_file(loaded, found.driver_version, "libcuda", "libcuda.so.1").path
         except ProbeError:
             libcuda = None  # no compute libraries: info still shows the GPUs
-        cuda = format_cuda_version(cuda_driver_version(libcuda, timeout_s=loaded.timeout_probe)) if libcuda else None
+        asked = cuda_driver_version(loaded.driver_root, libcuda, loaded.cache_dir, loaded.timeout_probe) if libcuda else None
+        cuda = format_cuda_version(asked) if asked else None
     except PonytailError as e:
         print(f"ponytail: error: {e.message}", file=stderr or sys.stderr)
         return e.exit_code

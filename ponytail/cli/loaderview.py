@@ -24,18 +24,22 @@ SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 MAX_CONF_FILES = 64
 
 
-def loader_view(config: Config, rootfs: str, env: dict[str, str], annotations: dict[str, str]) -> list[Finding]:
-    from ponytail.container.umd import choose_tree, requested_tree
+def loader_view(config: Config, rootfs: str, env: dict[str, str], annotations: dict[str, str], privileged: bool = True) -> list[Finding]:
+    from ponytail.container.umd import choose_tree, refused_tree, requested_tree
     from ponytail.host.driver import read_driver_version
     from ponytail.host.probe import probe_host
     from ponytail.plan.compat import find_compat
 
     kernel = read_driver_version(config.proc_root)
-    tree_config, tree = choose_tree(config, requested_tree(env, annotations), kernel)
+    asked = requested_tree(env, annotations)
+    refusal = refused_tree(asked, privileged, config.accept_env_when_unprivileged)
+    tree_config, tree = choose_tree(config, None if refusal else asked, kernel)
     expected = tree.version or kernel
     host = probe_host(tree_config, ("utility", "compute"), udev=False, library_version=tree.version)
     compat = find_compat(rootfs, env, expected, config.cuda_compat)
     out = [Finding("container", "driver", OK, f"the container gets the {tree.describe()}")]
+    if refusal:
+        out.append(Finding("container", "driver tree", WARN, refusal))
     if compat is not None:
         out.append(Finding("container", "CUDA compat", OK, f"{compat.directory} {'used' if compat.used else 'not used'}: {compat.why}"))
     root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -7,6 +7,14 @@ ld.so.cache and the usual directories, filtered to its version), binaries and fi
 Device nodes, /proc and /sys stay the host's. The tree's version is read from its
 libraries' file names (libcuda.so.560.28.03), never by loading them; it must equal the
 loaded kernel module's unless the entry lists that module version (or "*").
+
+A tree's libraries go into containers and its libcuda is asked for the CUDA version, so
+the tree is held to ponytail.fs.trust's rule: every directory above it, its root and
+every directory and file down to each file used must be root's and writable by no one
+else, or the tree is refused with one line naming the path. Its files are read inside
+it (a link leading out of it leads nowhere; no read blocks). Under the strict Kubernetes
+policy (``[request] accept_env_when_unprivileged = false``) an unprivileged container's
+choice is refused like its NVIDIA_VISIBLE_DEVICES: it gets the host's driver root.
 """
 
 from __future__ import annotations
@@ -48,6 +56,30 @@ def requested_tree(env: dict[str, str] | None, annotations: dict[str, str] | Non
     return None
 
 
+def refused_tree(asked: tuple[str, str] | None, privileged: bool, accept_env_when_unprivileged: bool) -> str | None:
+    """Why the strict policy refuses a container's choice of tree, or None: an unprivileged
+    container under ``accept_env_when_unprivileged = false`` chooses no tree, by env or annotation."""
+    if asked is None or privileged or accept_env_when_unprivileged:
+        return None
+    return (
+        f"{asked[1]}={asked[0]!r} refused: unprivileged container and [request] accept_env_when_unprivileged = false; "
+        "the host's driver root serves it"
+    )
+
+
+def refuse_untrusted_tree(name: str, root: str, paths: list[str]) -> None:
+    """ProbeError when the tree at ``root`` or any of its ``paths`` (and its ld.so.cache) may
+    have been changed by someone other than root (ponytail.fs.trust)."""
+    from ponytail.fs.trust import untrusted_tree
+
+    problem = untrusted_tree(root, ["/etc/ld.so.cache", *paths])
+    if problem:
+        raise ProbeError(
+            f"driver tree '{name}' refused: {problem}; its code would be given to containers, so the tree must be root's and "
+            f"writable by no one else: chown -R root:root {root} && chmod -R go-w {root} (and the directories above it)"
+        )
+
+
 def choose_tree(config: Config, asked: tuple[str, str] | None, kernel_version: str) -> tuple[Config, TreeChoice]:
     """The config to probe with (its driver root the tree's) and the choice made.
 
@@ -61,6 +93,7 @@ def choose_tree(config: Config, asked: tuple[str, str] | None, kernel_version: s
         known = ", ".join(sorted(config.drivers)) or "none are registered"
         kind = "a path, not a registered driver name" if "/" in name else "not a registered driver tree"
         raise InputError(f"{source}={name!r} is {kind} (registered: {known}); the admin adds [drivers.NAME] to {config.path or 'the config'}")
+    refuse_untrusted_tree(name, tree.root, [])
     version = tree_version(tree.root)
     if version is None:
         raise ProbeError(
@@ -91,15 +124,15 @@ def soname_version(root: str, soname: str) -> tuple[str, str] | None:
     named by a driver version, looked up in the usual library directories, then its
     ld.so.cache; symlinks are resolved inside ``root``."""
     from ponytail.fs.inroot import real_path_in_root
-    from ponytail.host.files import host_path, library_dirs, library_version
-    from ponytail.host.ldcache import read_ld_cache
+    from ponytail.host.files import library_dirs, library_version
+    from ponytail.host.ldcache import read_ld_cache_in_root
 
     try:
         root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        cache = read_ld_cache(host_path(root, "/etc/ld.so.cache"))
+        cache = read_ld_cache_in_root(root_fd)
         candidates = [f"{d}/{soname}" for d in library_dirs()] + [p for n, p in cache if n == soname]
         for candidate in candidates:
             real = real_path_in_root(root_fd, candidate)
@@ -113,12 +146,16 @@ def soname_version(root: str, soname: str) -> tuple[str, str] | None:
 
 def describe_trees(config: Config, kernel_version: str | None) -> list[tuple[DriverTree, str | None, str | None]]:
     """Each registered tree with its version and, if it cannot serve this kernel module, why."""
+    from ponytail.fs.trust import untrusted_tree
+
     rows = []
     for tree in config.drivers.values():
         version = tree_version(tree.root)
         problem = None
         if not os.path.isdir(tree.root):
             problem = f"{tree.root} is not a directory"
+        elif untrusted := untrusted_tree(tree.root, ["/etc/ld.so.cache"]):
+            problem = f"refused: {untrusted} (a tree must be root's and writable by no one else)"
         elif version is None:
             problem = f"no libcuda.so.1 or libnvidia-ml.so.1 named by version under {tree.root}"
         elif kernel_version and version != kernel_version and "*" not in tree.kernel_modules and kernel_version not in tree.kernel_modules:

@@ -109,7 +109,19 @@ def real_path_in_root(root_fd: int, path: str) -> str | None:
 
 
 def read_file_in_root(root_fd: int, path: str, limit: int) -> bytes | None:
-    """At most ``limit`` bytes of a regular file of the root, or None (missing, not a regular
+    """At most ``limit`` bytes of a regular file of the root, or None (see open_file_in_root)."""
+    fd = open_file_in_root(root_fd, path)
+    if fd is None:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read(limit)
+        except OSError:
+            return None
+
+
+def open_file_in_root(root_fd: int, path: str) -> int | None:
+    """A read-only descriptor of a regular file of the root, or None (missing, not a regular
     file, unsafe, unreadable). Opened without following a last link and without blocking, and
     never opened at all unless it is a regular file (open_regular_file: a device or FIFO swapped
     in meanwhile is not opened)."""
@@ -123,12 +135,11 @@ def read_file_in_root(root_fd: int, path: str, limit: int) -> bytes | None:
         fd = open_regular_file(resolved.parent_fd, resolved.name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         if fd is None:
             return None
-        with os.fdopen(fd, "rb") as f:
-            return f.read(limit)
     except OSError:
         return None
     finally:
         resolved.close()
+    return fd
 
 
 def open_regular_file(dir_fd: int, name: str, flags: int) -> int | None:
@@ -140,9 +151,17 @@ def open_regular_file(dir_fd: int, name: str, flags: int) -> int | None:
     try:
         if not stat.S_ISREG(os.fstat(held).st_mode):
             return None
-        return os.open(f"/proc/self/fd/{held}", flags & ~os.O_NOFOLLOW & ~os.O_CREAT)
+        try:
+            return os.open(f"/proc/self/fd/{held}", flags & ~os.O_NOFOLLOW & ~os.O_CREAT)
+        except FileNotFoundError:  # no /proc (a bare chroot): the name again, non-blocking, checked once open
+            pass
     finally:
         os.close(held)
+    fd = os.open(name, (flags | os.O_NOFOLLOW | os.O_NONBLOCK) & ~os.O_CREAT, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 def open_root(path: str) -> int:

@@ -103,13 +103,13 @@ def find_libraries(
     driver_root: str, searches: list[LibrarySearch], driver_version: str
 ) -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile]]:
     """Libraries of the running driver that ``searches`` find, each real file once."""
-    from ponytail.host.ldcache import read_ld_cache
+    from ponytail.host.ldcache import read_ld_cache_in_root
 
     root_fd = _open_root(driver_root)
     if root_fd is None:
         reports = [SearchReport(s.describe(), ()) for s in searches]
         return [], reports, [SkippedFile(driver_root, "driver root does not exist")]
-    cache = sorted(read_ld_cache(host_path(driver_root, "/etc/ld.so.cache")))
+    cache = sorted(read_ld_cache_in_root(root_fd))
     scan = _Scan(driver_root, root_fd, driver_version, cache)
     try:
         reports = [_search(scan, s) for s in searches]
@@ -235,10 +235,15 @@ def _real_path(scan: _Scan, path: str) -> str | None:
 
 
 def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[str | None, str | None]:
-    from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info
+    from ponytail.fs.inroot import open_file_in_root
+    from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info_file
 
+    fd = open_file_in_root(scan.root_fd, real)  # like an image's file: a FIFO or a device there is never opened for reading
+    if fd is None:
+        return None, "not a regular file inside the driver root"
     try:
-        info = read_elf_info(host_path(scan.root, real))
+        with os.fdopen(fd, "rb") as f:
+            info = read_elf_info_file(f)
     except NotElf:
         return None, "not an ELF shared library"
     except OSError as e:

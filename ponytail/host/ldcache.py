@@ -27,6 +27,15 @@ def read_ld_cache(path: str) -> list[tuple[str, str]]:
     return parse_ld_cache(data)
 
 
+def read_ld_cache_in_root(root_fd: int) -> list[tuple[str, str]]:
+    """``read_ld_cache`` of the /etc/ld.so.cache of a root (a driver root, a driver tree),
+    read like an image's file: resolved inside the root, a regular file only, never blocking."""
+    from ponytail.fs.inroot import read_file_in_root
+
+    data = read_file_in_root(root_fd, "/etc/ld.so.cache", MAX_CACHE_BYTES)
+    return parse_ld_cache(data) if data is not None else []
+
+
 def parse_ld_cache(data: bytes) -> list[tuple[str, str]]:
     return [(name, path) for name, path, _flags in parse_ld_cache_entries(data)]
 

@@ -103,13 +103,30 @@ def mig_uuids(libnvidia_ml: str, timeout_s: float = 5.0) -> dict[str, tuple[int,
     """MIG UUID -> (parent GPU minor, GI id, CI id), asked of NVML (the nvidia-ml-py
     package, loading the driver's own ``libnvidia-ml``) in a forked child, so that
     NVML's threads never exist in this process (which must stay single-threaded to
-    enter the container's mount namespace)."""
+    enter the container's mount namespace). The child gives up root first (driver code
+    never runs as root, ponytail.host.child; NVML lists MIG devices as any user may) and
+    loads the file opened and checked here."""
+    import stat
+
+    import ponytail.host.elf  # noqa: F401 - imported here, as pynvml: the child, as nobody, may not be allowed to read Python's files
     from ponytail.host.child import ChildTimeout, run_in_child
 
     try:
-        result = run_in_child(_query_nvml, libnvidia_ml, timeout_s=timeout_s)
+        import pynvml  # noqa: F401
+    except ImportError:
+        raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): the nvidia-ml-py package is not installed (pip install nvidia-ml-py)") from None
+    try:
+        fd = os.open(libnvidia_ml, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise ProbeError(f"cannot resolve MIG UUIDs with NVML: cannot open {libnvidia_ml}: {e.strerror}") from e
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProbeError(f"cannot resolve MIG UUIDs with NVML: {libnvidia_ml} is not a regular file")
+        result = run_in_child(_query_nvml, fd, libnvidia_ml, timeout_s=timeout_s, unprivileged=True)
     except ChildTimeout as e:
         raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): the NVML query {e}; raise [timeouts] probe in the config") from e
+    finally:
+        os.close(fd)
     if isinstance(result, str):
         raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): {result}")
     return {uuid: (minor, gi, ci) for uuid, (minor, gi, ci) in result.items()}
@@ -118,17 +135,18 @@ def mig_uuids(libnvidia_ml: str, timeout_s: float = 5.0) -> dict[str, tuple[int,
 NVML_SONAME = "libnvidia-ml.so.1"  # the name nvidia-ml-py loads NVML by
 
 
-def _query_nvml(libnvidia_ml: str) -> dict[str, list[int]] | str:
-    try:
-        import ctypes
+def _query_nvml(fd: int, libnvidia_ml: str) -> dict[str, list[int]] | str:
+    """In the child: NVML's answer, from the library open on ``fd`` (``libnvidia_ml``)."""
+    import ctypes
 
-        import pynvml
-    except ImportError:
-        return "the nvidia-ml-py package is not installed (pip install nvidia-ml-py)"
-    from ponytail.host.elf import NotElf, read_elf_info
+    import pynvml
+
+    from ponytail.host.child import loadable
+    from ponytail.host.elf import NotElf, read_elf_info_file
 
     try:
-        soname = read_elf_info(libnvidia_ml).soname
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            soname = read_elf_info_file(f).soname
     except (OSError, NotElf) as e:
         return f"cannot read {libnvidia_ml}: {e}"
     if soname != NVML_SONAME:
@@ -136,7 +154,7 @@ def _query_nvml(libnvidia_ml: str) -> dict[str, list[int]] | str:
     try:
         # Loaded first, by its path: the dynamic linker then gives nvidia-ml-py, which asks
         # for libnvidia-ml.so.1, this library (a loaded library answers to its SONAME).
-        driver_nvml = ctypes.CDLL(libnvidia_ml)
+        driver_nvml = ctypes.CDLL(loadable(fd, libnvidia_ml))
         pynvml.nvmlInit()
         found: dict[str, list[int]] = {}
         for i in range(pynvml.nvmlDeviceGetCount()):

@@ -390,6 +390,11 @@ def _driver_files(
 def find_driver_library(config: Config, driver_version: str, name: str, soname: str, host: Host | None = None) -> str:
     """Host path of the running driver's ``soname`` (e.g. libcuda.so.1), whether or not the
     request's capabilities brought it into ``host``; ProbeError if the driver has none."""
+    return find_driver_file(config, driver_version, name, soname, host).host_path
+
+
+def find_driver_file(config: Config, driver_version: str, name: str, soname: str, host: Host | None = None) -> DriverFile:
+    """``find_driver_library``'s file, with its path inside the driver root."""
     lib = host.library(soname) if host is not None else None
     if lib is None:
         search = LibrarySearch.for_name(name, "probe")
@@ -404,7 +409,7 @@ def find_driver_library(config: Config, driver_version: str, name: str, soname: 
         lib = next((f for f in found if f.soname == soname), None)
     if lib is None:
         raise ProbeError(f"no {soname} of driver {driver_version} under the driver root {config.driver_root}")
-    return lib.host_path
+    return lib
 
 
 def _library_searches(config: Config, capabilities: tuple[str, ...], override: tuple[str, ...] | None) -> list[LibrarySearch]:

@@ -158,37 +158,24 @@ def _code_identity() -> tuple:
 
 def _open_dir(cache_dir: str) -> int | None:
     """The cache directory, if it is a real directory that only root (or this user) may change."""
+    from ponytail.fs.trust import Untrusted, open_private_dir
+
     try:
-        fd = os.open(cache_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        return open_private_dir(cache_dir)
+    except (OSError, Untrusted):
         return None
-    st = os.fstat(fd)
-    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _read(cache_dir: str, name: str) -> tuple | None:
     """The cache file's entry (key, witnesses, payload), or None for anything odd."""
-    dir_fd = _open_dir(cache_dir)
-    if dir_fd is None:
-        return None
+    from ponytail.fs.trust import Untrusted, read_private_file
+
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
+        data = read_private_file(cache_dir, name, MAX_BYTES)
+    except Untrusted:
         return None
-    finally:
-        os.close(dir_fd)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o077 or st.st_size > MAX_BYTES:
-            return None
-        data = os.read(fd, MAX_BYTES + 1)
-    except OSError:
+    if data is None:
         return None
-    finally:
-        os.close(fd)
     try:
         entry = marshal.loads(data)  # noqa: S302 - root's own file (checked above), data only, its shape checked below
     except (ValueError, EOFError, TypeError):

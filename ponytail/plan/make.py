@@ -34,7 +34,12 @@ def make_plan(
 
     config, tree_version, tree_line = _driver_tree(config, driver)
     host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version, features=request.features)
-    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree_version))
+    tree = driver[0] if driver is not None else ""
+    if tree:
+        from ponytail.container.umd import refuse_untrusted_tree
+
+        refuse_untrusted_tree(tree, config.driver_root, [f.path for f in (*host.libraries, *host.binaries, *host.files)])
+    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree, tree_version))
     mig_gpus = {
         what: select_gpus(host.gpus, wanted)
         for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
@@ -42,7 +47,12 @@ def make_plan(
     }
     plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
     plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
-    unmet = _unmet_requirement(config, host, request, plan, tree_version, compat)
+    notes: list[str] = []
+    unmet = _unmet_requirement(config, host, request, plan, tree, tree_version, compat, notes)
+    if notes:
+        from ponytail.lite.records import replace
+
+        plan = replace(plan, warnings=plan.warnings + tuple(notes))
     if unmet is not None:
         if not dry_run:
             raise unmet
@@ -104,13 +114,13 @@ def _may_have_cuda(rootfs: str) -> bool:
 
 
 def _unmet_requirement(
-    config: Config, host: Host, request: Request, plan: Plan, tree_version: str = "", compat: Compat | None = None
+    config: Config, host: Host, request: Request, plan: Plan, tree: str, tree_version: str, compat: Compat | None, notes: list[str]
 ) -> PonytailError | None:
     if not request.requirements:
         return None
     from ponytail.container.require import Facts, RequirementNotMet, check_requirements
     from ponytail.host.cuda import cuda_driver_version, format_cuda_version
-    from ponytail.host.probe import find_driver_library
+    from ponytail.host.probe import find_driver_file
 
     def cuda() -> str:  # the CUDA of the libcuda the container will load
         if compat is not None and compat.used:
@@ -118,8 +128,12 @@ def _unmet_requirement(
 
             return cuda_version_of_driver(compat.version) or "0.0"
         version = tree_version or host.driver_version
-        libcuda = find_driver_library(config, version, "libcuda", "libcuda.so.1", host)
-        return format_cuda_version(cuda_driver_version(libcuda, timeout_s=config.timeout_probe))
+        libcuda = find_driver_file(config, version, "libcuda", "libcuda.so.1", host).path
+        if tree:  # not among the request's files when it does not ask for compute
+            from ponytail.container.umd import refuse_untrusted_tree
+
+            refuse_untrusted_tree(tree, config.driver_root, [libcuda])
+        return format_cuda_version(cuda_driver_version(config.driver_root, libcuda, config.cache_dir, config.timeout_probe, notes))
 
     try:
         check_requirements(request.requirements, Facts(host.driver_version, cuda, tuple(g.model for g in plan.gpus)))
@@ -128,8 +142,13 @@ def _unmet_requirement(
     return None
 
 
-def _mig_uuids(config: Config, host: Host, tree_version: str = "") -> dict[str, tuple[int, int, int]]:
+def _mig_uuids(config: Config, host: Host, tree: str, tree_version: str) -> dict[str, tuple[int, int, int]]:
     from ponytail.host.mig import mig_uuids
-    from ponytail.host.probe import find_driver_library
+    from ponytail.host.probe import find_driver_file
 
-    return mig_uuids(find_driver_library(config, tree_version or host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host), config.timeout_probe)
+    nvml = find_driver_file(config, tree_version or host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host)
+    if tree:  # not among the request's files when it does not ask for utility
+        from ponytail.container.umd import refuse_untrusted_tree
+
+        refuse_untrusted_tree(tree, config.driver_root, [nvml.path])
+    return mig_uuids(nvml.host_path, config.timeout_probe)

@@ -25,3 +25,5 @@ int cuDriverGetVersion(int *version) {
 }
 
 const char *ponytail_fake_driver_version(void) { return DRIVER_VERSION; }
+
+#include "spy.h"

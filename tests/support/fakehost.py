@@ -18,6 +18,10 @@ from pathlib import Path
 C_DIR = Path(__file__).parent.parent / "c"  # tests/c
 BUILD_DIR = Path(tempfile.mkdtemp(prefix="ponytail-test-build-"))
 atexit.register(shutil.rmtree, BUILD_DIR, ignore_errors=True)
+# the fake NVML's tables: NVML is loaded by a child that runs as nobody, which must be able to read them
+NVML_DIR = Path(tempfile.mkdtemp(prefix="ponytail-test-nvml-"))
+NVML_DIR.chmod(0o755)
+atexit.register(shutil.rmtree, NVML_DIR, ignore_errors=True)
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 511
 CAPS_MAJOR = 239
@@ -137,7 +141,9 @@ class FakeHost:
         self.driver = self.base / "driver"
         self.log = self.base / "ponytail.log"
         self.ipc = self.base / "ipc"
-        self.nvml_table = self.base / "nvml-table"
+        fd, table = tempfile.mkstemp(prefix="table-", dir=NVML_DIR)
+        os.close(fd)
+        self.nvml_table = Path(table)
         self._build()
 
     @staticmethod
@@ -263,6 +269,7 @@ class FakeHost:
         for gpu_minor, instances in self.mig.items():
             lines += [f"mig {gpu_minor} {gi} {ci} {self.mig_uuid(gpu_minor, gi, ci)}" for gi, ci in instances]
         self.nvml_table.write_text("\n".join(lines) + "\n")
+        self.nvml_table.chmod(0o644)
 
     def _install_driver_files(self) -> None:
         libdir = self.driver / self.lib_dir.lstrip("/")
