@@ -71,7 +71,7 @@ def hook_with_private_run(host: FakeHost, tmp_path: Path, cache_dir: str, setup:
     state.write_text(state_for(bundle, os.getpid()))
     config = host.write_config()
     config.write_text(config.read_text().replace(f'dir = "{host.base}/cache"', f"dir = {json.dumps(cache_dir)}"))
-    run = f"timeout 30 {shell(PONYTAIL)} -config {config} -debug < {state}; echo rc=$?"
+    run = f"rc=0; timeout 30 {shell(PONYTAIL)} -config {config} -debug < {state} || rc=$?; echo rc=$rc"
     return in_private_mount_ns(f"mount -t tmpfs tmpfs /run\nmkdir /run/ponytail\n{setup}\n{run}\necho /run/ponytail:; ls -A /run/ponytail")
 
 
@@ -116,10 +116,10 @@ def test_a_cache_file_someone_else_could_have_written_is_never_believed(tmp_path
     else:
         plant = f"install -m {mode} -o {owner} {claim} {target}"
     result = hook_with_private_run(host, tmp_path, "/run/ponytail", f"chmod {directory} /run/ponytail && {plant}", "cuda>=99.0")
-    assert "rc=0" in result.stdout, result
     if case not in PLANTED:  # the cache is read: the planted claim is what a cache of root's says
-        assert "problem" not in result.stdout, result.stdout
+        assert "rc=0" in result.stdout and "problem" not in result.stdout, result.stdout
         return
+    assert "rc=1" in result.stdout, result  # a dry run exits as the real run would: cuda>=99.0 is not met
     assert "problem: " in result.stdout and "99.0" in result.stdout, result.stdout  # before: 'met' by the planted file
     assert "warning: CUDA-version cache ignored: " in result.stdout, result.stdout
 
