@@ -98,7 +98,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
         "compat": ("cuda_compat", bool, "Honour an image's newer libcuda in `/usr/local/cuda/compat` (CUDA forward "
                    "compatibility); `false`: never."),
     },
-    "cache": {"dir": ("cache_dir", str, "Where the probe cache is kept; `\"\"` turns it off.")},
+    "cache": {"dir": ("cache_dir", str, "Where the probe cache and the CUDA-version cache are kept (only root's 0600 files in a "
+                      "directory only root can change are read); `\"\"` turns both off.")},
     "cgroup": {
         "extend_denying_programs": (
             "extend_denying_programs", bool,
