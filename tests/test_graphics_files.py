@@ -180,6 +180,10 @@ def test_firmware_where_the_kernel_looks_for_it(tmp_path: Path, where: str) -> N
     other.mkdir(parents=True)
     (other / "gsp_tu10x.bin").write_bytes(b"GSP")  # another driver's firmware: never
     assert [p for p in listed(host, "-device", "0") if p.endswith(".bin")] == [f"{host.driver}{where}/nvidia/{V}/gsp_ga10x.bin"]
+    (host.driver / "lib/firmware/nvidia/535.104.05").mkdir(parents=True)  # only an old driver's at the usual place
+    result = run_ponytail(["check", "-config", str(host.write_config()), "--engine-root", str(host.base), "--json"])
+    firmware = [f for f in json.loads(result.stdout)["findings"] if f["subject"] == "firmware"]
+    assert firmware == [{"area": "host", "subject": "firmware", "level": "ok", "message": f"{host.driver}{where}/nvidia/{V}"}]
 
 
 def test_firmware_class_path_that_is_not_plain_is_ignored(tmp_path: Path) -> None:
@@ -205,6 +209,7 @@ def test_mps_pipe_directory_is_the_hosts_setting_never_the_containers(tmp_path: 
     status, out, err = debug(host, config=config, stdin=state_for(bundle, sleeper.pid))
     assert status == 0, err
     assert f"{host.ipc}/var/mps -> /var/mps" in out and "-> /etc " not in out and f"{host.ipc}/etc" not in out
+    assert "warning: the container's CUDA_MPS_PIPE_DIRECTORY='/etc' is not the host's MPS pipe directory /var/mps" in out
 
 
 def test_mps_pipe_directory_that_is_not_absolute_is_refused(tmp_path: Path) -> None:
@@ -263,6 +268,7 @@ FILELIST = json.dumps({
         {"path": "/usr/share/nvidia/future-profile.json", "capabilities": ["compute"]},
         {"path": f"/usr/lib/x86_64-linux-gnu/libcuda.so.{V}", "capability": "compute"},  # the tables know it
         {"path": "/usr/share/nvidia/absent.json", "type": "compute"},
+        {"path": "/usr/bin/nvidia-future-tool", "type": "utility"},
         {"path": "../../etc/shadow", "type": "compute"},
         {"path": "/usr/share/nvidia/*", "type": "compute"},
         {"path": "/usr/share/doc/nvidia/README", "type": "documentation"},
@@ -280,16 +286,18 @@ def listed_host(tmp_path: Path) -> FakeHost:
     built = compile_library("fake_plain.c", "libnvidia-future.so.1", f"libnvidia-future.so.{V}", V)
     (host.driver / LIB_DIR.lstrip("/") / f"libnvidia-future.so.{V}").write_bytes(built.read_bytes())
     (host.driver / "usr/share/nvidia/future-profile.json").write_text("{}\n")
+    (host.driver / "usr/bin/nvidia-future-tool").write_bytes((host.driver / "usr/bin/nvidia-smi").read_bytes())
     return host
 
 
 def test_files_the_driver_lists_and_the_tables_miss_are_injected_for_their_capability(listed_host: FakeHost) -> None:
-    status, out, err = debug(listed_host, "-device", "0", "-capabilities", "graphics,compute")
+    status, out, err = debug(listed_host, "-device", "0", "-capabilities", "graphics,compute,utility")
     assert status == 0, err
     reason = "from the driver's file list /usr/share/nvidia/files.d/sandboxutils-filelist.json"
     assert f"-> /usr/lib/x86_64-linux-gnu/libnvidia-future.so.{V}  (library, graphics, {reason}" in out
     assert f"link  /usr/lib/x86_64-linux-gnu/libnvidia-future.so.1 -> libnvidia-future.so.{V}" in out
     assert f"-> /usr/share/nvidia/future-profile.json  (file, compute, {reason}" in out
+    assert f"-> /usr/bin/nvidia-future-tool  (binary, utility, {reason}, in /usr/bin; ro,nosuid,nodev)" in out
     assert "'../../etc/shadow' is not a plain absolute path" in out and "'/usr/share/nvidia/*' is not a plain" in out
     assert "absent.json" not in out.split("libraries, binaries and driver files:")[1]
     assert out.count(f"/libcuda.so.{V}  (library") == 1  # found by the tables once, not again
@@ -297,9 +305,9 @@ def test_files_the_driver_lists_and_the_tables_miss_are_injected_for_their_capab
 
 def test_listed_files_only_for_the_requested_capabilities(listed_host: FakeHost) -> None:
     text = "\n".join(listed(listed_host, "-device", "0", "-capabilities", "utility"))
-    assert "future" not in text
+    assert "nvidia-future-tool" in text and "future-profile" not in text and "libnvidia-future" not in text
     text = "\n".join(listed(listed_host, "-device", "0", "-capabilities", "compute"))
-    assert "future-profile.json" in text and "libnvidia-future" not in text
+    assert "future-profile.json" in text and "libnvidia-future" not in text and "nvidia-future-tool" not in text
 
 
 def test_check_reports_what_the_tables_miss(listed_host: FakeHost) -> None:
@@ -333,3 +341,12 @@ def test_cdi_devices_carry_their_gpus_dri_nodes(dri_host: FakeHost, tmp_path: Pa
     assert ("/dev/dri/renderD129", 226, 129) in nodes["1"]
     spec = generate(dri_host, tmp_path / "compute.json", "--capabilities", "compute,utility")
     assert "/dev/dri" not in json.dumps(spec)
+
+
+def test_swarm_resources_make_a_gpu_container_for_the_runtime_shim() -> None:
+    from ponytail.container.trigger import asks_for_gpus
+
+    assert asks_for_gpus({"DOCKER_RESOURCE_NVIDIA-GPU": "GPU-1"}, {})
+    assert not asks_for_gpus({"DOCKER_RESOURCE_GPU": ""}, {})  # Swarm gave no GPU: not NVIDIA_VISIBLE_DEVICES=all
+    assert not asks_for_gpus({"DOCKER_RESOURCE_GPU": "", "NVIDIA_VISIBLE_DEVICES": "all"}, {})
+    assert not asks_for_gpus({"DOCKER_RESOURCE_FPGA": "1"}, {})

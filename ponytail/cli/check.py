@@ -115,7 +115,11 @@ def _library_versions(config: Config, kernel: str) -> list[Finding]:
 
 def _firmware(config: Config, kernel: str) -> list[Finding]:
     from ponytail.host.files import host_path
+    from ponytail.host.probe import firmware_dirs
 
+    for directory in firmware_dirs(config.sys_root, kernel):  # where the kernel looks first (updates, firmware_class.path)
+        if os.path.isdir(host_path(config.driver_root, directory)):
+            return [Finding("host", "firmware", OK, host_path(config.driver_root, directory))]
     base = host_path(config.driver_root, "/lib/firmware/nvidia")
     try:
         versions = sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))

@@ -249,7 +249,9 @@ def _driver_files(
         patterns.append((tuple(f"{d}/gsp*.bin" for d in firmware_dirs(config.sys_root, files_version)), "GSP firmware"))
     listed, list_notes = _from_filelist(config, capabilities, library_globs)
     for path, why in listed:
-        if ".so" in os.path.basename(path):
+        if os.path.dirname(path) in BIN_DIRS:
+            wanted_binaries.append((os.path.basename(path), why))
+        elif ".so" in os.path.basename(path):
             searches.append(LibrarySearch.for_glob(path, why))
         else:
             patterns.append(((path,), why))
