@@ -289,7 +289,7 @@ def _from_filelist(
     tables miss, each with why it is there, and what was skipped in the list; none with -libs."""
     if not capabilities or library_globs is not None:
         return [], []
-    from ponytail.host.filelist import FILELIST, missing_from_tables, read_filelist
+    from ponytail.host.filelist import missing_from_tables, read_filelist
 
     entries, notes = read_filelist(config.driver_root)
     wanted = [(path, cap) for path, cap in missing_from_tables(entries) if cap in capabilities]
