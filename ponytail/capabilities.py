@@ -19,6 +19,8 @@ CONTROL_NODES: dict[str, tuple[str, int]] = {
     "nvidia-uvm": ("nvidia-uvm", 0),
     "nvidia-uvm-tools": ("nvidia-uvm", 1),
 }
+MPS_PIPE_DIRECTORY = "/tmp/nvidia-mps"  # noqa: S108 - MPS's default pipe directory on the host, bound from there, not a file made here
+DRM_MAJOR = 226  # /dev/dri/card* and renderD*: the kernel's DRM major, whichever driver
 
 
 @record(frozen=True)
@@ -33,6 +35,7 @@ class Capability:
     # is missing (or the wrong node); everything else it brings is optional (a warning)
     required_libraries: tuple[str, ...] = ()  # SONAMEs
     required_nodes: tuple[str, ...] = ()
+    dri_nodes: bool = False  # the selected GPUs' /dev/dri/card* and renderD* (found through sysfs)
 
 
 CAPABILITIES: dict[str, Capability] = {
@@ -49,12 +52,12 @@ CAPABILITIES: dict[str, Capability] = {
         libraries=(
             "libcuda", "libcudadebugger", "libnvidia-opencl", "libnvidia-gpucomp", "libnvidia-ptxjitcompiler",
             "libnvidia-fatbinaryloader", "libnvidia-allocator", "libnvidia-compiler", "libnvidia-pkcs11",
-            "libnvidia-pkcs11-openssl3", "libnvidia-nvvm",
+            "libnvidia-pkcs11-openssl3", "libnvidia-nvvm", "libnvidia-nvvm70", "libnvidia-tileiras",
         ),
         binaries=("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
         nodes=("nvidia-uvm", "nvidia-uvm-tools"),
         files=("/etc/OpenCL/vendors/nvidia.icd",),
-        ipc=("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps"),  # noqa: S108 - MPS's pipe directory, bound from the host, not a file made here
+        ipc=("/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", MPS_PIPE_DIRECTORY),
         required_libraries=("libcuda.so.1",),
         required_nodes=("nvidia-uvm",),
     ),
@@ -67,7 +70,8 @@ CAPABILITIES: dict[str, Capability] = {
             "libnvidia-eglcore", "libnvidia-glcore", "libnvidia-tls", "libnvidia-glsi", "libnvidia-fbc",
             "libnvidia-ifr", "libnvidia-rtcore", "libnvoptix", "libGLX_nvidia", "libEGL_nvidia",
             "libGLESv2_nvidia", "libGLESv1_CM_nvidia", "libnvidia-glvkspirv", "libnvidia-egl-wayland",
-            "libnvidia-egl-gbm",
+            "libnvidia-egl-gbm", "libnvidia-egl-wayland2", "libnvidia-egl-xcb", "libnvidia-egl-xlib",
+            "libnvidia-vulkan-producer", "libnvidia-cbl",
         ),
         files=(
             "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
@@ -76,9 +80,25 @@ CAPABILITIES: dict[str, Capability] = {
             "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
             "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
             "/usr/share/egl/egl_external_platform.d/*nvidia*.json",
+            # {machine} and {version} are the machine (os.uname) and the driver's version (ponytail.host.probe)
+            "/usr/share/vulkan/icd.d/nvidia_icd.{machine}.json",
+            "/etc/vulkan/icd.d/nvidia_icd.{machine}.json",
         ),
+        dri_nodes=True,
     ),
-    "display": Capability(nodes=("nvidia-modeset",), required_nodes=("nvidia-modeset",)),
+    "display": Capability(
+        nodes=("nvidia-modeset",),
+        required_nodes=("nvidia-modeset",),
+        files=(  # the Xorg driver and GLX server module (loaded by Xorg: mounted without noexec), xorg.conf.d snippets
+            "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+            "/usr/lib64/xorg/modules/drivers/nvidia_drv.so",
+            "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
+            "/usr/lib64/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
+            "/usr/share/X11/xorg.conf.d/*nvidia*.conf",
+            "/etc/X11/xorg.conf.d/*nvidia*.conf",
+        ),
+        dri_nodes=True,
+    ),
     "ngx": Capability(libraries=("libnvidia-ngx",)),
     "compat32": Capability(),  # 32-bit copies of the other requested capabilities' libraries
 }

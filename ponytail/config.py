@@ -24,6 +24,7 @@ class Config:
     sys_root: str = "/sys"
     dev_root: str = "/dev"
     ipc_root: str = "/"
+    mps_pipe_directory: str = "/tmp/nvidia-mps"  # noqa: S108 - the host's MPS daemon's CUDA_MPS_PIPE_DIRECTORY, under ipc_root
     ldconfig: str = ""  # empty: the host's /sbin/ldconfig or /usr/sbin/ldconfig
     library_paths: tuple[str, ...] = ()  # the user's own library globs, added to the capabilities' libraries
     log_file: str = "/var/log/ponytail.log"
@@ -67,6 +68,9 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
         "dev_root": ("dev_root", str, "The host's `/dev`, where the GPU device nodes are (relocatable for tests and unusual hosts)."),
         "ipc_root": ("ipc_root", str, "Where the driver daemons keep their sockets (nvidia-persistenced, "
                      "nvidia-fabricmanager, the MPS pipe directory)."),
+        "mps_pipe_directory": ("mps_pipe_directory", str, "The MPS pipe directory of the host's MPS daemon (the "
+                               "`CUDA_MPS_PIPE_DIRECTORY` it was started with), under `ipc_root`; mounted at the same path with "
+                               "`compute`. A host setting: a container's own `CUDA_MPS_PIPE_DIRECTORY` is never taken as a host path."),
         "ldconfig": ("ldconfig", str, "The host's ldconfig, run against the container's rootfs (never the image's own). "
                      "Empty: the first of `/sbin/ldconfig`, `/usr/sbin/ldconfig`."),
     },
@@ -203,6 +207,9 @@ def parse_config(raw: bytes, path: str) -> Config:
                 raise ConfigError(f"config file {path}: unknown key '{table}.{key}' (known in [{table}]: {known})")
             field_name, expected, _ = keys[key]
             values[field_name] = _check_type(path, f"{table}.{key}", value, expected)
+    mps = values.get("mps_pipe_directory")
+    if isinstance(mps, str) and os.path.normpath(mps) != mps:
+        raise ConfigError(f"config file {path}: 'host.mps_pipe_directory' must be a plain absolute path (no '..', '.', '//', trailing '/'), not {mps!r}")
     return Config(**values)  # type: ignore[arg-type]  # each value was checked against its field type above
 
 

@@ -209,7 +209,9 @@ def test_mig_access_without_a_device_file_minor_is_a_problem() -> None:
         ("nvidia2", "utility", "GPU 0 0000:18:00.0 Tesla T4: not a character device", None),
         ("nvidiactl", "utility", "control device: not a character device", None),
         ("nvidia-uvm", "compute", "compute: not a character device", None),
-        ("nvidia-modeset", "display", "display: not a character device", None),
+        ("nvidia-modeset", "display", "display: not a character device",  # and this host has no DRM device at all
+         "display: GPU 0 0000:18:00.0 Tesla T4 has no DRM device in sysfs (nvidia-drm not loaded? 'modprobe nvidia-drm'): "
+         "no /dev/dri nodes injected for it"),
         # an optional node is left out with a warning
         ("nvidia-uvm-tools", "compute", None, "/dev/nvidia-uvm-tools not injected: not a character device"),
         # a node of a GPU that is not selected does not matter

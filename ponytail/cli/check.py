@@ -69,6 +69,7 @@ def check_host(config: Config) -> list[Finding]:
         return out + [Finding("host", "probe", FAIL, e.message)]
     out += _library_versions(config, kernel)
     out += _firmware(config, kernel)
+    out += _filelist(config)
     for node in [*host.gpu_nodes.values(), *host.control_nodes.values()]:
         if node.name == "nvidia-modeset" and node.problem is not None and "does not exist" in node.problem:
             continue  # only display drivers create it
@@ -116,7 +117,11 @@ def _library_versions(config: Config, kernel: str) -> list[Finding]:
 
 def _firmware(config: Config, kernel: str) -> list[Finding]:
     from ponytail.host.files import host_path
+    from ponytail.host.probe import firmware_dirs
 
+    for directory in firmware_dirs(config.sys_root, kernel):  # where the kernel looks first (updates, firmware_class.path)
+        if os.path.isdir(host_path(config.driver_root, directory)):
+            return [Finding("host", "firmware", OK, host_path(config.driver_root, directory))]
     base = host_path(config.driver_root, "/lib/firmware/nvidia")
     try:
         versions = sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))
@@ -125,6 +130,26 @@ def _firmware(config: Config, kernel: str) -> list[Finding]:
     if kernel in versions:
         return [Finding("host", "firmware", OK, f"{base}/{kernel}")]
     return [Finding("host", "firmware", FAIL, f"no GSP firmware for {kernel} in {base} (found {', '.join(versions) or 'none'}): reinstall the driver's firmware package")]
+
+
+def _filelist(config: Config) -> list[Finding]:
+    """The driver's own list of container files against the capability tables: what the
+    tables miss (injected from the list all the same) and what in the list was unusable."""
+    from ponytail.host.filelist import FILELIST, missing_from_tables, read_filelist
+
+    entries, notes = read_filelist(config.driver_root)
+    out = [Finding("host", "driver file list", WARN, note) for note in notes]
+    if not entries:
+        return out
+    missing = missing_from_tables(entries)
+    if not missing:
+        return out + [Finding("host", "driver file list", OK, f"the capability tables cover all {len(entries)} entries of {FILELIST}")]
+    listed = ", ".join(f"{path} ({cap})" for path, cap in missing)
+    return out + [Finding(
+        "host", "driver file list", WARN,
+        f"{len(missing)} of {len(entries)} files in {FILELIST} are not in ponytail's capability tables: {listed}; "
+        "they are injected from the list; report them so the tables learn them",
+    )]
 
 
 def _persistenced(config: Config) -> Finding:

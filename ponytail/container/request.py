@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ponytail.container.trigger import VISIBLE_DEVICES_VAR, is_void
+from ponytail.container.trigger import VISIBLE_DEVICES_VAR, is_void, swarm_devices
 from ponytail.errors import InputError, UsageError, quoted
 from ponytail.host.driver import canonical_bus_id
 from ponytail.host.mig import MigDevice
@@ -31,17 +31,23 @@ def device_request(
     cli_device: str | None, env: dict[str, str] | None, plugin: tuple[str, str] | None = None, accept_env: bool = True
 ) -> DeviceRequest:
     """``-device`` wins; then the device plugin's list (volume mounts, CDI annotations); then
-    the container's NVIDIA_VISIBLE_DEVICES; then ``all``. Without ``accept_env`` (an
-    unprivileged container under ``[request] accept_env_when_unprivileged = false``) the env
-    and the default select nothing: only the device plugin gives GPUs."""
+    Docker Swarm's DOCKER_RESOURCE_*GPU* (ponytail.container.trigger.swarm_devices); then the
+    container's NVIDIA_VISIBLE_DEVICES; then ``all``. Without ``accept_env`` (an unprivileged
+    container under ``[request] accept_env_when_unprivileged = false``) the env (Swarm's
+    variables too) and the default select nothing: only the device plugin gives GPUs."""
     if cli_device is not None:
         return DeviceRequest(cli_device, "-device")
     if plugin is not None:
         return DeviceRequest(*plugin)
+    swarm = swarm_devices(env) if env else None
     if not accept_env:
         asked = env.get(VISIBLE_DEVICES_VAR) if env else None
         what = f"{VISIBLE_DEVICES_VAR}={asked!r}" if asked is not None else "the default (all)"
+        if swarm is not None:
+            what = f"{swarm[1]}={swarm[0]!r}"
         return DeviceRequest("void", f"{what} refused: unprivileged container and [request] accept_env_when_unprivileged = false")
+    if swarm is not None:
+        return DeviceRequest(*swarm)
     if env is not None and VISIBLE_DEVICES_VAR in env:
         return DeviceRequest(env[VISIBLE_DEVICES_VAR], VISIBLE_DEVICES_VAR)
     return DeviceRequest("all", "default")

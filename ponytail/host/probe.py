@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ponytail.capabilities import CAPABILITIES, CONTROL_NODES, FEATURES, IMEX_FEATURE, Feature
+from ponytail.capabilities import CAPABILITIES, CONTROL_NODES, DRM_MAJOR, FEATURES, IMEX_FEATURE, MPS_PIPE_DIRECTORY, Feature
 from ponytail.config import Config
 from ponytail.errors import ProbeError
 from ponytail.host.driver import (
@@ -21,6 +21,7 @@ from ponytail.host.driver import (
     read_gpu_informations,
     read_proc_files,
 )
+from ponytail.host.filelist import FILELIST
 from ponytail.host.files import (
     BIN_DIRS,
     DriverFile,
@@ -34,7 +35,7 @@ from ponytail.host.files import (
 )
 from ponytail.host.mig import MigDevice, caps_dir, read_access_files, read_access_minor, read_mig_devices
 from ponytail.host.pci import PciFunction, nvidia_gpus
-from ponytail.lite.records import record
+from ponytail.lite.records import field, record
 
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/bin/ldconfig")
 
@@ -114,6 +115,9 @@ class Host:
     capability_files: dict[str, bytes]  # MIG access files, by path relative to /proc/driver/nvidia
     dev_root: str
     features: tuple[FeatureFinding, ...] = ()
+    # by GPU bus id: its /dev/dri nodes (names "dri/card1", "dri/renderD128"), for capabilities with
+    # dri_nodes; a GPU without a DRM device in sysfs (nvidia-drm not loaded) is absent
+    dri_nodes: dict[str, tuple[DeviceNode, ...]] = field(default_factory=dict)
 
     def caps_node(self, minor: int) -> DeviceNode:
         name = f"nvidia-caps/nvidia-cap{minor}"
@@ -212,6 +216,7 @@ def probe_host(
     ipc: dict[str, IpcPath] = {}
     for cap in capabilities:
         for path in CAPABILITIES[cap].ipc:
+            path = config.mps_pipe_directory if path == MPS_PIPE_DIRECTORY else path
             if path not in ipc:
                 entry = _ipc_path(config.ipc_root, path, cap)
                 if entry is not None:
@@ -235,6 +240,7 @@ def probe_host(
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
         features=tuple(_feature(config, majors, name, selector, source, found.driver_version) for name, selector, source in features),
+        dri_nodes=_dri_nodes(config, found.gpus) if any(CAPABILITIES[c].dri_nodes for c in capabilities) else {},
     )
 
 
@@ -361,12 +367,25 @@ def _driver_files(
     wanted_binaries = [
         (name, cap) for cap in capabilities for name in CAPABILITIES[cap].binaries + config.capability_extras.get(cap, {}).get("binaries", ())
     ]
-    patterns = [(CAPABILITIES[cap].files, cap) for cap in capabilities]
+    machine = os.uname().machine
+    patterns = [
+        (tuple(g.replace("{machine}", machine).replace("{version}", files_version) for g in CAPABILITIES[cap].files), cap)
+        for cap in capabilities
+    ]
     if capabilities:
-        patterns.append(((f"/lib/firmware/nvidia/{files_version}/gsp*.bin",), "GSP firmware"))
+        patterns.append((tuple(f"{d}/gsp*.bin" for d in firmware_dirs(config.sys_root, files_version)), "GSP firmware"))
+    listed, list_notes = _from_filelist(config, capabilities, library_globs)
+    for path, why in listed:
+        if os.path.dirname(path) in BIN_DIRS:
+            wanted_binaries.append((os.path.basename(path), why))
+        elif ".so" in os.path.basename(path):
+            searches.append(LibrarySearch.for_glob(path, why))
+        else:
+            patterns.append(((path,), why))
 
     def search() -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]:
         libraries, reports, skipped = find_libraries(config.driver_root, searches, files_version)
+        skipped += [SkippedFile(FILELIST, note) for note in list_notes]
         binaries: list[DriverFile] = []
         for name, cap in wanted_binaries:
             binary = find_binary(config.driver_root, name, cap)
@@ -374,8 +393,11 @@ def _driver_files(
                 skipped.append(SkippedFile(name, f"{cap}: binary not found in the driver root's bin directories"))
             elif binary.target not in {b.target for b in binaries}:
                 binaries.append(binary)
-        files = [f for globs, why in patterns for f in find_files(config.driver_root, globs, why)]
-        return libraries, reports, skipped, binaries, files
+        files: dict[str, DriverFile] = {}  # by target: the tables' find first, the driver's file list after them
+        for globs, why in patterns:
+            for f in find_files(config.driver_root, globs, why):
+                files.setdefault(f.target, f)
+        return libraries, reports, skipped, binaries, list(files.values())
 
     from ponytail.host.probecache import cached_search
 
@@ -385,6 +407,20 @@ def _driver_files(
     )
     dirs = {d for s in searches for d in s.dirs} | set(BIN_DIRS) | {os.path.dirname(g) for globs, _ in patterns for g in globs}
     return cached_search(config.cache_dir, config.driver_root, key, tuple(sorted(dirs)), search)
+
+
+def _from_filelist(
+    config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The files of the driver's own list (ponytail.host.filelist) for ``capabilities`` that the
+    tables miss, each with why it is there, and what was skipped in the list; none with -libs."""
+    if not capabilities or library_globs is not None:
+        return [], []
+    from ponytail.host.filelist import missing_from_tables, read_filelist
+
+    entries, notes = read_filelist(config.driver_root)
+    wanted = [(path, cap) for path, cap in missing_from_tables(entries) if cap in capabilities]
+    return [(path, f"{cap}, from the driver's file list {FILELIST}") for path, cap in wanted], notes
 
 
 def find_driver_library(config: Config, driver_version: str, name: str, soname: str, host: Host | None = None) -> str:
@@ -423,6 +459,65 @@ def _library_searches(config: Config, capabilities: tuple[str, ...], override: t
             searches += [LibrarySearch.for_name(name, cap, width) for name in names]
     searches += [LibrarySearch.for_glob(g, "[library] paths") for g in config.library_paths]
     return searches
+
+
+def firmware_dirs(sys_root: str, version: str) -> tuple[str, ...]:
+    """Where the kernel's firmware loader looks for the GSP firmware of driver ``version``, in its
+    order: the directory in firmware_class.path (``<sys_root>/module/firmware_class/parameters/path``,
+    when set to a plain absolute path), /lib/firmware/updates/<release>, /lib/firmware/updates,
+    /lib/firmware/<release>, /lib/firmware; each with nvidia/<version> under it."""
+    release = os.uname().release
+    bases = [f"/lib/firmware/updates/{release}", "/lib/firmware/updates", f"/lib/firmware/{release}", "/lib/firmware"]
+    try:
+        with open(os.path.join(sys_root, "module/firmware_class/parameters/path"), "rb") as f:
+            custom = f.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        custom = ""
+    # a plain absolute path only: no glob characters, no "..", nothing but what normpath keeps
+    if custom.startswith("/") and os.path.normpath(custom) == custom.rstrip("/") and not any(c in custom for c in "*?[\n"):
+        bases.insert(0, custom.rstrip("/") or "/")
+    return tuple(dict.fromkeys(f"{b.rstrip('/')}/nvidia/{version}" for b in bases))
+
+
+def _dri_nodes(config: Config, gpus: tuple[Gpu, ...]) -> dict[str, tuple[DeviceNode, ...]]:
+    """Each GPU's DRM nodes, found from its PCI address: the card* and renderD* entries of
+    <sys_root>/bus/pci/devices/<bus id>/drm, with the major:minor in their ``dev`` files, each
+    checked at <dev_root>/dri/<name> to be that character device (major 226). Never all of /dev/dri."""
+    found: dict[str, tuple[DeviceNode, ...]] = {}
+    for gpu in gpus:
+        drm = os.path.join(config.sys_root, "bus/pci/devices", gpu.pci_bus_id, "drm")
+        try:
+            names = sorted(n for n in os.listdir(drm) if _is_dri_name(n))
+        except OSError:
+            continue
+        nodes = []
+        for name in names:
+            dev = os.path.join(drm, name, "dev")
+            try:
+                with open(dev, "rb") as f:
+                    major_text, _, minor_text = f.read(64).decode("ascii", "replace").strip().partition(":")
+                major, minor = int(major_text), int(minor_text)
+            except (OSError, ValueError):
+                nodes.append(DeviceNode(f"dri/{name}", os.path.join(config.dev_root, "dri", name), DRM_MAJOR, 0, f"cannot read {dev} as MAJOR:MINOR"))
+                continue
+            if major != DRM_MAJOR:
+                nodes.append(DeviceNode(
+                    f"dri/{name}", os.path.join(config.dev_root, "dri", name), major, minor,
+                    f"{dev} says {major}:{minor}, not a DRM device (major {DRM_MAJOR})",
+                ))
+                continue
+            nodes.append(_node(config.dev_root, f"dri/{name}", DRM_MAJOR, minor))
+        found[gpu.pci_bus_id] = tuple(nodes)
+    return found
+
+
+def _is_dri_name(name: str) -> bool:
+    """card<N> or renderD<N> (not a connector such as card1-DP-1, nor the old controlD64)."""
+    for prefix in ("card", "renderD"):
+        rest = name[len(prefix):]
+        if name.startswith(prefix) and rest.isascii() and rest.isdecimal():
+            return True
+    return False
 
 
 def _ipc_path(ipc_root: str, path: str, why: str) -> IpcPath | None:

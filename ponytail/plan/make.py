@@ -47,6 +47,7 @@ def make_plan(
     }
     plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
     plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
+    plan = _mps_pipe_directory(plan, config, request, env)
     notes: list[str] = []
     unmet = _unmet_requirement(config, host, request, plan, tree, tree_version, compat, notes)
     if notes:
@@ -94,6 +95,23 @@ def _cuda_compat(
     if compat is not None:
         choices += (f"CUDA compat {compat.directory}: {'used' if compat.used else 'not used'}, {compat.why}",)
     return replace(plan, choices=choices), compat
+
+
+def _mps_pipe_directory(plan: Plan, config: Config, request: Request, env: dict[str, str] | None) -> Plan:
+    """A warning when the container names another MPS pipe directory than the host's: its
+    CUDA_MPS_PIPE_DIRECTORY is a path in the container, never taken as a host path (it would let
+    an image mount any host directory into itself), so its MPS clients would not find the daemon."""
+    asked = (env or {}).get("CUDA_MPS_PIPE_DIRECTORY")
+    if asked is None or "compute" not in request.capabilities or os.path.normpath(asked) == config.mps_pipe_directory:
+        return plan
+    from ponytail.lite.records import replace
+
+    warning = (
+        f"the container's CUDA_MPS_PIPE_DIRECTORY={asked!r} is not the host's MPS pipe directory "
+        f"{config.mps_pipe_directory} ([host] mps_pipe_directory), which is what is mounted: unset it in the image, "
+        "or set it to that path"
+    )
+    return replace(plan, warnings=plan.warnings + (warning,))
 
 
 def _may_have_cuda(rootfs: str) -> bool:

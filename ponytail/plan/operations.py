@@ -131,8 +131,8 @@ def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dic
     plan.warnings += said
     for binary in host.binaries:
         plan.ops.append(_mount("binary", binary.host_path, binary.target, binary.found_by))
-    for f in host.files:
-        plan.ops.append(_mount("file", f.host_path, f.target, f.found_by))
+    for f in host.files:  # a shared object among them (Xorg's modules) is loaded by a program: not noexec
+        plan.ops.append(_mount("library" if _is_shared_object(f.target) else "file", f.host_path, f.target, f.found_by))
     for ipc in host.ipc:
         plan.ops.append(_mount("ipc", ipc.host_path, ipc.target, f"{ipc.why}: driver daemon IPC", is_dir=ipc.is_dir))
     if caps and "params" in host.proc_files:
@@ -191,6 +191,9 @@ def _device_nodes(
             plan.problems.append(f"{why}: {node.problem}")
         else:
             plan.warnings.append(f"/dev/{node.name} not injected: {node.problem}")
+    dri_caps = "/".join(c for c in caps if CAPABILITIES[c].dri_nodes)
+    if dri_caps:
+        _dri_nodes(plan, host, selection.gpus, dri_caps)
     _features(plan, host)
 
 
@@ -207,6 +210,29 @@ def feature_mounts(feature: FeatureFinding) -> list[Mount]:
     """A found feature's nodes as device mounts, its files and directories read-only."""
     nodes = [_mount("device", n.host_path, f"/dev/{n.name}", feature.why, (n.major, n.minor)) for n in feature.nodes]
     return nodes + [_mount("file", p.host_path, p.target, p.why, is_dir=p.is_dir) for p in feature.paths]
+
+
+def _dri_nodes(plan: _Draft, host: Host, gpus: tuple[Gpu, ...], why: str) -> None:
+    """The selected GPUs' /dev/dri nodes (the probe found them from each GPU's PCI address), with
+    the /dev/dri/by-path links udev would make. A GPU with no DRM device (nvidia-drm not loaded)
+    is a warning; a node sysfs names that is missing or not that device is a problem."""
+    for gpu in gpus:
+        nodes = host.dri_nodes.get(gpu.pci_bus_id)
+        if nodes is None:
+            plan.warnings.append(
+                f"{why}: {_gpu_why(gpu)} has no DRM device in sysfs (nvidia-drm not loaded? 'modprobe nvidia-drm'): "
+                "no /dev/dri nodes injected for it"
+            )
+            continue
+        for node in nodes:
+            reason = f"{why}: DRI node of {_gpu_why(gpu)}"
+            if node.problem is not None:
+                plan.problems.append(f"{reason}: {node.problem}")
+                continue
+            plan.ops.append(_mount("device", node.host_path, f"/dev/{node.name}", reason, (node.major, node.minor)))
+            name = os.path.basename(node.name)
+            link = f"/dev/dri/by-path/pci-{gpu.pci_bus_id}-{'card' if name.startswith('card') else 'render'}"
+            plan.ops.append(Symlink(link, f"../{name}", f"{why}: by-path link of {_gpu_why(gpu)}"))
 
 
 def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:
@@ -285,6 +311,11 @@ def _binaries_without_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
                     f"or leave {cap} out of -capabilities"
                 )
     return lacking
+
+
+def _is_shared_object(path: str) -> bool:
+    name = os.path.basename(path)
+    return name.endswith(".so") or ".so." in name
 
 
 def _mount(kind: str, source: str, target: str, reason: str, rdev: tuple[int, int] | None = None, is_dir: bool = False) -> Mount:

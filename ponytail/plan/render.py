@@ -31,6 +31,8 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
     for op in plan.operations:
         if isinstance(op, Mount) and op.kind == "device" and op.rdev is not None:
             out.append(f"  mount {op.source} -> {op.target}  (c {op.rdev[0]}:{op.rdev[1]}, {op.reason}; {','.join(op.options)})")
+        elif isinstance(op, Symlink) and not op.library:  # a node's /dev/dri/by-path link
+            out.append(f"  link  {op.target} -> {op.link_to}  ({op.reason})")
     out.append("library search:")
     empty = [r.search for r in host.reports if not r.matches and not r.from_cache]
     for report in host.reports:
@@ -47,7 +49,7 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
         for op in plan.operations:
             if isinstance(op, Mount) and op.kind in kinds:
                 out.append(f"  mount {op.source} -> {op.target}  ({op.kind}, {op.reason}; {','.join(op.options)})")
-            elif isinstance(op, Symlink) and "library" in kinds:
+            elif isinstance(op, Symlink) and op.library and "library" in kinds:
                 out.append(f"  link  {op.target} -> {op.link_to}  ({op.reason})")
     for op in plan.operations:
         if isinstance(op, ProcMask):

@@ -25,6 +25,7 @@ atexit.register(shutil.rmtree, NVML_DIR, ignore_errors=True)
 NVIDIA_MAJOR = 195
 UVM_MAJOR = 511
 CAPS_MAJOR = 239
+DRM_MAJOR = 226
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
 # the opt-in multi-node features' nodes (FakeHost(fabrics=...)): module name in /proc/devices,
 # its major (none of them this machine's), and the nodes (name under /dev, minor)
@@ -105,6 +106,26 @@ EXTRA_LIBRARIES = (
 )
 
 
+# the libraries of the graphics_files opt-in (NVIDIA's recent additions), and its files
+GRAPHICS_LIBRARIES = (
+    ("libnvidia-tileiras", "libnvidia-tileiras.so.1"),  # compute
+    ("libnvidia-nvvm70", "libnvidia-nvvm70.so.4"),  # compute
+    ("libnvidia-egl-xcb", "libnvidia-egl-xcb.so.1"),  # graphics
+    ("libnvidia-egl-xlib", "libnvidia-egl-xlib.so.1"),  # graphics
+    ("libnvidia-egl-wayland2", "libnvidia-egl-wayland2.so.1"),  # graphics
+    ("libnvidia-vulkan-producer", "libnvidia-vulkan-producer.so.1"),  # graphics
+    ("libnvidia-cbl", "libnvidia-cbl.so.1"),  # graphics
+)
+GRAPHICS_FILES = (  # {machine}, {version}: as in ponytail.capabilities
+    "/usr/share/vulkan/icd.d/nvidia_icd.{machine}.json",  # graphics
+    "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",  # graphics
+    "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",  # graphics
+    "/usr/lib/xorg/modules/drivers/nvidia_drv.so",  # display
+    "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{version}",  # display
+    "/usr/share/X11/xorg.conf.d/10-nvidia.conf",  # display
+)
+
+
 @functools.cache
 def compile_program(source: str, defines: tuple[str, ...] = ()) -> Path:
     out = BUILD_DIR / "bin" / Path(source).stem
@@ -133,6 +154,11 @@ class FakeHost:
     daemons: bool = False  # persistenced socket, MPS pipe directory, GSP firmware
     cuda_blocks: int = 0  # 1: cuDriverGetVersion never returns (a wedged GPU); 2: and forks a helper first
     fabrics: tuple[str, ...] = ()  # keys of FABRICS: their modules in /proc/devices, their nodes; gds adds cufile.json and /run/udev
+    dri: bool = False  # each GPU's DRM device in sysfs (drm/card<N+1>, renderD<128+N>) and its /dev/dri nodes
+    graphics_files: bool = False  # GRAPHICS_LIBRARIES, the arch-specific Vulkan ICD, EGL platform and Xorg files
+    firmware_dir: str = ""  # GSP firmware of the running driver under this directory's nvidia/<version> only
+    firmware_class_path: str = ""  # the firmware loader's custom path (/sys/module/firmware_class/parameters/path)
+    filelist: str = ""  # the driver's /usr/share/nvidia/files.d/sandboxutils-filelist.json, as written
 
     def __post_init__(self) -> None:
         self.proc = self.base / "proc"
@@ -171,6 +197,22 @@ class FakeHost:
             self.install_fabric_daemons(self.driver_version)
         if self.daemons:
             self._start_daemons()
+        if self.dri:
+            self._make_dri()
+        if self.graphics_files:
+            self._install_graphics_files()
+        if self.firmware_dir:
+            fw = self.driver / self.firmware_dir.lstrip("/") / "nvidia" / self.driver_version
+            fw.mkdir(parents=True, exist_ok=True)
+            (fw / "gsp_ga10x.bin").write_bytes(b"GSP" + self.driver_version.encode())
+        if self.filelist:
+            path = self.driver / "usr/share/nvidia/files.d/sandboxutils-filelist.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.filelist)
+        if self.firmware_class_path:
+            params = self.sys / "module/firmware_class/parameters"
+            params.mkdir(parents=True, exist_ok=True)
+            (params / "path").write_text(self.firmware_class_path + "\n")
 
     def _write_proc(self) -> None:
         nv = self.proc / "driver/nvidia"
@@ -334,6 +376,38 @@ class FakeHost:
             fw.mkdir(parents=True, exist_ok=True)
             for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
                 (fw / name).write_bytes(b"GSP" + version.encode())
+
+    def dri_names(self, gpu: FakeGpu) -> tuple[str, str]:
+        """The card and render node names of a GPU's DRM device (card0 is another vendor's)."""
+        i = self.gpu_list.index(gpu)
+        return f"card{i + 1}", f"renderD{128 + i}"
+
+    def _make_dri(self) -> None:
+        (self.dev / "dri").mkdir(exist_ok=True)
+        for gpu in self.gpu_list:
+            for name in self.dri_names(gpu):
+                minor = int(name.removeprefix("card").removeprefix("renderD"))
+                (self.sys / "bus/pci/devices" / gpu.bus_id / "drm" / name).mkdir(parents=True, exist_ok=True)
+                (self.sys / "bus/pci/devices" / gpu.bus_id / "drm" / name / "dev").write_text(f"{DRM_MAJOR}:{minor}\n")
+                if not (self.dev / "dri" / name).exists():
+                    os.mknod(self.dev / "dri" / name, 0o666 | 0o020000, os.makedev(DRM_MAJOR, minor))
+        # another vendor's card: on the host, never in a container
+        os.mknod(self.dev / "dri/card0", 0o666 | 0o020000, os.makedev(DRM_MAJOR, 0))
+
+    def _install_graphics_files(self) -> None:
+        libdir = self.driver / self.lib_dir.lstrip("/")
+        libdir.mkdir(parents=True, exist_ok=True)
+        v = self.driver_version
+        for stem, soname in GRAPHICS_LIBRARIES:
+            shutil.copy(compile_library("fake_plain.c", soname, f"{stem}.so.{v}", v), libdir / f"{stem}.so.{v}")
+            _symlink(f"{stem}.so.{v}", libdir / soname)
+        for path in GRAPHICS_FILES:
+            path = path.format(machine=os.uname().machine, version=v)
+            (self.driver / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+            if path.endswith(".so") or ".so." in path:
+                shutil.copy(compile_library("fake_plain.c", os.path.basename(path), os.path.basename(path), v), self.driver / path.lstrip("/"))
+            else:
+                (self.driver / path.lstrip("/")).write_text('{"file_format_version": "1.0.0"}\n')
 
     def add_driver_tree(self, name: str, version: str, cuda_version: int) -> Path:
         """A second user-mode driver build under ``base/umd/NAME``: its own libcuda (reporting

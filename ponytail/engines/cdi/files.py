@@ -57,9 +57,12 @@ def generate(
         devices += [(name, Selection((), (mig,))) for name in _names(strategy, mig.name, mig_uuid.get(mig.name))]
     devices.append(("all", Selection(host.gpus, tuple(migs))))
     planned = []
-    # a device's entry is the nodes its plan adds to the shared ones, whatever the capabilities: planned
-    # without them it skips their nodes (shared anyway) and the masked /proc (an 18-GPU spec plans 20 times)
-    nodes_only = replace(request, capabilities=())
+    # a device's entry is the nodes its plan adds to the shared ones: planned without the capabilities it
+    # skips their nodes (shared anyway) and the masked /proc (an 18-GPU spec plans 20 times), but keeps
+    # those that bring each GPU's own nodes (graphics, display: its /dev/dri nodes)
+    from ponytail.capabilities import CAPABILITIES
+
+    nodes_only = replace(request, capabilities=tuple(c for c in request.capabilities if CAPABILITIES[c].dri_nodes))
     for name, selection in devices:
         plan = build_plan(host, nodes_only, selection, {}, ldconfig)
         if plan.problems:
