@@ -117,3 +117,42 @@ def test_the_units_and_udev_rule_run_this_command() -> None:
     assert "start ponytail-dev-char-links.service" in rule and 'KERNEL=="nvidia*"' in rule
     help_text = subprocess.run([*PONYTAIL, "dev-char-links", "--help"], capture_output=True, text=True, timeout=60)
     assert help_text.returncode == 0
+
+
+def test_the_node_installer_makes_the_links_and_installs_the_units(host: FakeHost, tmp_path: Path) -> None:
+    """packaging/installer/installer.sh as the DaemonSet runs it (the host's / at HOST_ROOT),
+    with the installed command standing in for the image's binary."""
+    image = tmp_path / "image"
+    image.mkdir()
+    wrapper = image / "ponytail"
+    wrapper.write_text(f"#!/bin/sh\nPONYTAIL_CONFIG={host.write_config()} exec {PONYTAIL[0]} \"$@\"\n")
+    wrapper.chmod(0o755)
+    units = tmp_path / "units"
+    units.mkdir()
+    for source in [*(REPO / "packaging/systemd").iterdir(), *(REPO / "packaging/udev").iterdir()]:
+        shutil.copy(source, units / source.name)
+    env = {"PATH": os.environ["PATH"], "HOST_ROOT": str(host.base), "IMAGE_DIR": str(image), "UNITS_DIR": str(units),
+           "ENGINE": "podman", "RESTART_MODE": "none", "INSTALL_DIR": "/opt/gpu/ponytail"}
+
+    def installer(verb: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", str(REPO / "packaging/installer/installer.sh"), verb], env=env, capture_output=True, text=True, timeout=120)
+
+    first = installer("install")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert made(host) == EXPECTED
+    assert "made /dev/char/195:0 -> ../nvidia0" in first.stdout  # said as the host's path
+    systemd = host.base / "etc/systemd/system"
+    assert "ExecStart=/opt/gpu/ponytail/ponytail dev-char-links\n" in (systemd / "ponytail-dev-char-links.service").read_text()
+    for unit in ("ponytail-dev-char-links.service", "ponytail-dev-char-links.path"):
+        assert os.readlink(systemd / "multi-user.target.wants" / unit) == f"/etc/systemd/system/{unit}"
+    assert (host.base / "etc/udev/rules.d/71-ponytail-dev-char-links.rules").read_text() == (units / "71-ponytail-dev-char-links.rules").read_text()
+    assert "systemctl start ponytail-dev-char-links.path" in first.stdout
+
+    second = installer("install")
+    assert second.returncode == 0 and "/dev/char link units are up to date" in second.stdout, second.stdout
+
+    removed = installer("uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert not (systemd / "ponytail-dev-char-links.service").exists() and not (systemd / "multi-user.target.wants/ponytail-dev-char-links.path").is_symlink()
+    assert not (host.base / "etc/udev/rules.d/71-ponytail-dev-char-links.rules").exists()
+    assert made(host) == EXPECTED  # the links stay
