@@ -57,11 +57,13 @@ def _load_config(options: HookOptions) -> Config:
 def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, stderr: TextIO, log: RunLog) -> int:
     log.context = f"manual:{options.root}" if options.root else "-"
     container = _container(options, stdin, log)
+    from ponytail.container.deviceplugin import accepts_env
     from ponytail.container.request import build_request
 
     request = build_request(
         options.device, options.capabilities, container.env if container else None, container.privileged if container else True,
-        container.plugin_devices if container else None, config.accept_env_when_unprivileged,
+        container.plugin_devices if container else None,
+        accepts_env(config, container.annotations) if container else config.accept_env_when_unprivileged,
     )
     if request.devices.is_void:
         log.write("info", f"not a GPU container ({request.devices.source}={request.devices.selector!r}); nothing injected")
