@@ -159,16 +159,3 @@ def test_management_pods_of_the_named_namespaces_are_believed(host: FakeHost, tm
     parsed = parse_config(config.encode(), "config.toml")
     assert spec_asks_for_gpus(read_spec(listed, "config.json"), accepts_env(parsed, listed["annotations"])) is True
     assert accepts_env(parsed, {other: "gpu-operator"}) is False
-
-
-@pytest.mark.parametrize(("text", "error"), [
-    ('env_namespaces = ["gpu-operator"]\n', b"'request.env_namespaces' needs 'request.cri'"),
-    ('cri = "docker"\n', b"'request.cri' must be one of 'containerd', 'cri-o', not 'docker'"),
-    ('cri = "containerd"\nenv_namespaces = ["GPU_operator"]\n', b"entry 'GPU_operator' is not a Kubernetes namespace name"),
-    ('cri = "containerd"\nenv_namespaces = "gpu-operator"\n', b"'request.env_namespaces' must be a list of strings"),
-])
-def test_management_namespace_config_errors(tmp_path: Path, text: str, error: bytes) -> None:
-    config = tmp_path / "bad.toml"
-    config.write_text("[request]\n" + text)
-    result = run_ponytail(["-config", str(config), "-debug"])
-    assert result.returncode == 2 and error in result.stderr, result.stderr
