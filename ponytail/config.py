@@ -36,6 +36,8 @@ class Config:
     # the CRI implementation whose namespace annotation is read (ponytail.container.deviceplugin)
     env_namespaces: tuple[str, ...] = ()
     cri: str = ""
+    # true: a privileged container's GPU nodes that were not allotted are hidden inside it (ponytail.plan.operations.HideNode)
+    isolate_privileged: bool = False
     # deadlines, in seconds: a forked probe (libcuda's cuDriverGetVersion, NVML), the host's
     # ldconfig, and the wait for another run into the same rootfs (ponytail.apply.rootlock)
     timeout_probe: float = 5.0
@@ -94,6 +96,14 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
             "`accept_env_when_unprivileged = false`: the management pods that need GPUs without asking the scheduler "
             "(the device plugin itself, dcgm-exporter, GPU feature discovery), e.g. `[\"gpu-operator\"]`. Needs `cri`. "
             "Only someone allowed to create pods in these namespaces gets the GPUs this way.",
+        ),
+        "isolate_privileged": (
+            "isolate_privileged", bool,
+            "`true`: a privileged container that asks for some GPUs gets only those: the engine gives it every host "
+            "device, so the other GPUs' `/dev/nvidiaN` are made unusable inside it (each bound onto itself with `nodev` in "
+            "the container's mount namespace: opening it fails with EACCES; the host's `/dev` is untouched), as "
+            "`/proc/driver/nvidia/gpus` already shows only its GPUs. It can undo that (it may unmount): it keeps pods "
+            "from using GPUs they were not allotted by mistake, it is not a security boundary.",
         ),
         "cri": (
             "cri", str,

@@ -89,6 +89,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     plan, host = make_plan(
         config, request, _library_globs(options.libs), dry_run=options.debug, udev=options.debug,
         driver=driver, rootfs=rootfs, env=container.env if container else None,
+        hide_other_gpus=config.isolate_privileged and container is not None and container.privileged,
     )
     if options.debug:
         from ponytail.plan.render import render_plan

@@ -45,10 +45,11 @@ def setns_mount(ns_fd: int) -> None:
     check(libc().setns(ns_fd, CLONE_NEWNS), "setns")
 
 
-def clone_tree(path: str) -> int:
-    """A detached bind mount of ``path`` (not following a final symlink), as an fd."""
-    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW
-    return syscall("open_tree", -100, path.encode(), ctypes.c_uint(flags), what=f"open_tree {path}")
+def clone_tree(path: str, dir_fd: int = -100) -> int:
+    """A detached bind mount of ``path`` (not following a final symlink), as an fd; with
+    ``dir_fd`` and an empty ``path``, of the file that descriptor names."""
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW | (AT_EMPTY_PATH if not path else 0)
+    return syscall("open_tree", dir_fd, path.encode(), ctypes.c_uint(flags), what=f"open_tree {path or f'fd {dir_fd}'}")
 
 
 def set_mount_attributes(tree_fd: int, attributes: int) -> None:

@@ -65,6 +65,19 @@ class ProcMask:
 
 
 @record(frozen=True)
+class HideNode:
+    """Make the container's own ``target`` unusable inside it: a privileged container gets every
+    host device in its /dev from the engine; this one is a GPU it was not allotted. The node is
+    bind-mounted onto itself with ``nodev`` in the container's mount namespace, so opening it
+    fails with EACCES; the host's /dev is never touched. (A privileged container may unmount it
+    again: this keeps a pod from using GPUs by mistake, it does not confine it.)"""
+
+    target: str
+    rdev: tuple[int, int]
+    reason: str
+
+
+@record(frozen=True)
 class LinkerCache:
     """Add ``directories`` to the rootfs's linker config, then run the host's ldconfig on it,
     with those directories first so the injected driver wins over copies in the image."""
@@ -90,7 +103,7 @@ class AllowDevices:
         return tuple(f"c {major}:{minor} rw" for major, minor in self.devices)
 
 
-Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices
+Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices | HideNode
 
 
 @record(frozen=True)
@@ -113,18 +126,24 @@ class Plan:
         return [op.source for op in self.operations if isinstance(op, Mount)]
 
 
-def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]], ldconfig: str | None) -> Plan:
+def build_plan(
+    host: Host, request: Request, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]], ldconfig: str | None,
+    hide_other_gpus: bool = False,
+) -> Plan:
     """Every operation that gives the container what ``request`` asks for on ``host``, family
     by family: device nodes, libraries with their SONAME links, binaries and files, the masked
     /proc/driver/nvidia, the linker cache, the device rules. Each family adds its operations,
     and the problems (a real run refuses) and warnings it finds.
 
     ``mig_gpus`` holds the GPUs named by NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES
-    ("config", "monitor"), already resolved."""
+    ("config", "monitor"), already resolved. ``hide_other_gpus`` (a privileged container under
+    ``[request] isolate_privileged``): the GPU nodes not injected are hidden (HideNode)."""
     plan = _Draft(warnings=list(host.notes))
     plan.warnings += [f"unknown driver capability {c!r} in {request.capabilities_source} ignored" for c in request.unknown_capabilities]
     caps = request.capabilities
     _device_nodes(plan, host, caps, selection, mig_gpus)
+    if hide_other_gpus:
+        _hide_other_gpus(plan, host)
     sonames = _libraries(plan, host, caps)
     said = _binaries_without_libraries(host, caps)
     plan.warnings += said
@@ -189,6 +208,20 @@ def _device_nodes(
             plan.problems.append(f"{why}: {node.problem}")
         else:
             plan.warnings.append(f"/dev/{node.name} not injected: {node.problem}")
+
+
+def _hide_other_gpus(plan: _Draft, host: Host) -> None:
+    """A HideNode for each of the host's GPU nodes that is not injected: a privileged container
+    has them all in its /dev."""
+    injected = {op.rdev for op in plan.ops if isinstance(op, Mount) and op.rdev is not None}
+    by_minor = {g.minor: g for g in host.gpus}
+    for minor, node in sorted(host.gpu_nodes.items()):
+        if (node.major, node.minor) in injected:
+            continue
+        gpu = by_minor.get(minor)
+        what = _gpu_why(gpu) if gpu is not None else f"GPU node {node.name}"
+        plan.ops.append(HideNode(f"/dev/{node.name}", (node.major, node.minor),
+                                 f"{what} not allotted: hidden from a privileged container ([request] isolate_privileged)"))
 
 
 def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:
