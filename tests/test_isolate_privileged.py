@@ -92,3 +92,24 @@ def test_the_dry_run_shows_what_is_hidden_and_only_for_privileged_containers(hos
     spec["process"]["capabilities"] = {"bounding": ["CAP_CHOWN"]}
     (bundle / "config.json").write_text(json.dumps(spec))
     assert hidden(run_ponytail(config, stdin=state_for(bundle, 1)).stdout.decode()) == []  # unprivileged: nodes absent anyway
+
+
+def test_what_the_image_put_at_a_hidden_nodes_name_is_not_acted_on(host: FakeHost, tmp_path: Path) -> None:
+    """Without a tmpfs /dev the image's own /dev is the container's: a symlink it planted at
+    /dev/nvidia1 (to a host-looking path) is never followed nor mounted over; said in the log."""
+    bundle = privileged_bundle(host, tmp_path, CUDACHECK_GPU0, ["NVIDIA_VISIBLE_DEVICES=0"], ISOLATE)
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["mounts"] = [m for m in spec["mounts"] if m["destination"] != "/dev"]
+    spec["linux"]["devices"] = [d for d in spec["linux"]["devices"] if d["path"] != "/dev/nvidia1"]
+    (bundle / "config.json").write_text(json.dumps(spec, indent=1))
+    (bundle / "rootfs/dev").mkdir(exist_ok=True)
+    (bundle / "rootfs/etc").mkdir(exist_ok=True)
+    (bundle / "rootfs/etc/secret").write_text("image file\n")
+    os.symlink("/etc/secret", bundle / "rootfs/dev/nvidia1")
+    result = run_bundle("runc", bundle)
+    assert result.returncode == 0, result.stderr
+    # nvidia0 (the engine's node) hidden; nvidia1 the image's symlink, which leads the container to its own
+    # read-only /etc/secret (EROFS for O_RDWR): not ponytail's to touch
+    assert "open /dev/nvidia0 EACCES" in result.stdout and "open /dev/nvidia1 Read-only file system" in result.stdout, result.stdout
+    assert "/dev/nvidia1 is not the character device 195:1: left as it is" in host.log.read_text()
+    assert os.readlink(bundle / "rootfs/dev/nvidia1") == "/etc/secret"
