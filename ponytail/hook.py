@@ -65,6 +65,12 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         container.plugin_devices if container else None,
         accepts_env(config, container.annotations) if container else config.accept_env_when_unprivileged,
     )
+    if container is not None and not container.privileged and not config.accept_env_when_unprivileged and not request.devices.is_void \
+            and container.plugin_devices is None and options.device is None:  # believed only for its pod's namespace: say so
+        from ponytail.container.deviceplugin import management_namespace
+
+        namespace = management_namespace(container.annotations, config.cri, config.env_namespaces)
+        log.write("info", f"{request.devices.source} believed: the pod's namespace {namespace!r} is one of [request] env_namespaces")
     if request.devices.is_void:
         log.write("info", f"not a GPU container ({request.devices.source}={request.devices.selector!r}); nothing injected")
         if options.debug:

@@ -144,6 +144,7 @@ def test_management_pods_of_the_named_namespaces_are_believed(host: FakeHost, tm
     config = MANAGED + f'cri = "{cri}"\n'
     spec_with(bundle, annotations={key: "gpu-operator"})
     assert "devices requested: 'all' (from NVIDIA_VISIBLE_DEVICES)" in dry_run(host, bundle, config)
+    assert "NVIDIA_VISIBLE_DEVICES believed: the pod's namespace 'gpu-operator' is one of [request] env_namespaces" in host.log.read_text()
     for brought in ({key: "default"}, {other: "gpu-operator"}, {key: "gpu-operator-x"}, {}):
         spec_with(bundle, annotations=brought)
         line = selected(dry_run(host, bundle, config))
