@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, hook_entry, oci_bundle, run_bundle
-from support.fakehost import FakeHost
+from support.fakehost import FakeHost, gpus
 from support.harness import run_ponytail, state_for
 
 ISOLATE = "[request]\nisolate_privileged = true\n"
@@ -113,3 +113,15 @@ def test_what_the_image_put_at_a_hidden_nodes_name_is_not_acted_on(host: FakeHos
     assert "open /dev/nvidia0 EACCES" in result.stdout and "open /dev/nvidia1 Read-only file system" in result.stdout, result.stdout
     assert "/dev/nvidia1 is not the character device 195:1: left as it is" in host.log.read_text()
     assert os.readlink(bundle / "rootfs/dev/nvidia1") == "/etc/secret"
+
+
+def test_mig_access_nodes_not_allotted_are_hidden_too(tmp_path: Path) -> None:
+    """The MIG device 2:1:0 of GPU 2 (/dev/nvidia1): the other GPUs and the other MIG device's GPU
+    and compute instance access nodes are hidden, and the MIG config/monitor nodes it did not ask for."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(3, minors=[2, 0, 1]), mig={1: [(1, 0), (2, 0)]})
+    bundle = privileged_bundle(host, tmp_path, ["/bin/true"], [f"NVIDIA_VISIBLE_DEVICES={FakeHost.mig_uuid(1, 1, 0)}"], ISOLATE)
+    output = run_ponytail(["-config", str(tmp_path / "ponytail.toml"), "-debug"], stdin=state_for(bundle, 1)).stdout.decode()
+    other_gi, other_ci = FakeHost.mig_minors(1, 2, 0)
+    assert hidden(output) == ["/dev/nvidia0", "/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2",
+                              f"/dev/nvidia-caps/nvidia-cap{other_gi}", f"/dev/nvidia-caps/nvidia-cap{other_ci}"], output
+    assert "MIG device 2:2:0: compute instance 0 access not allotted" in output

@@ -211,17 +211,25 @@ def _device_nodes(
 
 
 def _hide_other_gpus(plan: _Draft, host: Host) -> None:
-    """A HideNode for each of the host's GPU nodes that is not injected: a privileged container
-    has them all in its /dev."""
+    """A HideNode for each of the host's GPU nodes, and each MIG access node (nvidia-caps), that
+    is not injected: a privileged container has them all in its /dev."""
     injected = {op.rdev for op in plan.ops if isinstance(op, Mount) and op.rdev is not None}
+    why = " not allotted: hidden from a privileged container ([request] isolate_privileged)"
     by_minor = {g.minor: g for g in host.gpus}
     for minor, node in sorted(host.gpu_nodes.items()):
-        if (node.major, node.minor) in injected:
-            continue
-        gpu = by_minor.get(minor)
-        what = _gpu_why(gpu) if gpu is not None else f"GPU node {node.name}"
-        plan.ops.append(HideNode(f"/dev/{node.name}", (node.major, node.minor),
-                                 f"{what} not allotted: hidden from a privileged container ([request] isolate_privileged)"))
+        if (node.major, node.minor) not in injected:
+            gpu = by_minor.get(minor)
+            plan.ops.append(HideNode(f"/dev/{node.name}", (node.major, node.minor), (_gpu_why(gpu) if gpu else f"GPU node {node.name}") + why))
+    if host.caps_major is None:
+        return
+    caps: dict[int, str] = {minor: f"MIG {what} access" for what, minor in host.mig_global_minors.items()}
+    for gpu in host.gpus:
+        for mig in gpu.mig_devices:
+            caps.setdefault(mig.gi_minor, f"MIG device {mig.name}: GPU instance {mig.gi} access")
+            caps[mig.ci_minor] = f"MIG device {mig.name}: compute instance {mig.ci} access"
+    for minor, what in sorted(caps.items()):
+        if (host.caps_major, minor) not in injected:
+            plan.ops.append(HideNode(f"/dev/nvidia-caps/nvidia-cap{minor}", (host.caps_major, minor), what + why))
 
 
 def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:
