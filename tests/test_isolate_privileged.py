@@ -32,7 +32,7 @@ def privileged_bundle(host: FakeHost, base: Path, args: list[str], env: list[str
     spec = json.loads((bundle / "config.json").read_text())
     spec["process"]["capabilities"] = {key: ALL_CAPS for key in ("bounding", "effective", "permitted")}
     devices = []
-    for name in ("nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm"):
+    for name in ("nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm", "nvidia-caps/nvidia-cap1"):
         st = os.stat(host.dev / name)
         devices.append({"path": f"/dev/{name}", "type": "c", "major": os.major(st.st_rdev), "minor": os.minor(st.st_rdev),
                         "fileMode": 0o666, "uid": 0, "gid": 0})
@@ -48,11 +48,12 @@ def hidden(dry_run: str) -> list[str]:
 
 @pytest.mark.parametrize("stages", [("prestart",), ("prestart", "createRuntime")])
 def test_a_privileged_container_keeps_only_its_allotted_gpu(host: FakeHost, tmp_path: Path, stages: tuple[str, ...]) -> None:
-    bundle = privileged_bundle(host, tmp_path, CUDACHECK_GPU0, ["NVIDIA_VISIBLE_DEVICES=0"], ISOLATE, stages)
+    config_access = "/dev/nvidia-caps/nvidia-cap1"  # MIG config access: not asked for
+    bundle = privileged_bundle(host, tmp_path, [*CUDACHECK_GPU0, config_access], ["NVIDIA_VISIBLE_DEVICES=0"], ISOLATE, stages)
     result = run_bundle("runc", bundle)
     assert result.returncode == 0, result.stderr
-    hidden = [line.replace("ENOENT", "EACCES") if line.startswith(("open /dev/nvidia0", "open /dev/nvidia1")) else line for line in EXPECTED_GPU0]
-    assert result.stdout.splitlines() == hidden, result.stdout
+    expected = [line.replace("ENOENT", "EACCES") if line.startswith(("open /dev/nvidia0", "open /dev/nvidia1")) else line for line in EXPECTED_GPU0]
+    assert result.stdout.splitlines() == [*expected, f"open {config_access} EACCES"], result.stdout
     log = host.log.read_text()
     assert "hide /dev/nvidia0 (nodev: GPU 1 " in log and "hide /dev/nvidia1 (nodev: GPU 2 " in log, log[-2000:]
     if len(stages) > 1:  # the second run finds them hidden and changes nothing
@@ -78,7 +79,8 @@ def test_the_dry_run_shows_what_is_hidden_and_only_for_privileged_containers(hos
     bundle = privileged_bundle(host, tmp_path, ["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=0"], ISOLATE)
     config = ["-config", str(tmp_path / "ponytail.toml"), "-debug"]
     output = run_ponytail(config, stdin=state_for(bundle, 1)).stdout.decode()
-    assert hidden(output) == ["/dev/nvidia0", "/dev/nvidia1"], output
+    # the other GPUs, and the MIG config/monitor access nodes it did not ask for
+    assert hidden(output) == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-caps/nvidia-cap1", "/dev/nvidia-caps/nvidia-cap2"], output
     assert "not allotted: hidden from a privileged container ([request] isolate_privileged)" in output
     # /proc/driver/nvidia/gpus, masked for every container, shows the allotted GPU only (this machine has no
     # /proc/driver/nvidia for a real container to list: the mask itself is tested with the executor's tests)
@@ -87,7 +89,7 @@ def test_the_dry_run_shows_what_is_hidden_and_only_for_privileged_containers(hos
     spec = json.loads((bundle / "config.json").read_text())
     spec["process"]["env"] = [e for e in spec["process"]["env"] if not e.startswith("NVIDIA_")] + ["NVIDIA_VISIBLE_DEVICES=all"]
     (bundle / "config.json").write_text(json.dumps(spec))
-    assert hidden(run_ponytail(config, stdin=state_for(bundle, 1)).stdout.decode()) == []  # every GPU is allotted
+    assert [n for n in hidden(run_ponytail(config, stdin=state_for(bundle, 1)).stdout.decode()) if "caps" not in n] == []  # every GPU is allotted
     spec["process"]["env"][-1] = "NVIDIA_VISIBLE_DEVICES=0"
     spec["process"]["capabilities"] = {"bounding": ["CAP_CHOWN"]}
     (bundle / "config.json").write_text(json.dumps(spec))

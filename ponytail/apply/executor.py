@@ -238,6 +238,9 @@ def _hide_node(paths: InRoot, op: HideNode, outcome: Outcome) -> None:
     """Bind the container's own node ``op.target`` onto itself with nodev (and ro, nosuid,
     noexec), in the container's mount namespace: opening it then fails with EACCES. Only that
     character device is acted on (never a symlink, nor what the image put there instead)."""
+    if paths.real_path(os.path.dirname(op.target)) is None:  # no /dev/nvidia-caps: no node of it
+        outcome.unchanged.append(f"{op.target} (not in the container: nothing to hide)")
+        return
     resolved = paths.resolve(op.target, follow_last=False)
     try:
         if not resolved.exists:
