@@ -33,6 +33,12 @@ class Config:
     runtime_path: str = "runc"  # ponytail-runtime execs this (a name on PATH, or an absolute path)
     # false: an unprivileged container's NVIDIA_VISIBLE_DEVICES selects nothing; only the device plugin's list does
     accept_env_when_unprivileged: bool = True
+    # Kubernetes namespaces whose pods' NVIDIA_VISIBLE_DEVICES is believed all the same (management pods), and
+    # the CRI implementation whose namespace annotation is read (ponytail.container.deviceplugin)
+    env_namespaces: tuple[str, ...] = ()
+    cri: str = ""
+    # true: a privileged container's GPU nodes that were not allotted are hidden inside it (ponytail.plan.operations.HideNode)
+    isolate_privileged: bool = False
     # deadlines, in seconds: a forked probe (libcuda's cuDriverGetVersion, NVML), the host's
     # ldconfig, and the wait for another run into the same rootfs (ponytail.apply.rootlock)
     timeout_probe: float = 5.0
@@ -91,6 +97,27 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
             "GPUs only from the device plugin's list (volume mounts or CDI annotations). Privileged containers are "
             "always believed.",
         ),
+        "env_namespaces": (
+            "env_namespaces", list,
+            "Kubernetes namespaces whose pods' `NVIDIA_VISIBLE_DEVICES` is believed even when "
+            "`accept_env_when_unprivileged = false`: the management pods that need GPUs without asking the scheduler "
+            "(the device plugin itself, dcgm-exporter, GPU feature discovery), e.g. `[\"gpu-operator\"]`. Needs `cri`. "
+            "Only someone allowed to create pods in these namespaces gets the GPUs this way.",
+        ),
+        "isolate_privileged": (
+            "isolate_privileged", bool,
+            "`true`: a privileged container that asks for some GPUs gets only those: the engine gives it every host "
+            "device, so the other GPUs' `/dev/nvidiaN` are made unusable inside it (each bound onto itself with `nodev` in "
+            "the container's mount namespace: opening it fails with EACCES; the host's `/dev` is untouched), as "
+            "`/proc/driver/nvidia/gpus` already shows only its GPUs. It can undo that (it may unmount): it keeps pods "
+            "from using GPUs they were not allotted by mistake, it is not a security boundary.",
+        ),
+        "cri": (
+            "cri", str,
+            "The CRI implementation that starts this node's pods, `\"containerd\"` or `\"cri-o\"`: the pod's namespace "
+            "for `env_namespaces` is read only from the annotation it writes over any a pod brings "
+            "(`io.kubernetes.cri.sandbox-namespace`, `io.kubernetes.pod.namespace`).",
+        ),
     },
     "timeouts": {
         "probe": ("timeout_probe", float, "Seconds a forked probe may take (libcuda's `cuDriverGetVersion` for "
@@ -145,6 +172,14 @@ def schema() -> list[tuple[str, str, object, str]]:
 
 MAX_TIMEOUT_S = 600.0
 _DRIVER_KEYS = tuple(_NAMED_TABLES["drivers"])
+# [request] cri -> the annotation that CRI implementation writes into every container's config.json
+# with its pod's namespace, after (over) the annotations a pod may bring: containerd's comes from
+# the sandbox's metadata (internal/cri/annotations DefaultCRIAnnotations, applied after the
+# pod_annotations/container_annotations pass-through); CRI-O's from the kubelet's container labels,
+# added after the pod's annotations (internal/factory/container SpecAddAnnotations). Each key can
+# be forged on the other engine: only the configured engine's key is read.
+NAMESPACE_ANNOTATIONS = {"containerd": "io.kubernetes.cri.sandbox-namespace", "cri-o": "io.kubernetes.pod.namespace"}
+_NAMESPACE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")  # a DNS label, as Kubernetes names namespaces
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
@@ -210,7 +245,24 @@ def parse_config(raw: bytes, path: str) -> Config:
     mps = values.get("mps_pipe_directory")
     if isinstance(mps, str) and os.path.normpath(mps) != mps:
         raise ConfigError(f"config file {path}: 'host.mps_pipe_directory' must be a plain absolute path (no '..', '.', '//', trailing '/'), not {mps!r}")
+    _check_namespaces(path, values)
     return Config(**values)  # type: ignore[arg-type]  # each value was checked against its field type above
+
+
+def _check_namespaces(path: str, values: dict[str, object]) -> None:
+    """[request] cri names a known CRI implementation; env_namespaces are namespace names and need it."""
+    cri = values.get("cri", "")
+    if cri not in ("", *NAMESPACE_ANNOTATIONS):
+        raise ConfigError(f"config file {path}: 'request.cri' must be one of {', '.join(map(repr, NAMESPACE_ANNOTATIONS))}, not {cri!r}")
+    namespaces = values.get("env_namespaces", ())
+    for name in namespaces if isinstance(namespaces, tuple) else ():
+        if not (0 < len(name) <= 63 and set(name) <= _NAMESPACE_CHARS and not name.startswith("-") and not name.endswith("-")):
+            raise ConfigError(f"config file {path}: 'request.env_namespaces' entry {name!r} is not a Kubernetes namespace name")
+    if namespaces and not cri:
+        raise ConfigError(
+            f"config file {path}: 'request.env_namespaces' needs 'request.cri' (\"containerd\" or \"cri-o\"): a pod's "
+            "namespace is read only from the annotation that CRI implementation writes, which a pod cannot set"
+        )
 
 
 def _capability_extras(path: str, table: object) -> dict[str, dict[str, tuple[str, ...]]]:
@@ -307,6 +359,8 @@ def _check_type(path: str, key: str, value: object, expected: type) -> object:
         return value
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"config file {path}: '{key}' must be a list of strings")
+    if key == "request.env_namespaces":
+        return tuple(value)  # checked with request.cri (_check_namespaces)
     for v in value:
         if not v.startswith("/") or "\0" in v:
             raise ConfigError(f"config file {path}: '{key}' entry {v!r} must be an absolute path or glob")

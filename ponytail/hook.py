@@ -57,13 +57,21 @@ def _load_config(options: HookOptions) -> Config:
 def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, stderr: TextIO, log: RunLog) -> int:
     log.context = f"manual:{options.root}" if options.root else "-"
     container = _container(options, stdin, log)
+    from ponytail.container.deviceplugin import accepts_env
     from ponytail.container.request import build_request
 
     request = build_request(
         options.device, options.capabilities, container.env if container else None, container.privileged if container else True,
-        container.plugin_devices if container else None, config.accept_env_when_unprivileged,
+        container.plugin_devices if container else None,
+        accepts_env(config, container.annotations) if container else config.accept_env_when_unprivileged,
         container.plugin_features if container else (),
     )
+    if container is not None and not container.privileged and not config.accept_env_when_unprivileged and not request.devices.is_void \
+            and container.plugin_devices is None and options.device is None:  # believed only for its pod's namespace: say so
+        from ponytail.container.deviceplugin import management_namespace
+
+        namespace = management_namespace(container.annotations, config.cri, config.env_namespaces)
+        log.write("info", f"{request.devices.source} believed: the pod's namespace {namespace!r} is one of [request] env_namespaces")
     if request.devices.is_void:
         log.write("info", f"not a GPU container ({request.devices.source}={request.devices.selector!r}); nothing injected")
         if options.debug:
@@ -94,6 +102,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     plan, host = make_plan(
         config, request, _library_globs(options.libs), dry_run=options.debug, udev=options.debug,
         driver=driver, rootfs=rootfs, env=container.env if container else None,
+        hide_other_gpus=config.isolate_privileged and container is not None and container.privileged,
     )
     if options.debug:
         from ponytail.plan.render import render_plan

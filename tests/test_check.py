@@ -38,6 +38,8 @@ class Layout:
         self.rootfs = make_rootfs(base / "rootfs")
         self.base = base
         self.extra_config = ""
+        linked = run_ponytail(["dev-char-links", "-config", str(self.host.write_config())])  # what a node set up as documented has
+        assert linked.returncode == 0, linked.stderr
 
     def config(self) -> Path:
         path = self.host.write_config()
@@ -81,6 +83,14 @@ def test_a_healthy_host_engine_and_container(layout: Layout) -> None:
             ("host", "cgroup"), ("host", "driver tree dev-build"), ("engine", "podman"), ("container", "libcuda.so.1"),
             ("container", "libnvidia-ml.so.1")} <= subjects
     assert "cgroup v2" in next(f["message"] for f in report["findings"] if f["subject"] == "cgroup")
+
+
+def test_a_node_without_its_dev_char_link(layout: Layout) -> None:
+    (layout.host.dev / f"char/{NVIDIA_MAJOR}:1").unlink()
+    finding = _one_finding(layout)
+    assert finding["subject"] == f"{layout.host.dev}/char" and finding["level"] == "warning"
+    assert f"char/{NVIDIA_MAJOR}:1 (nvidia1: missing)" in finding["message"]
+    assert "daemon-reload" in finding["message"] and "ponytail dev-char-links" in finding["message"]
 
 
 def test_no_driver_loaded(layout: Layout) -> None:

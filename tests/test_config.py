@@ -44,6 +44,10 @@ def test_precedence_cli_then_env_then_default() -> None:
         ("[cache]\ndir = 'run/ponytail'\n", r"'cache.dir' must be an absolute path"),
         ("host = 1\n", r"'host' must be a table"),
         ("[host\n", r"TOML syntax error"),
+        ("[request]\nenv_namespaces = ['gpu-operator']\n", r"'request.env_namespaces' needs 'request.cri'"),
+        ("[request]\ncri = 'docker'\n", r"'request.cri' must be one of 'containerd', 'cri-o', not 'docker'"),
+        ("[request]\ncri = 'cri-o'\nenv_namespaces = ['GPU_operator']\n", r"entry 'GPU_operator' is not a Kubernetes namespace name"),
+        ("[request]\ncri = 'containerd'\nenv_namespaces = 'gpu-operator'\n", r"'request.env_namespaces' must be a list of strings"),
     ],
 )
 def test_bad_config_names_file_and_key(tmp_path: Path, text: str, message: str) -> None:

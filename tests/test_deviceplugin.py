@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ponytail.container.oci import read_spec
 from ponytail.engines.shim.edit import spec_asks_for_gpus
 
@@ -110,3 +112,51 @@ def test_policy_must_be_a_boolean(host: FakeHost, tmp_path: Path) -> None:
     result = run_ponytail(["-config", str(config), "-debug"])
     assert result.returncode == 2
     assert b"'request.accept_env_when_unprivileged' must be true or false, not str" in result.stderr
+
+
+def test_the_device_plugins_own_cdi_kind_names_the_gpus(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
+    """NVIDIA's device plugin names its CDI devices k8s.device-plugin.nvidia.com/gpu=<UUID> (and
+    /mig): the same meaning as nvidia.com/gpu, also under the strict policy."""
+    bundle = bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=all"])
+    uuid = host.gpu_list[1].uuid
+    spec_with(bundle, annotations={"cdi.k8s.io/k8s-device-plugin_abc": f"k8s.device-plugin.nvidia.com/gpu={uuid}"})
+    output = dry_run(host, bundle, STRICT)
+    assert f"devices requested: '{uuid}' (from CDI annotations (cdi.k8s.io/*))" in output and "1 selected" in output
+    spec_with(bundle, annotations={"cdi.k8s.io/k8s-device-plugin_abc": "k8s.device-plugin.nvidia.com/mig=MIG-0000,vendor.com/x=1"})
+    (host.base / "config.toml").write_text(host.config_text() + STRICT)
+    asked = run_ponytail(["-config", str(host.base / "config.toml"), "-debug"], stdin=state_for(bundle, 1))
+    assert b"unknown MIG device 'MIG-0000' in CDI annotations (cdi.k8s.io/*)" in asked.stderr  # asked for, and this host has none
+    spec_with(bundle, annotations={"cdi.k8s.io/other": "k8s.device-plugin.example.com/gpu=1"})  # another vendor's kind
+    assert "not a GPU container" in selected(dry_run(host, bundle, STRICT))
+
+
+CONTAINERD_NAMESPACE = "io.kubernetes.cri.sandbox-namespace"
+CRIO_NAMESPACE = "io.kubernetes.pod.namespace"
+MANAGED = STRICT + 'env_namespaces = ["gpu-operator", "nvidia-dp"]\n'
+
+
+@pytest.mark.parametrize(("cri", "key", "other"), [("containerd", CONTAINERD_NAMESPACE, CRIO_NAMESPACE), ("cri-o", CRIO_NAMESPACE, CONTAINERD_NAMESPACE)])
+def test_management_pods_of_the_named_namespaces_are_believed(host: FakeHost, tmp_path: Path, rootfs: Path, cri: str, key: str, other: str) -> None:
+    """[request] env_namespaces: the device plugin, dcgm-exporter and GPU feature discovery need
+    every GPU without asking the scheduler. The namespace is read only from the configured CRI
+    implementation's own annotation: the other engine's key is one a pod can bring."""
+    bundle = bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=all"])
+    config = MANAGED + f'cri = "{cri}"\n'
+    spec_with(bundle, annotations={key: "gpu-operator"})
+    assert "devices requested: 'all' (from NVIDIA_VISIBLE_DEVICES)" in dry_run(host, bundle, config)
+    assert "NVIDIA_VISIBLE_DEVICES believed: the pod's namespace 'gpu-operator' is one of [request] env_namespaces" in host.log.read_text()
+    for brought in ({key: "default"}, {other: "gpu-operator"}, {key: "gpu-operator-x"}, {}):
+        spec_with(bundle, annotations=brought)
+        line = selected(dry_run(host, bundle, config))
+        assert "not a GPU container" in line and "refused: unprivileged container" in line, (brought, line)
+    # without env_namespaces the namespace changes nothing
+    spec_with(bundle, annotations={key: "gpu-operator"})
+    assert "not a GPU container" in selected(dry_run(host, bundle, STRICT + f'cri = "{cri}"\n'))
+    # the shim asks for the same
+    listed = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}, "annotations": {key: "gpu-operator"}}
+    from ponytail.config import parse_config
+    from ponytail.container.deviceplugin import accepts_env
+
+    parsed = parse_config(config.encode(), "config.toml")
+    assert spec_asks_for_gpus(read_spec(listed, "config.json"), accepts_env(parsed, listed["annotations"])) is True
+    assert accepts_env(parsed, {other: "gpu-operator"}) is False

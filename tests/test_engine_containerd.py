@@ -8,6 +8,7 @@ docs/kubernetes.md recommends for clusters: GPUs come from the device plugin's l
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import uuid
@@ -50,7 +51,9 @@ def node(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("node")
     host = FakeHost(base / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
     ponytail_config = base / "ponytail.toml"
-    ponytail_config.write_text(host.config_text() + "[request]\naccept_env_when_unprivileged = false\n")
+    ponytail_config.write_text(
+        host.config_text() + '[request]\naccept_env_when_unprivileged = false\nenv_namespaces = ["gpu-operator"]\ncri = "containerd"\n'
+    )
     rootfs = make_rootfs(base / "rootfs")
     (rootfs / "bin/sleep").symlink_to("busybox")
     image = f"localhost/ponytail-test-{uuid.uuid4().hex[:12]}:1"
@@ -66,6 +69,12 @@ def node(tmp_path_factory: pytest.TempPathFactory):
             capture_output=True, text=True, timeout=60,
         )
         assert configured.returncode == 0, configured.stderr
+        # the widest pass-through an operator could set: every pod annotation reaches the runtime (patterns
+        # are filepath.Match: "*" stops at "/")
+        text, count = re.subn(r"(?m)(^\s*\[plugins\.\"io\.containerd\.grpc\.v1\.cri\"\.containerd\.runtimes\.ponytail\]\n(?:.*\n)*?)\s*pod_annotations = \[\]\n",
+                              r'\1pod_annotations = ["*", "*/*"]\n', config.read_text())
+        assert count == 1
+        config.write_text(text)
         daemon = Containerd(config, state, {"PONYTAIL_CONFIG": str(ponytail_config)})
         imported = daemon.ctr("-n", "k8s.io", "images", "import",
                               str(oci_archive(rootfs, image, ["/bin/sleep", "100000"], base / "image.tar")))
@@ -109,6 +118,24 @@ def test_cdi_annotation_from_the_device_plugin_selects_the_gpu(node: Node) -> No
 def test_env_only_request_from_an_unprivileged_pod_is_refused(node: Node) -> None:
     container_id, code, lines = node.pods.run(CUDACHECK_GPU0, env={"NVIDIA_VISIBLE_DEVICES": "all"})
     assert code == 2 and lines[0].startswith("dlopen libcuda.so.1 failed"), lines
+    logged = [line for line in node.log().splitlines() if f"container={container_id}" in line]
+    assert len(logged) == 1 and "refused: unprivileged container" in logged[0], logged
+
+
+def test_management_pods_namespace_comes_from_containerd_and_cannot_be_forged(node: Node) -> None:
+    """[request] env_namespaces = ["gpu-operator"]: a pod there is believed; a pod elsewhere that brings
+    io.kubernetes.cri.sandbox-namespace as a pod annotation (passed through: pod_annotations = ["*", "*/*"])
+    or a container annotation is not: containerd writes its own value over it."""
+    _, code, lines = node.pods.run(CUDACHECK_GPU0, env={"NVIDIA_VISIBLE_DEVICES": "0"}, namespace="gpu-operator")
+    assert code == 0 and lines == EXPECTED_GPU0, (lines, node.log()[-2000:])
+    forged = {"io.kubernetes.cri.sandbox-namespace": "gpu-operator"}
+    container_id, _ = node.pods.create(
+        ["/bin/sleep", "60"], env={"NVIDIA_VISIBLE_DEVICES": "0"}, pod_annotations={**forged, "example.com/passed": "yes"}, annotations=forged
+    )
+    node.pods.start(container_id)
+    annotations = node.daemon.bundle_config(container_id)["annotations"]
+    assert annotations.get("example.com/passed") == "yes", annotations  # the pass-through is on
+    assert annotations["io.kubernetes.cri.sandbox-namespace"] == "default"
     logged = [line for line in node.log().splitlines() if f"container={container_id}" in line]
     assert len(logged) == 1 and "refused: unprivileged container" in logged[0], logged
 

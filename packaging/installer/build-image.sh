@@ -14,7 +14,7 @@ trap 'rm -rf "$context"' EXIT
 root=$context/rootfs
 mkdir -p "$root/bin" "$root/lib64" "$root$libdir" "$root/opt" "$root/tmp" "$root/host"
 cp /bin/busybox "$root/bin/busybox"
-for applet in sh cat cp cut diff dirname echo kill ln mkdir mv nsenter pidof printf rm sed sleep; do
+for applet in sh cat cmp cp cut diff dirname echo kill ln mkdir mv nsenter pidof printf rm sed sleep; do
     ln -s busybox "$root/bin/$applet"
 done
 cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
@@ -28,4 +28,6 @@ done
 cp -a "$dist" "$root/opt/ponytail"
 ln -s ponytail "$root/opt/ponytail/ponytail-runtime"  # the binary is the runtime shim under this name
 cp "$here/installer.sh" "$root/installer.sh"
+mkdir -p "$root/opt/ponytail-units"  # the /dev/char link units and udev rule (installer.sh: install_char_links)
+cp "$repo/packaging/systemd/"* "$repo/packaging/udev/"* "$root/opt/ponytail-units/"
 ${PODMAN:-podman} build --network=none --pull=never -t "$image" -f "$here/Containerfile" "$context"

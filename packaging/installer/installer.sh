@@ -15,6 +15,9 @@
 #   ACCEPT_ENV_WHEN_UNPRIVILEGED   written to /etc/ponytail/config.toml if the host has none (default false: only
 #                    the device plugin's list gives an unprivileged pod GPUs)
 #   HOST_ROOT        where the host's / is mounted (default /host)
+#   DEV_CHAR_LINKS   true (default): make the /dev/char links of the NVIDIA nodes now, and install and enable
+#                    ponytail-dev-char-links.{service,path} (/etc/systemd/system) and
+#                    71-ponytail-dev-char-links.rules (/etc/udev/rules.d) that keep them current | false
 # A second run with the same settings changes nothing and restarts nothing.
 set -eu
 
@@ -26,7 +29,11 @@ RESTART_MODE=${RESTART_MODE:-systemd}
 INSTALL_DIR=${INSTALL_DIR:-/usr/local/ponytail}
 ACCEPT_ENV_WHEN_UNPRIVILEGED=${ACCEPT_ENV_WHEN_UNPRIVILEGED:-false}
 CLEANUP_ON_EXIT=${CLEANUP_ON_EXIT:-false}
+DEV_CHAR_LINKS=${DEV_CHAR_LINKS:-true}
 IMAGE_DIR=${IMAGE_DIR:-/opt/ponytail}   # what the image holds: ponytail's files, copied to INSTALL_DIR
+UNITS_DIR=${UNITS_DIR:-/opt/ponytail-units}
+UNITS="ponytail-dev-char-links.service ponytail-dev-char-links.path"
+UDEV_RULE=71-ponytail-dev-char-links.rules
 
 say() { echo "ponytail-installer: $*"; }
 fail() { echo "ponytail-installer: error: $*" >&2; exit 1; }
@@ -78,10 +85,57 @@ configure() {
     return 0
 }
 
+on_host() { nsenter -t 1 -m -u -i -n -p -- "$@"; }
+
+# put FILE CONTENT-SOURCE: write the host's FILE from the image's, with INSTALL_DIR as ponytail's path; 0 when it changed
+put() {
+    mkdir -p "$(dirname "$HOST_ROOT$1")"
+    sed "s#/usr/local/ponytail/#$INSTALL_DIR/#g" "$2" > "$HOST_ROOT$1.tmp"
+    if cmp -s "$HOST_ROOT$1.tmp" "$HOST_ROOT$1"; then rm -f "$HOST_ROOT$1.tmp"; return 1; fi
+    mv "$HOST_ROOT$1.tmp" "$HOST_ROOT$1"
+    say "wrote $1"
+}
+
+# The /dev/char links now, and the units and udev rule that keep them current. Enabled without a
+# daemon-reload: a reload is what takes GPUs from running containers whose nodes had no link.
+install_char_links() {
+    [ "$DEV_CHAR_LINKS" = true ] || return 0
+    # a name that is not ours is said (and left); the install goes on
+    "$IMAGE_DIR/ponytail" dev-char-links --dev-root "$HOST_ROOT/dev" 2>&1 | sed "s#$HOST_ROOT##g"
+    changed=false
+    for unit in $UNITS; do
+        if put "/etc/systemd/system/$unit" "$UNITS_DIR/$unit"; then changed=true; fi
+        wants="$HOST_ROOT/etc/systemd/system/multi-user.target.wants"
+        mkdir -p "$wants"
+        [ -L "$wants/$unit" ] || ln -s "/etc/systemd/system/$unit" "$wants/$unit"
+    done
+    if put "/etc/udev/rules.d/$UDEV_RULE" "$UNITS_DIR/$UDEV_RULE"; then changed=true; fi
+    [ "$changed" = true ] || { say "/dev/char link units are up to date"; return 0; }
+    if [ "$RESTART_MODE" = systemd ]; then
+        on_host systemctl start ponytail-dev-char-links.path || say "warning: cannot start ponytail-dev-char-links.path on the host"
+        on_host udevadm control --reload || say "warning: cannot reload udev's rules on the host"
+        say "enabled ponytail-dev-char-links.path and the udev rule $UDEV_RULE"
+    else
+        say "enabled ponytail-dev-char-links at boot; to start it now: systemctl start ponytail-dev-char-links.path && udevadm control --reload"
+    fi
+}
+
+uninstall_char_links() {
+    [ "$DEV_CHAR_LINKS" = true ] || return 0
+    if [ "$RESTART_MODE" = systemd ] && [ -e "$HOST_ROOT/etc/systemd/system/ponytail-dev-char-links.path" ]; then
+        on_host systemctl stop ponytail-dev-char-links.path || true
+    fi
+    for unit in $UNITS; do
+        rm -f "$HOST_ROOT/etc/systemd/system/multi-user.target.wants/$unit" "$HOST_ROOT/etc/systemd/system/$unit"
+    done
+    rm -f "$HOST_ROOT/etc/udev/rules.d/$UDEV_RULE"
+    say "removed the /dev/char link units and udev rule (the links stay: they are harmless and what udev makes for other devices)"
+}
+
 restart_engine() {
     [ -n "$service" ] || return 0
     case "$RESTART_MODE" in
-        systemd) nsenter -t 1 -m -u -i -n -p -- systemctl restart "$service" || fail "cannot restart $service on the host (hostPID and privileged needed)"
+        systemd) on_host systemctl restart "$service" || fail "cannot restart $service on the host (hostPID and privileged needed)"
                  say "restarted $service" ;;
         signal) pid=$(pidof dockerd containerd crio 2>/dev/null | cut -d' ' -f1)
                 [ -n "$pid" ] || fail "no engine process to signal (hostPID needed)"
@@ -94,6 +148,7 @@ restart_engine() {
 install() {
     copy_files
     write_policy
+    install_char_links
     set --
     [ "$SET_AS_DEFAULT" = true ] && set -- --set-as-default
     if configure --path "$INSTALL_DIR/$program" "$@"; then restart_engine; fi
@@ -101,6 +156,7 @@ install() {
 
 uninstall() {
     if configure --uninstall; then restart_engine; fi
+    uninstall_char_links
     rm -rf "$HOST_ROOT$INSTALL_DIR"
     rmdir "$HOST_ROOT/var/lib/ponytail" 2>/dev/null || true   # configure --uninstall emptied it
     say "removed $INSTALL_DIR"

@@ -39,10 +39,10 @@ from ponytail.apply.ldconfig import LD_SO_CACHE, LDCONFIG_TIMEOUT_S, run_ldconfi
 from ponytail.apply.rootlock import lock_rootfs
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.fs.inroot import InRoot, Resolved, UnsafePath, open_regular_file, open_root, resolve_in_root
-from ponytail.fs.kernelfs import TMPFS_MAGIC, filesystem_magic, kernel_filesystem
+from ponytail.fs.kernelfs import TMPFS_MAGIC, filesystem_magic, fstatfs, kernel_filesystem
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 from ponytail.lite.records import field, record
-from ponytail.plan.operations import MOUNT_OPTIONS, AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
+from ponytail.plan.operations import MOUNT_OPTIONS, AllowDevices, HideNode, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -112,6 +112,8 @@ def apply_plan(
                     _symlink(paths, op, host_ns, outcome)
                 elif isinstance(op, ProcMask):
                     _mask_proc(root_fd, op, outcome)
+                elif isinstance(op, HideNode):
+                    _hide_node(paths, op, outcome)
                 elif isinstance(op, LinkerCache):
                     _linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
                 elif isinstance(op, AllowDevices) and devices_cgroup is not None:
@@ -235,6 +237,54 @@ def _mount(paths: InRoot, op: Mount, tree: int, outcome: Outcome) -> None:
         _attach(resolved, tree, op.source, outcome, on_kernel_fs=False)
     finally:
         resolved.close()
+
+
+ST_NODEV = 4  # statfs f_flags: the mount has nodev
+
+
+def _hide_node(paths: InRoot, op: HideNode, outcome: Outcome) -> None:
+    """Bind the container's own node ``op.target`` onto itself with nodev (and ro, nosuid,
+    noexec), in the container's mount namespace: opening it then fails with EACCES. Only that
+    character device is acted on (never a symlink, nor what the image put there instead)."""
+    if paths.real_path(os.path.dirname(op.target)) is None:  # no /dev/nvidia-caps: no node of it
+        outcome.unchanged.append(f"{op.target} (not in the container: nothing to hide)")
+        return
+    resolved = paths.resolve(op.target, follow_last=False)
+    try:
+        if not resolved.exists:
+            outcome.unchanged.append(f"{resolved.path} (not in the container: nothing to hide)")
+            return
+        try:
+            node_fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+        except OSError as e:
+            raise InjectionError(f"cannot hide {resolved.path} in the container: {e.strerror}") from e
+        try:
+            st = os.fstat(node_fd)
+            if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != op.rdev:
+                outcome.warnings.append(f"{resolved.path} is not the character device {op.rdev[0]}:{op.rdev[1]}: left as it is")
+                return
+            _refuse_kernel_fs(resolved, node_fd, "hide a GPU node")
+            if fstatfs(node_fd).f_flags & ST_NODEV:
+                outcome.unchanged.append(f"{resolved.path} (hidden already: nodev)")
+                return
+            try:
+                tree = syscalls.clone_tree("", dir_fd=node_fd)
+            except OSError as e:
+                raise InjectionError(f"cannot hide {resolved.path} in the container: {e.strerror}") from e
+            try:
+                flags = syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NOEXEC
+                syscalls.set_mount_attributes(tree, flags)
+                syscalls.attach_tree(tree, node_fd)
+                outcome.attached.append(os.dup(tree))
+            except OSError as e:
+                raise InjectionError(f"cannot hide {resolved.path} in the container: {e.strerror}") from e
+            finally:
+                os.close(tree)
+        finally:
+            os.close(node_fd)
+    finally:
+        resolved.close()
+    outcome.done.append(f"hide {resolved.path} (nodev: {op.reason})")
 
 
 def _create_mount_point(resolved: Resolved, is_dir: bool) -> None:

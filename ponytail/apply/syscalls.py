@@ -46,11 +46,12 @@ def setns_mount(ns_fd: int) -> None:
     check(libc().setns(ns_fd, CLONE_NEWNS), "setns")
 
 
-def clone_tree(path: str, recursive: bool = False) -> int:
+def clone_tree(path: str, recursive: bool = False, dir_fd: int = -100) -> int:
     """A detached bind mount of ``path`` (not following a final symlink), as an fd; with the
-    mounts under it when ``recursive``."""
-    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW | (AT_RECURSIVE if recursive else 0)
-    return syscall("open_tree", -100, path.encode(), ctypes.c_uint(flags), what=f"open_tree {path}")
+    mounts under it when ``recursive``; with ``dir_fd`` and an empty ``path``, of the file that
+    descriptor names."""
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW | (AT_RECURSIVE if recursive else 0) | (AT_EMPTY_PATH if not path else 0)
+    return syscall("open_tree", dir_fd, path.encode(), ctypes.c_uint(flags), what=f"open_tree {path or f'fd {dir_fd}'}")
 
 
 def set_mount_attributes(tree_fd: int, attributes: int, recursive: bool = False) -> None:

@@ -80,6 +80,7 @@ def check_host(config: Config) -> list[Finding]:
                 out.append(Finding("host", "nvidia-uvm", FAIL, node.problem))
         else:
             out.append(Finding("host", f"/dev/{node.name}", FAIL, f"{node.problem}: run 'nvidia-modprobe -c0 -u' or recreate it with mknod"))
+    out += _char_links(config, {node.name for node in [*host.gpu_nodes.values(), *host.control_nodes.values()] if node.problem is not None})
     out += [Finding("host", "gpus", WARN, note) for note in host.notes]
     out.append(_persistenced(config))
     out.append(_cgroup(config))
@@ -91,6 +92,30 @@ def check_host(config: Config) -> list[Finding]:
         else:
             out.append(Finding("host", f"driver tree {tree.name}", FAIL, f"{problem}: fix [drivers.{tree.name}] in {config.path or 'the config'} or the tree"))
     return out
+
+
+def _char_links(config: Config, broken: set[str]) -> list[Finding]:
+    """Every NVIDIA node's /dev/char/M:m link (but those of the ``broken`` nodes, which have a
+    finding of their own): without one, runc under the systemd cgroup driver leaves the node out
+    of the container's DeviceAllow= list, and 'systemctl daemon-reload' takes it away from
+    running containers."""
+    from ponytail.host.devchar import OK as LINKED
+    from ponytail.host.devchar import probe_char_links
+
+    links = [link for link in probe_char_links(config.dev_root, config.proc_root) if link.node not in broken]
+    if not links:
+        return []
+    subject = os.path.join(config.dev_root, "char")
+    bad = [link for link in links if link.state != LINKED]
+    if not bad:
+        return [Finding("host", subject, OK, f"a link for each of the {len(links)} NVIDIA node(s)")]
+    named = ", ".join(f"{link.link} ({link.node}: {link.state}{', ' + link.found if link.found else ''})" for link in bad)
+    return [Finding(
+        "host", subject, WARN,
+        f"no good link for {len(bad)} NVIDIA node(s): {named}; under the systemd cgroup driver running containers lose these "
+        "on 'systemctl daemon-reload': run 'ponytail dev-char-links' and enable ponytail-dev-char-links.path (packaging/systemd) "
+        "to keep them current",
+    )]
 
 
 def _library_versions(config: Config, kernel: str) -> list[Finding]:

@@ -221,6 +221,38 @@ def install_docker_gpus(bin_dir: str | None, command: str | None, dry_run: bool,
         click.echo(line, err=line.startswith("ponytail: warning:"))
 
 
+@cli.command("dev-char-links", context_settings=CONTEXT)
+@click.option("-config", "--config", "config", metavar="FILE", help="Config file (its [host] dev_root and proc_root).")
+@click.option("--dev-root", "-dev-root", "dev_root", metavar="DIR", default=None,
+              help="The /dev to link in (e.g. the node's, mounted at /host/dev). Default: [host] dev_root, /dev.")
+@click.option("--dry-run", "-dry-run", "dry_run", is_flag=True, help="Say what would be done; change nothing.")
+def dev_char_links(config: str | None, dev_root: str | None, dry_run: bool) -> None:
+    """Make /dev/char/MAJOR:MINOR links for every NVIDIA device node, so that running
+    containers keep their GPUs on 'systemctl daemon-reload' under the systemd cgroup driver.
+
+    \b
+    runc hands each device rule to systemd as DeviceAllow=/dev/char/M:m and leaves out a
+    rule whose link is missing; the driver's nodes (made by nvidia-modprobe, not udev) have
+    none. Links the GPUs, nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset and the
+    nvidia-caps nodes, as udev does (char/195:0 -> ../nvidia0). Idempotent; a file or a link
+    to something else at a link's name is left as it is, said, and the exit status is 1.
+    The ponytail-dev-char-links units and udev rule (packaging/) run it at boot and when a
+    node appears. Examples:
+      ponytail dev-char-links --dry-run
+      ponytail dev-char-links --dev-root /host/dev
+    """
+    from ponytail.config import config_path, load_config
+    from ponytail.engines.devchar import make_char_links
+
+    with _errors():
+        loaded = load_config(*config_path(config))
+        lines, complete = make_char_links(dev_root or loaded.dev_root, loaded.proc_root, dry_run)
+    for line in lines:
+        click.echo(line, err=line.startswith("ponytail: warning:"))
+    if not complete:
+        sys.exit(1)
+
+
 @cli.command("configure", context_settings=CONTEXT)
 @click.option("--runtime", "engine", required=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
               help="The engine whose configuration to edit.")

@@ -5,18 +5,26 @@ NVIDIA's device plugin names the GPUs it allocated in one of three ways: the env
 under /var/run/nvidia-container-devices/<id> (``DEVICE_LIST_STRATEGY=volume-mounts``: only
 the kubelet makes those unless pods may use hostPath volumes), or CDI annotations
 ``cdi.k8s.io/<key>: nvidia.com/gpu=<id>[,...]`` (``cdi-annotations``: passed by containerd
-to the runtime for the annotations its runtime entry lets through). A list found here wins
+to the runtime for the annotations its runtime entry lets through; the device plugin's own CDI
+kind ``k8s.device-plugin.nvidia.com/gpu`` and ``/mig`` mean the same). A list found here wins
 over the env; with ``[request] accept_env_when_unprivileged = false`` it is the only way an
-unprivileged container gets GPUs.
+unprivileged container gets GPUs, but for the pods of the namespaces named in
+``[request] env_namespaces`` (management pods: the device plugin itself, dcgm-exporter, GPU
+feature discovery), whose namespace ``management_namespace`` reads from the one annotation the
+CRI implementation writes over whatever a pod brings.
 
 Plain data in, plain data out: on the hook's path, so no imports.
 """
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
+    from ponytail.config import Config
+
 DEVICE_LIST_DIR = "/var/run/nvidia-container-devices"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
-CDI_KINDS = ("nvidia.com/gpu", "nvidia.com/mig")
+CDI_KINDS = ("nvidia.com/gpu", "nvidia.com/mig", "k8s.device-plugin.nvidia.com/gpu", "k8s.device-plugin.nvidia.com/mig")
 MOUNT_SOURCE = "/dev/null"  # what the device plugin mounts there; a pod's own volume is something else
 
 
@@ -54,6 +62,24 @@ def plugin_features(mounts: object, annotations: dict[str, str]) -> tuple[tuple[
     for feature in found:
         sources.setdefault(feature, "CDI annotations (cdi.k8s.io/*)")
     return tuple((f, "all" if "all" in found[f] else ",".join(dict.fromkeys(found[f])), sources[f]) for f in FEATURES if f in found)
+
+
+def accepts_env(config: Config, annotations: dict[str, str]) -> bool:
+    """Whether an unprivileged container's own NVIDIA_VISIBLE_DEVICES may select GPUs: ``[request]
+    accept_env_when_unprivileged``, or its pod is in one of ``[request] env_namespaces``."""
+    return config.accept_env_when_unprivileged or management_namespace(annotations, config.cri, config.env_namespaces) is not None
+
+
+def management_namespace(annotations: dict[str, str], cri: str, namespaces: tuple[str, ...]) -> str | None:
+    """The container's Kubernetes namespace when it is one of ``namespaces`` (``[request]
+    env_namespaces``), read from the annotation the CRI implementation ``cri`` writes; else None."""
+    from ponytail.config import NAMESPACE_ANNOTATIONS
+
+    key = NAMESPACE_ANNOTATIONS.get(cri)
+    if key is None or not namespaces:
+        return None
+    namespace = annotations.get(key)
+    return namespace if namespace in namespaces else None
 
 
 def _from_mounts(mounts: object, directory: str = DEVICE_LIST_DIR) -> list[str]:

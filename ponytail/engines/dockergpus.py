@@ -98,16 +98,12 @@ def _refuse_foreign(path: str, doing: str = "replace") -> None:
 
 
 def _link(command: str, path: str) -> None:
-    """The link made under a temporary name and renamed over ``path``: never a moment without it,
-    never a half-made one."""
-    temporary = f"{path}.ponytail-{os.getpid()}"
+    from ponytail.fs.atomic import replace_with_symlink
+
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.symlink(command, temporary)  # fails if the name exists: nothing is followed or reused
-        os.replace(temporary, path)
+        replace_with_symlink(command, path)
     except OSError as e:
-        if os.path.islink(temporary):
-            os.unlink(temporary)
         raise InjectionError(f"cannot make {path}: {e.strerror}") from e
 
 

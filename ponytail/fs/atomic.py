@@ -80,6 +80,30 @@ def replace_file(
     os.fsync(dir_fd)
 
 
+def replace_with_symlink(target: str, path: str) -> None:
+    """Make ``path`` a symbolic link saying ``target``, atomically (OSError on failure): the link
+    is made under a fresh temporary name beside it (``symlink`` never follows or reuses what is
+    at that name) and renamed over ``path``, so there is never a moment without it, nor half of one."""
+    directory = os.path.dirname(os.path.abspath(path))
+    for _ in range(_NAME_TRIES):
+        temporary = os.path.join(directory, temporary_name(os.path.basename(path)))
+        try:
+            os.symlink(target, temporary)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, f"no free temporary name after {_NAME_TRIES} tries", path)
+    try:
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
 def temporary_name(name: str) -> str:
     """A fresh name for the temporary file of ``name``: hidden, not ending in the target's
     extension (hooks.d and CDI readers skip it), with the writer's pid (``writer_pid``)."""

@@ -24,10 +24,12 @@ if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checker
 def make_plan(
     config: Config, request: Request, library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True,
     driver: tuple[str, str] | None = None, rootfs: str | None = None, env: dict[str, str] | None = None,
+    hide_other_gpus: bool = False,
 ) -> tuple[Plan, Host]:
     """Probe the host for ``request`` and plan it. A plan with problems is an error,
     except in a dry run, which shows the problems instead. ``driver`` (name, who asked)
-    selects a registered driver tree; ``rootfs`` is looked at for a CUDA compat directory."""
+    selects a registered driver tree; ``rootfs`` is looked at for a CUDA compat directory;
+    ``hide_other_gpus``: see build_plan."""
     from ponytail.container.request import select_devices, select_gpus
     from ponytail.host.probe import find_ldconfig, probe_host
     from ponytail.plan.operations import build_plan
@@ -45,7 +47,7 @@ def make_plan(
         for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
         if wanted is not None
     }
-    plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
+    plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig), hide_other_gpus)
     plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
     plan = _mps_pipe_directory(plan, config, request, env)
     notes: list[str] = []

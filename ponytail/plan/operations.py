@@ -65,6 +65,19 @@ class ProcMask:
 
 
 @record(frozen=True)
+class HideNode:
+    """Make the container's own ``target`` unusable inside it: a privileged container gets every
+    host device in its /dev from the engine; this one is a GPU it was not allotted. The node is
+    bind-mounted onto itself with ``nodev`` in the container's mount namespace, so opening it
+    fails with EACCES; the host's /dev is never touched. (A privileged container may unmount it
+    again: this keeps a pod from using GPUs by mistake, it does not confine it.)"""
+
+    target: str
+    rdev: tuple[int, int]
+    reason: str
+
+
+@record(frozen=True)
 class LinkerCache:
     """Add ``directories`` to the rootfs's linker config, then run the host's ldconfig on it,
     with those directories first so the injected driver wins over copies in the image."""
@@ -91,7 +104,7 @@ class AllowDevices:
         return tuple(f"c {major}:{minor} rw" for major, minor in self.devices)
 
 
-Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices
+Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices | HideNode
 
 
 @record(frozen=True)
@@ -114,18 +127,24 @@ class Plan:
         return [op.source for op in self.operations if isinstance(op, Mount)]
 
 
-def build_plan(host: Host, request: Request, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]], ldconfig: str | None) -> Plan:
+def build_plan(
+    host: Host, request: Request, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]], ldconfig: str | None,
+    hide_other_gpus: bool = False,
+) -> Plan:
     """Every operation that gives the container what ``request`` asks for on ``host``, family
     by family: device nodes, libraries with their SONAME links, binaries and files, the masked
     /proc/driver/nvidia, the linker cache, the device rules. Each family adds its operations,
     and the problems (a real run refuses) and warnings it finds.
 
     ``mig_gpus`` holds the GPUs named by NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES
-    ("config", "monitor"), already resolved."""
+    ("config", "monitor"), already resolved. ``hide_other_gpus`` (a privileged container under
+    ``[request] isolate_privileged``): the GPU nodes not injected are hidden (HideNode)."""
     plan = _Draft(warnings=list(host.notes))
     plan.warnings += [f"unknown driver capability {c!r} in {request.capabilities_source} ignored" for c in request.unknown_capabilities]
     caps = request.capabilities
     _device_nodes(plan, host, caps, selection, mig_gpus)
+    if hide_other_gpus:
+        _hide_other_gpus(plan, host)
     sonames = _libraries(plan, host, caps)
     said = _binaries_without_libraries(host, caps)
     plan.warnings += said
@@ -233,6 +252,28 @@ def _dri_nodes(plan: _Draft, host: Host, gpus: tuple[Gpu, ...], why: str) -> Non
             name = os.path.basename(node.name)
             link = f"/dev/dri/by-path/pci-{gpu.pci_bus_id}-{'card' if name.startswith('card') else 'render'}"
             plan.ops.append(Symlink(link, f"../{name}", f"{why}: by-path link of {_gpu_why(gpu)}"))
+
+
+def _hide_other_gpus(plan: _Draft, host: Host) -> None:
+    """A HideNode for each of the host's GPU nodes, and each MIG access node (nvidia-caps), that
+    is not injected: a privileged container has them all in its /dev."""
+    injected = {op.rdev for op in plan.ops if isinstance(op, Mount) and op.rdev is not None}
+    why = " not allotted: hidden from a privileged container ([request] isolate_privileged)"
+    by_minor = {g.minor: g for g in host.gpus}
+    for minor, node in sorted(host.gpu_nodes.items()):
+        if (node.major, node.minor) not in injected:
+            gpu = by_minor.get(minor)
+            plan.ops.append(HideNode(f"/dev/{node.name}", (node.major, node.minor), (_gpu_why(gpu) if gpu else f"GPU node {node.name}") + why))
+    if host.caps_major is None:
+        return
+    caps: dict[int, str] = {minor: f"MIG {what} access" for what, minor in host.mig_global_minors.items()}
+    for gpu in host.gpus:
+        for mig in gpu.mig_devices:
+            caps.setdefault(mig.gi_minor, f"MIG device {mig.name}: GPU instance {mig.gi} access")
+            caps[mig.ci_minor] = f"MIG device {mig.name}: compute instance {mig.ci} access"
+    for minor, what in sorted(caps.items()):
+        if (host.caps_major, minor) not in injected:
+            plan.ops.append(HideNode(f"/dev/nvidia-caps/nvidia-cap{minor}", (host.caps_major, minor), what + why))
 
 
 def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:

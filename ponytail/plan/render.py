@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ponytail.host.probe import Gpu, Host
-from ponytail.plan.operations import AllowDevices, LinkerCache, Mount, Plan, ProcMask, Symlink
+from ponytail.plan.operations import AllowDevices, HideNode, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported by info and -debug: for type checkers only
@@ -33,6 +33,8 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
             out.append(f"  mount {op.source} -> {op.target}  (c {op.rdev[0]}:{op.rdev[1]}, {op.reason}; {','.join(op.options)})")
         elif isinstance(op, Symlink) and not op.library:  # a node's /dev/dri/by-path link
             out.append(f"  link  {op.target} -> {op.link_to}  ({op.reason})")
+        elif isinstance(op, HideNode):
+            out.append(f"  hide  {op.target}  (c {op.rdev[0]}:{op.rdev[1]}, {op.reason}; bound onto itself nodev,ro,nosuid,noexec)")
     out.append("library search:")
     empty = [r.search for r in host.reports if not r.matches and not r.from_cache]
     for report in host.reports:

@@ -160,14 +160,17 @@ class Pods:
     def create(
         self, args: list[str], env: dict[str, str] | None = None, mounts: list[tuple[str, str]] = (),  # type: ignore[assignment]
         annotations: dict[str, str] | None = None, runtime_handler: str = "", privileged: bool = False,
+        namespace: str = "default", pod_annotations: dict[str, str] | None = None,
     ) -> tuple[str, Path]:
-        """A pod sandbox (host network) and a created, not started, container: (container id, log file)."""
+        """A pod sandbox (host network) in ``namespace``, with the pod's ``pod_annotations``, and a
+        created, not started, container: (container id, log file)."""
         pb = self.pb
         uid = uuid.uuid4().hex
         logs = self.daemon.state / "pods" / uid
         node = pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD)
         sandbox = pb.PodSandboxConfig(
-            metadata=pb.PodSandboxMetadata(name=f"pod-{uid[:8]}", uid=uid, namespace="default"),
+            metadata=pb.PodSandboxMetadata(name=f"pod-{uid[:8]}", uid=uid, namespace=namespace),
+            annotations=pod_annotations or {},
             log_directory=str(logs),
             linux=pb.LinuxPodSandboxConfig(
                 cgroup_parent=self.daemon.cgroup_parent,

@@ -16,18 +16,22 @@ from ponytail.logfile import RunLog
 
 def prepare_bundle(bundle: str, container_id: str | None, config: Config, config_error: PonytailError | None) -> None:
     """Edit ``bundle``/config.json for a GPU container; leave every other bundle untouched."""
+    from ponytail.container.deviceplugin import accepts_env
+
     try:
         raw = read_bundle_config(bundle)
         spec = read_spec(raw, f"{bundle}/config.json")
-        wanted = spec_asks_for_gpus(spec, config.accept_env_when_unprivileged)
-        refused = not wanted and not config.accept_env_when_unprivileged and spec_asks_for_gpus(spec)
+        accept_env = accepts_env(config, spec.annotations)
+        wanted = spec_asks_for_gpus(spec, accept_env)
+        refused = not wanted and not accept_env and spec_asks_for_gpus(spec)
     except InputError:
         return  # a bundle the runtime cannot use either: it reports that in its own words
     if refused:  # the container starts, without GPUs; say why where the operator looks
         log = RunLog(config.log_file)
         log.context = container_id or "-"
         log.write("info", "ponytail-runtime: not a GPU container: its own NVIDIA_VISIBLE_DEVICES (or GPU annotation) "
-                  "refused: unprivileged container and [request] accept_env_when_unprivileged = false")
+                  "refused: unprivileged container, [request] accept_env_when_unprivileged = false, and its pod's namespace "
+                  "is not one of [request] env_namespaces")
         log.close()
     if not wanted:
         return
@@ -57,7 +61,7 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
     """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
 
     The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
-    from ponytail.container.deviceplugin import plugin_devices, plugin_features
+    from ponytail.container.deviceplugin import accepts_env, plugin_devices, plugin_features
     from ponytail.container.request import build_request
     from ponytail.lite.records import replace
     from ponytail.plan.make import make_plan
@@ -66,7 +70,7 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
     try:
         plugin = plugin_devices(spec.mounts, spec.annotations)
         request = build_request(
-            None, None, spec.env, spec.privileged, plugin, config.accept_env_when_unprivileged, plugin_features(spec.mounts, spec.annotations)
+            None, None, spec.env, spec.privileged, plugin, accepts_env(config, spec.annotations), plugin_features(spec.mounts, spec.annotations)
         )
         if request.devices.is_void:
             return (), ""
