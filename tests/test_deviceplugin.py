@@ -110,3 +110,19 @@ def test_policy_must_be_a_boolean(host: FakeHost, tmp_path: Path) -> None:
     result = run_ponytail(["-config", str(config), "-debug"])
     assert result.returncode == 2
     assert b"'request.accept_env_when_unprivileged' must be true or false, not str" in result.stderr
+
+
+def test_cdi_annotations_the_engine_resolved_are_not_injected_again(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
+    """An engine with CDI on (containerd 2.x, CRI-O) has put the annotations' devices in linux.devices:
+    the hook (and ponytail-runtime) then inject nothing over them; a volume-mount list still counts."""
+    bundle = bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=void"])
+    spec_with(bundle, annotations={"cdi.k8s.io/nvidia-device-plugin_abc": "nvidia.com/gpu=0"})
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["linux"]["devices"] = [{"path": "/dev/nvidia2", "type": "c", "major": 195, "minor": 2},
+                                {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}]
+    (bundle / "config.json").write_text(json.dumps(spec))
+    line = selected(dry_run(host, bundle, STRICT))
+    assert "not a GPU container" in line and "already resolved by the engine's CDI" in line, line
+    assert spec_asks_for_gpus(read_spec(spec, "config.json"), accept_env_when_unprivileged=False) is False
+    spec["mounts"] = [device_mount("1")]
+    assert spec_asks_for_gpus(read_spec(spec, "config.json"), accept_env_when_unprivileged=False) is True

@@ -118,7 +118,7 @@ def load_container(state: State) -> Container:
         annotations=annotations,
         cgroups_path=spec.cgroups_path,
         privileged=spec.privileged,
-        plugin_devices=plugin_devices(spec.mounts, annotations),
+        plugin_devices=plugin_devices(spec.mounts, annotations, spec.char_devices),
         char_devices=spec.char_devices,
     )
 

@@ -83,18 +83,33 @@ def oci_archive(rootfs: Path, name: str, cmd: list[str], out: Path) -> Path:
 
 
 def private_config(default_text: str, state: Path, sandbox_image: str) -> str:
-    """`containerd config default` with every path of its own: root, state, sockets, /opt; the
-    pause image built here."""
-    replacements = [
-        (r'(?m)^root = ".*"$', f'root = "{state}/root"'),
-        (r'(?m)^state = ".*"$', f'state = "{state}/state"'),
-        (r'(\[grpc\]\n  address = )".*"', rf'\1"{state}/c.sock"'),
-        (r'(\[ttrpc\]\n  address = )".*"', rf'\1"{state}/t.sock"'),
-        (r'sandbox_image = ".*"', f'sandbox_image = "{sandbox_image}"'),
-        (r'path = "/opt/containerd"', f'path = "{state}/opt"'),
-        # root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj -998 cannot be set
-        (r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true"),
-    ]
+    """`containerd config default` (config version 2 of containerd 1.x, or version 4 of 2.3) with
+    every path of its own: root, state, sockets, /opt, CDI spec directory (``state``/cdi), NRI off;
+    the pause image built here."""
+    if default_text.startswith("version = 4"):
+        replacements = [
+            (r"(?m)^root = '.*'$", f"root = '{state}/root'"),
+            (r"(?m)^state = '.*'$", f"state = '{state}/state'"),
+            (r"address = '/run/containerd/containerd.sock'", f"address = '{state}/c.sock'"),
+            (r"address = '/run/containerd/containerd.sock.ttrpc'", f"address = '{state}/t.sock'"),
+            (r"sandbox = '.*'", f"sandbox = '{sandbox_image}'"),
+            (r"path = '/opt/containerd'", f"path = '{state}/opt'"),
+            (r"bin_dir = '/opt/containerd/image-verifier/bin'", f"bin_dir = '{state}/opt/verifier'"),
+            (r"cdi_spec_dirs = \[.*\]", f"cdi_spec_dirs = ['{state}/cdi']"),
+            (r"(\[plugins.'io.containerd.nri.v1.nri'\]\n    disable = )false", r"\1true"),
+            (r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true"),
+        ]
+    else:
+        replacements = [
+            (r'(?m)^root = ".*"$', f'root = "{state}/root"'),
+            (r'(?m)^state = ".*"$', f'state = "{state}/state"'),
+            (r'(\[grpc\]\n  address = )".*"', rf'\1"{state}/c.sock"'),
+            (r'(\[ttrpc\]\n  address = )".*"', rf'\1"{state}/t.sock"'),
+            (r'sandbox_image = ".*"', f'sandbox_image = "{sandbox_image}"'),
+            (r'path = "/opt/containerd"', f'path = "{state}/opt"'),
+            # root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj -998 cannot be set
+            (r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true"),
+        ]
     for pattern, replacement in replacements:
         default_text, count = re.subn(pattern, replacement, default_text)
         if count != 1:
@@ -104,19 +119,23 @@ def private_config(default_text: str, state: Path, sandbox_image: str) -> str:
 
 class Containerd:
     """containerd --config CONFIG in a mount namespace of its own with a private /run (where
-    containerd 1.6 puts its shims' sockets and runc its state whatever the config says);
-    ``env`` reaches its runtimes. Pods' cgroups go under ``cgroup_parent``, removed at close."""
+    containerd puts its shims' sockets and runc its state whatever the config says);
+    ``env`` reaches its runtimes. Pods' cgroups go under ``cgroup_parent``, removed at close.
+    ``engines_dir``: containerd, ctr, its shim and runc from there (current releases), else Debian's."""
 
-    def __init__(self, config: Path, state: Path, env: dict[str, str]) -> None:
+    def __init__(self, config: Path, state: Path, env: dict[str, str], engines_dir: Path | None = None) -> None:
         self.state = state
         self.socket = str(state / "c.sock")
         self.cgroup_parent = f"/{state.name}"
+        self.ctr_command = str(engines_dir / "ctr") if engines_dir else "ctr"
+        if engines_dir:
+            env = {**env, "PATH": f"{engines_dir}:{env.get('PATH', os.environ['PATH'])}"}  # its shim and runc first
         command = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "sh",
-                   "containerd", "--config", str(config)]
+                   str(engines_dir / "containerd") if engines_dir else "containerd", "--config", str(config)]
         self.process = start_daemon(command, state / "containerd.log", env, lambda: self.ctr("version").returncode == 0, lambda: None)
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["ctr", "-a", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        return subprocess.run([self.ctr_command, "-a", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
 
     def log(self) -> str:
         return (self.state / "containerd.log").read_text(errors="replace")
@@ -160,8 +179,10 @@ class Pods:
     def create(
         self, args: list[str], env: dict[str, str] | None = None, mounts: list[tuple[str, str]] = (),  # type: ignore[assignment]
         annotations: dict[str, str] | None = None, runtime_handler: str = "", privileged: bool = False,
+        cdi_devices: tuple[str, ...] = (),
     ) -> tuple[str, Path]:
-        """A pod sandbox (host network) and a created, not started, container: (container id, log file)."""
+        """A pod sandbox (host network) and a created, not started, container: (container id, log file).
+        ``cdi_devices``: CRI's CDIDevices field (fully qualified CDI names, as kubelet passes them)."""
         pb = self.pb
         uid = uuid.uuid4().hex
         logs = self.daemon.state / "pods" / uid
@@ -183,6 +204,7 @@ class Pods:
             envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
             mounts=[pb.Mount(host_path=h, container_path=c, readonly=True) for h, c in mounts],
             annotations=annotations or {},
+            CDI_devices=[pb.CDIDevice(name=name) for name in cdi_devices],
             log_path="main.log",
             linux=pb.LinuxContainerConfig(
                 security_context=pb.LinuxContainerSecurityContext(namespace_options=node, privileged=privileged)

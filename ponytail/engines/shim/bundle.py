@@ -7,6 +7,7 @@ import json
 import os
 
 from ponytail.config import Config
+from ponytail.container.deviceplugin import plugin_devices
 from ponytail.container.oci import Spec, read_bundle_config, read_spec
 from ponytail.engines.shim.edit import add_gpu_hook, spec_asks_for_gpus
 from ponytail.errors import InjectionError, InputError, PonytailError
@@ -21,14 +22,15 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
         spec = read_spec(raw, f"{bundle}/config.json")
         wanted = spec_asks_for_gpus(spec, config.accept_env_when_unprivileged)
         refused = not wanted and not config.accept_env_when_unprivileged and spec_asks_for_gpus(spec)
+        plugin = plugin_devices(spec.mounts, spec.annotations, spec.char_devices)
     except InputError:
         return  # a bundle the runtime cannot use either: it reports that in its own words
+    if plugin is not None and not wanted:  # the engine's CDI injected the devices: say so, add nothing
+        _note(config, container_id, f"ponytail-runtime: not adding the hook: {plugin[1]}")
+        return
     if refused:  # the container starts, without GPUs; say why where the operator looks
-        log = RunLog(config.log_file)
-        log.context = container_id or "-"
-        log.write("info", "ponytail-runtime: not a GPU container: its own NVIDIA_VISIBLE_DEVICES (or GPU annotation) "
-                  "refused: unprivileged container and [request] accept_env_when_unprivileged = false")
-        log.close()
+        _note(config, container_id, "ponytail-runtime: not a GPU container: its own NVIDIA_VISIBLE_DEVICES (or GPU annotation) "
+              "refused: unprivileged container and [request] accept_env_when_unprivileged = false")
     if not wanted:
         return
     if config_error is not None:
@@ -53,6 +55,14 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
     log.close()
 
 
+def _note(config: Config, container_id: str | None, text: str) -> None:
+    """One info line in ponytail's log, for the container."""
+    log = RunLog(config.log_file)
+    log.context = container_id or "-"
+    log.write("info", text)
+    log.close()
+
+
 def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...], str]:
     """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
 
@@ -64,7 +74,7 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
     from ponytail.plan.operations import AllowDevices
 
     try:
-        plugin = plugin_devices(spec.mounts, spec.annotations)
+        plugin = plugin_devices(spec.mounts, spec.annotations, spec.char_devices)
         request = build_request(None, None, spec.env, spec.privileged, plugin, config.accept_env_when_unprivileged)
         if request.devices.is_void:
             return (), ""
