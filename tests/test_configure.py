@@ -422,3 +422,23 @@ def test_the_installers_uninstall_leaves_the_node_as_it_was(tmp_path: Path, engi
     removed = subprocess.run(["sh", str(INSTALLER), "uninstall"], env=env, capture_output=True, text=True, timeout=120)
     assert removed.returncode == 0, removed.stdout + removed.stderr
     assert tree(host) == before, removed.stdout
+
+
+@pytest.mark.parametrize("text, passed", [
+    ("version = 2\n", True),  # containerd 1.6, or 1.7 without CDI: ponytail-runtime reads the annotations
+    ("version = 2\n[plugins.'io.containerd.grpc.v1.cri']\n  enable_cdi = true\n", False),  # containerd 1.7 with CDI on
+    ("version = 3\n", False),  # containerd 2.0-2.2: CDI on by default
+    ("version = 4\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = false\n", True),  # 2.3 with CDI turned off
+    (CONTAINERD_V3.replace("version = 3", "version = 4"), False),
+])
+def test_cdi_annotations_go_to_whoever_resolves_them(tmp_path: Path, text: str, passed: bool) -> None:
+    """Never both containerd's CDI and ponytail-runtime: the entry passes cdi.k8s.io/* only where containerd does not resolve CDI."""
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    result = configure("--runtime", "containerd", "--config-file", str(config))
+    assert result.returncode == 0, result.stderr
+    document = tomllib.loads(config.read_text())
+    plugin = "io.containerd.grpc.v1.cri" if document["version"] == 2 else "io.containerd.cri.v1.runtime"
+    entry = document["plugins"][plugin]["containerd"]["runtimes"]["ponytail"]
+    assert ("cdi.k8s.io/*" in entry.get("container_annotations", [])) is passed, entry
+    assert ("ponytail cdi generate --output /var/run/cdi/ponytail.yaml" in result.stdout) is not passed, result.stdout

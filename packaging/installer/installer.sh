@@ -15,6 +15,10 @@
 #   ACCEPT_ENV_WHEN_UNPRIVILEGED   written to /etc/ponytail/config.toml if the host has none (default false: only
 #                    the device plugin's list gives an unprivileged pod GPUs)
 #   HOST_ROOT        where the host's / is mounted (default /host)
+#   CDI_SPEC         containerd: where ponytail's CDI spec goes on the host (default /var/run/cdi/ponytail.yaml;
+#                    empty: none). containerd 2.x (and 1.7 with enable_cdi) resolves the device plugin's CDI
+#                    annotations itself from it; `ponytail cdi generate` writes it in the host's mount namespace
+#                    (hostPID), at install and every CDI_REFRESH seconds (default 300) while the pod runs
 # A second run with the same settings changes nothing and restarts nothing.
 set -eu
 
@@ -27,6 +31,8 @@ INSTALL_DIR=${INSTALL_DIR:-/usr/local/ponytail}
 ACCEPT_ENV_WHEN_UNPRIVILEGED=${ACCEPT_ENV_WHEN_UNPRIVILEGED:-false}
 CLEANUP_ON_EXIT=${CLEANUP_ON_EXIT:-false}
 IMAGE_DIR=${IMAGE_DIR:-/opt/ponytail}   # what the image holds: ponytail's files, copied to INSTALL_DIR
+CDI_SPEC=${CDI_SPEC-/var/run/cdi/ponytail.yaml}
+CDI_REFRESH=${CDI_REFRESH:-300}
 
 say() { echo "ponytail-installer: $*"; }
 fail() { echo "ponytail-installer: error: $*" >&2; exit 1; }
@@ -91,16 +97,38 @@ restart_engine() {
     esac
 }
 
+# on_host COMMAND...: run COMMAND in the host's mount namespace (hostPID); fails, running nothing, unless
+# PID 1's / there is the $HOST_ROOT ponytail was installed in
+on_host() {
+    here=$(stat -L -c %d:%i "$HOST_ROOT/" 2>/dev/null) || return 1
+    [ "$here" = "$(nsenter -t 1 -m -- stat -L -c %d:%i / 2>/dev/null)" ] || return 1
+    nsenter -t 1 -m -- "$@"
+}
+
+# write_cdi_spec: ponytail's CDI spec of the node's GPUs, for an engine that resolves CDI itself (containerd 2.x)
+write_cdi_spec() {
+    [ "$ENGINE" = containerd ] && [ -n "$CDI_SPEC" ] || return 0
+    if on_host "$INSTALL_DIR/ponytail" cdi generate --output "$CDI_SPEC" >/dev/null; then
+        say "wrote the CDI spec $CDI_SPEC"
+    else
+        say "warning: cannot write the CDI spec $CDI_SPEC on the host (hostPID needed): containerd 2.x then fails pods whose GPUs come as CDI annotations"
+    fi
+}
+
 install() {
     copy_files
     write_policy
     set --
     [ "$SET_AS_DEFAULT" = true ] && set -- --set-as-default
-    if configure --path "$INSTALL_DIR/$program" "$@"; then restart_engine; fi
+    changed=false
+    configure --path "$INSTALL_DIR/$program" "$@" && changed=true
+    write_cdi_spec
+    if [ "$changed" = true ]; then restart_engine; fi
 }
 
 uninstall() {
     if configure --uninstall; then restart_engine; fi
+    if [ "$ENGINE" = containerd ] && [ -n "$CDI_SPEC" ] && on_host rm -f "$CDI_SPEC"; then say "removed the CDI spec $CDI_SPEC"; fi
     rm -rf "$HOST_ROOT$INSTALL_DIR"
     rmdir "$HOST_ROOT/var/lib/ponytail" 2>/dev/null || true   # configure --uninstall emptied it
     say "removed $INSTALL_DIR"
@@ -113,6 +141,6 @@ case "${1:-daemon}" in
         install
         if [ "$CLEANUP_ON_EXIT" = true ]; then trap 'uninstall; exit 0' TERM INT; else trap 'exit 0' TERM INT; fi
         say "installed; waiting"
-        while :; do sleep 3600 & wait $! || true; done ;;
+        while :; do sleep "$CDI_REFRESH" & wait $! || true; write_cdi_spec >/dev/null; done ;;
     *) fail "usage: installer.sh [install|uninstall|daemon]" ;;
 esac
