@@ -3,7 +3,8 @@
 # gcc (fake driver libraries), python3-venv (the .venv), busybox-static (test rootfs; Debian's
 # dynamically linked busybox works too: the test rootfs carries its libraries), util-linux (unshare, nsenter),
 # the container engines the end-to-end tests start containers with (containerd for the CRI test),
-# and strace (a test injects SIGKILL at one exact syscall with it).
+# strace (a test injects SIGKILL at one exact syscall with it), and for `make test-engines` CRI-O's
+# monitor conmon and the SQLite library crio links against.
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -17,6 +18,8 @@ have podman || need+=(podman)
 have dockerd || need+=(docker.io)
 have containerd || need+=(containerd)  # the Kubernetes node test (CRI): containerd 1.6 and ctr
 have strace || need+=(strace)
+have conmon || need+=(conmon)  # CRI-O's container monitor (make test-engines)
+ldconfig -p 2>/dev/null | grep 'libsqlite3\.so\.0 ' >/dev/null || need+=(libsqlite3-0)  # crio links against it
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2

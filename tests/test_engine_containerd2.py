@@ -29,11 +29,11 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from test_engine_containerd import CUDACHECK_GPU1, DEVICES, EXPECTED_GPU1
+from test_engine_containerd import Node as ContainerdNode
 
 from support.cdi_support import generate
-from support.containerd_cri import Containerd, Pods, make_state_dir, oci_archive, private_config, remove_state_dir
+from support.containerd_cri import Containerd, Pods, gpu_node_files, make_state_dir, oci_archive, private_config, remove_state_dir
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, TIMEOUT, console_script, current_engines
-from support.fakehost import FakeHost, gpus, make_rootfs
 
 pytestmark = pytest.mark.current_engines
 
@@ -43,17 +43,10 @@ MOUNTINFO = ["/bin/busybox", "sh", "-c", " ".join(CUDACHECK_GPU0) + "; /bin/busy
 
 
 @dataclass
-class Node:
-    daemon: Containerd
-    pods: Pods
-    host: FakeHost
-    config: Path
+class Node(ContainerdNode):
     engines: Path
     image: str
     configure_said: str
-
-    def log(self) -> str:
-        return self.host.log.read_text() if self.host.log.exists() else ""
 
     def crictl(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.engines / "crictl"), "--runtime-endpoint", f"unix://{self.daemon.socket}", "--timeout", "60s", *args],
@@ -66,12 +59,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     if engines is None:
         pytest.skip("current engines (containerd 2.3, crictl, runc 1.5): run make test-engines (ENGINES_DIR)")
     base = tmp_path_factory.mktemp("node2")
-    host = FakeHost(base / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
-    ponytail_config = base / "ponytail.toml"
-    ponytail_config.write_text(host.config_text() + "[request]\naccept_env_when_unprivileged = false\n")
-    rootfs = make_rootfs(base / "rootfs")
-    (rootfs / "bin/sleep").symlink_to("busybox")
-    image = f"localhost/ponytail-test-{uuid.uuid4().hex[:12]}:1"
+    host, ponytail_config, rootfs, image = gpu_node_files(base)
     state = make_state_dir()
     daemon = pods = None
     try:

@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 from support.engines import TIMEOUT, processes_naming, start_daemon, stop_daemon
+from support.fakehost import FakeHost, gpus, make_rootfs
 
 PROTO = Path(__file__).parent.parent / "cri" / "runtime_v1_min.proto"  # tests/cri
 NAMESPACE = "k8s.io"  # where the CRI plugin keeps its images and containers
@@ -151,12 +152,17 @@ class Containerd:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        for hierarchy in Path("/sys/fs/cgroup").iterdir():
-            parent = hierarchy / self.cgroup_parent.lstrip("/")
-            if parent.is_dir():
-                for directory in sorted((d for d in parent.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-                    directory.rmdir()
-                parent.rmdir()
+        remove_cgroups(self.cgroup_parent)
+
+
+def remove_cgroups(cgroup_parent: str) -> None:
+    """The pods' cgroups under ``cgroup_parent`` in every hierarchy, deepest first."""
+    for hierarchy in Path("/sys/fs/cgroup").iterdir():
+        parent = hierarchy / cgroup_parent.lstrip("/")
+        if parent.is_dir():
+            for directory in sorted((d for d in parent.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                directory.rmdir()
+            parent.rmdir()
 
 
 class Pods:
@@ -199,7 +205,7 @@ class Pods:
         self.sandboxes.append(pod.pod_sandbox_id)
         container = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name="main"),
-            image=pb.ImageSpec(image=self.image),
+            image=pb.ImageSpec(image=self.image, user_specified_image=self.image),
             command=args,
             envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
             mounts=[pb.Mount(host_path=h, container_path=c, readonly=True) for h, c in mounts],
@@ -246,6 +252,18 @@ class Pods:
             except Exception:
                 pass  # containerd's close ends what is left
         self.channel.close()
+
+
+def gpu_node_files(base: Path) -> tuple[FakeHost, Path, Path, str]:
+    """What a node test needs under ``base``: a fake host (3 GPUs, minors 2, 0, 1), ponytail's strict
+    config for it ([request] accept_env_when_unprivileged = false: GPUs from the device plugin's list
+    only), a rootfs with cudacheck and sleep, and a fresh image name for it."""
+    host = FakeHost(base / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
+    ponytail_config = base / "ponytail.toml"
+    ponytail_config.write_text(host.config_text() + "[request]\naccept_env_when_unprivileged = false\n")
+    rootfs = make_rootfs(base / "rootfs")
+    (rootfs / "bin/sleep").symlink_to("busybox")
+    return host, ponytail_config, rootfs, f"localhost/ponytail-test-{uuid.uuid4().hex[:12]}:1"
 
 
 def make_state_dir() -> Path:
