@@ -13,12 +13,10 @@ An engine that resolves CDI itself (containerd 2.x, 1.7 with ``enable_cdi``, CRI
 put the devices the annotations name into the container (``linux.devices``) when the runtime sees
 them: then the list is ``void``, so that nothing is injected a second time over CDI's.
 
-Plain data in, plain data out: on the hook's path, so nothing imported that the hook does not load anyway.
+Plain data in, plain data out: on the hook's path, so no imports.
 """
 
 from __future__ import annotations
-
-from ponytail.host.driver import NVIDIA_MAJOR  # the GPU nodes' major: CDI's device nodes carry it
 
 DEVICE_LIST_DIR = "/var/run/nvidia-container-devices"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
@@ -26,17 +24,17 @@ CDI_KINDS = ("nvidia.com/gpu", "nvidia.com/mig")
 MOUNT_SOURCE = "/dev/null"  # what the device plugin mounts there; a pod's own volume is something else
 
 
-def plugin_devices(mounts: object, annotations: dict[str, str], char_devices: tuple[tuple[int, int], ...] = ()) -> tuple[str, str] | None:
+def plugin_devices(mounts: object, annotations: dict[str, str], cdi_injected: bool = False) -> tuple[str, str] | None:
     """(selector, source) for the device plugin's list, or None when there is none.
-    Volume mounts first, then CDI annotations, as NVIDIA's runtime reads them. ``char_devices``:
-    major:minor of the spec's ``linux.devices``; NVIDIA nodes there mean the engine's CDI has
-    injected what the annotations name: the list is then ``void``."""
+    Volume mounts first, then CDI annotations, as NVIDIA's runtime reads them. ``cdi_injected``:
+    the engine's CDI has injected GPUs (ponytail.container.oci.device_plugin_list tells): what the
+    annotations name is then there already, and the list ``void``."""
     ids = _from_mounts(mounts)
     if ids:
         return ",".join(ids), f"volume mounts under {DEVICE_LIST_DIR}"
     ids = _from_cdi_annotations(annotations)
-    if ids and any(major == NVIDIA_MAJOR for major, _ in char_devices):
-        return "void", "CDI annotations (cdi.k8s.io/*) already resolved by the engine's CDI (NVIDIA nodes in linux.devices)"
+    if ids and cdi_injected:
+        return "void", "CDI annotations (cdi.k8s.io/*) already resolved by the engine's CDI"
     if ids:
         return ",".join(ids), "CDI annotations (cdi.k8s.io/*)"
     return None

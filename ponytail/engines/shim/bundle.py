@@ -7,8 +7,7 @@ import json
 import os
 
 from ponytail.config import Config
-from ponytail.container.deviceplugin import plugin_devices
-from ponytail.container.oci import Spec, read_bundle_config, read_spec
+from ponytail.container.oci import Spec, device_plugin_list, read_bundle_config, read_spec
 from ponytail.engines.shim.edit import add_gpu_hook, spec_asks_for_gpus
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.fs.atomic import replace_file
@@ -22,7 +21,7 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
         spec = read_spec(raw, f"{bundle}/config.json")
         wanted = spec_asks_for_gpus(spec, config.accept_env_when_unprivileged)
         refused = not wanted and not config.accept_env_when_unprivileged and spec_asks_for_gpus(spec)
-        plugin = plugin_devices(spec.mounts, spec.annotations, spec.char_devices)
+        plugin = device_plugin_list(spec)
     except InputError:
         return  # a bundle the runtime cannot use either: it reports that in its own words
     if plugin is not None and not wanted:  # the engine's CDI injected the devices: say so, add nothing
@@ -67,14 +66,13 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
     """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
 
     The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
-    from ponytail.container.deviceplugin import plugin_devices
     from ponytail.container.request import build_request
     from ponytail.lite.records import replace
     from ponytail.plan.make import make_plan
     from ponytail.plan.operations import AllowDevices
 
     try:
-        plugin = plugin_devices(spec.mounts, spec.annotations, spec.char_devices)
+        plugin = device_plugin_list(spec)
         request = build_request(None, None, spec.env, spec.privileged, plugin, config.accept_env_when_unprivileged)
         if request.devices.is_void:
             return (), ""

@@ -20,10 +20,10 @@ def spec_asks_for_gpus(spec: Spec, accept_env_when_unprivileged: bool = True) ->
     """The device plugin's list (volume mounts, CDI annotations; not when the engine's CDI has
     injected what the annotations name); else, unless the policy refuses an unprivileged
     container's env, NVIDIA_VISIBLE_DEVICES in process.env (set, not void/empty) or the GPU annotation."""
-    from ponytail.container.deviceplugin import plugin_devices
+    from ponytail.container.oci import device_plugin_list
     from ponytail.container.trigger import is_void
 
-    plugin = plugin_devices(spec.mounts, spec.annotations, spec.char_devices)
+    plugin = device_plugin_list(spec)
     if plugin is not None:
         return not is_void(plugin[0])
     if not accept_env_when_unprivileged and not spec.privileged:
