@@ -20,6 +20,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from support.engines import console_script
+from support.fakehost import FakeHost, gpus
 
 RUNTIME = "/usr/local/bin/ponytail-runtime"
 CRI = 'plugins."io.containerd.grpc.v1.cri"'
@@ -422,3 +423,55 @@ def test_the_installers_uninstall_leaves_the_node_as_it_was(tmp_path: Path, engi
     removed = subprocess.run(["sh", str(INSTALLER), "uninstall"], env=env, capture_output=True, text=True, timeout=120)
     assert removed.returncode == 0, removed.stdout + removed.stderr
     assert tree(host) == before, removed.stdout
+
+
+@pytest.mark.parametrize("text, passed", [
+    ("version = 2\n", True),  # containerd 1.6, or 1.7 without CDI: ponytail-runtime reads the annotations
+    ("version = 2\n[plugins.'io.containerd.grpc.v1.cri']\n  enable_cdi = true\n", False),  # containerd 1.7 with CDI on
+    ("version = 3\n", False),  # containerd 2.0-2.2: CDI on by default
+    ("version = 4\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = false\n", True),  # 2.3 with CDI turned off
+    (CONTAINERD_V3.replace("version = 3", "version = 4"), False),
+])
+def test_cdi_annotations_go_to_whoever_resolves_them(tmp_path: Path, text: str, passed: bool) -> None:
+    """Never both containerd's CDI and ponytail-runtime: the entry passes cdi.k8s.io/* only where containerd does not resolve CDI."""
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    result = configure("--runtime", "containerd", "--config-file", str(config))
+    assert result.returncode == 0, result.stderr
+    document = tomllib.loads(config.read_text())
+    plugin = "io.containerd.grpc.v1.cri" if document["version"] == 2 else "io.containerd.cri.v1.runtime"
+    entry = document["plugins"][plugin]["containerd"]["runtimes"]["ponytail"]
+    assert ("cdi.k8s.io/*" in entry.get("container_annotations", [])) is passed, entry
+    assert ("ponytail cdi generate --output /var/run/cdi/ponytail.yaml" in result.stdout) is not passed, result.stdout
+
+
+def test_the_installer_keeps_the_cdi_spec_for_containerd_2(tmp_path: Path) -> None:
+    """installer.sh with ENGINE=containerd on a containerd 2.x node (config version 3) writes ponytail's CDI
+    spec where containerd reads it, in PID 1's mount namespace, and removes it at uninstall. Run as the
+    node it takes: HOST_ROOT=/ in a PID and mount namespace of its own (PID 1 there is that namespace's),
+    with tmpfs on /run and /var/lib and an overlay on /etc, so this machine's files are untouched."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    image, upper, work = tmp_path / "image", tmp_path / "etc-upper", tmp_path / "etc-work"
+    for directory in (image, upper / "ponytail", work):
+        directory.mkdir(parents=True)
+    (image / "ponytail").symlink_to(console_script("ponytail"))
+    (image / "ponytail-runtime").symlink_to("ponytail")
+    (upper / "ponytail/config.toml").write_text(host.config_text())
+    script = f"""set -e
+mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/lib
+mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc
+mkdir -p /run/containerd && printf 'version = 3\\n' > /run/containerd/config.toml
+sh {INSTALLER} install
+echo "spec: $(grep -c 'kind: nvidia.com/gpu' /var/run/cdi/ponytail.yaml)"
+grep -q 'cdi.k8s.io' /run/containerd/config.toml && echo "annotations passed" || true
+sh {INSTALLER} uninstall
+test -e /var/run/cdi/ponytail.yaml && echo "spec left" || echo "spec removed"
+"""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOST_ROOT": "/", "IMAGE_DIR": str(image), "ENGINE": "containerd",
+           "ENGINE_CONFIG": "/run/containerd/config.toml", "INSTALL_DIR": "/run/ponytail-installed", "RESTART_MODE": "none"}
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc", "sh", "-c", script],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "wrote the CDI spec /var/run/cdi/ponytail.yaml" in result.stdout and "spec: 1" in result.stdout, result.stdout
+    assert "annotations passed" not in result.stdout
+    assert "removed the CDI spec /var/run/cdi/ponytail.yaml" in result.stdout and "spec removed" in result.stdout, result.stdout

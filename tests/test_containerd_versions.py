@@ -116,6 +116,7 @@ def test_containerd_1_6_default_config_version_2(state: Path) -> None:
     assert "io.containerd.grpc.v1 cri linux/amd64 ok" in plugins, plugins
 
 
+@pytest.mark.current_engines
 @pytest.mark.parametrize("source", ["config default", "config migrate of 1.6's default", "version 3"])
 def test_containerd_2_3_config_versions_4_and_3(containerd_2_3: Path, state: Path, source: str) -> None:
     containerd, ctr = str(containerd_2_3 / "containerd"), str(containerd_2_3 / "ctr")

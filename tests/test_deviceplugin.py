@@ -160,3 +160,31 @@ def test_management_pods_of_the_named_namespaces_are_believed(host: FakeHost, tm
     parsed = parse_config(config.encode(), "config.toml")
     assert spec_asks_for_gpus(read_spec(listed, "config.json"), accepts_env(parsed, listed["annotations"])) is True
     assert accepts_env(parsed, {other: "gpu-operator"}) is False
+
+
+def test_cdi_annotations_the_engine_resolved_are_not_injected_again(host: FakeHost, tmp_path: Path, rootfs: Path) -> None:
+    """An engine with CDI on (containerd 2.x, CRI-O) has put the annotations' devices in linux.devices
+    and run the spec's hook: the hook (and ponytail-runtime) then inject nothing over them; a volume-mount
+    list still counts. A privileged container has every host node in linux.devices: only a GPU CDI spec's
+    hook says CDI was applied there."""
+    bundle = bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=void"])
+    spec_with(bundle, annotations={"cdi.k8s.io/nvidia-device-plugin_abc": "nvidia.com/gpu=0"})
+    spec = json.loads((bundle / "config.json").read_text())
+    spec["linux"]["devices"] = [{"path": "/dev/nvidia2", "type": "c", "major": 195, "minor": 2},
+                                {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}]
+    (bundle / "config.json").write_text(json.dumps(spec))
+    line = selected(dry_run(host, bundle, STRICT))
+    assert "not a GPU container" in line and "already resolved by the engine's CDI" in line, line
+    assert spec_asks_for_gpus(read_spec(spec, "config.json"), accept_env_when_unprivileged=False) is False
+    listed = {**spec, "mounts": [device_mount("1")]}
+    assert spec_asks_for_gpus(read_spec(listed, "config.json"), accept_env_when_unprivileged=False) is True
+    # privileged: the host's nodes are all there whatever was asked; the annotations still select
+    spec_with(bundle, privileged=True)
+    assert "devices requested: '0' (from CDI annotations (cdi.k8s.io/*))" in dry_run(host, bundle, STRICT)
+    # ... unless a GPU CDI spec's hook (ponytail's cdi-hook, NVIDIA's nvidia-cdi-hook) ran: CDI did it
+    for hook in ({"path": "/usr/local/bin/ponytail", "args": ["ponytail", "cdi-hook", "--ldconfig", "/sbin/ldconfig"]},
+                 {"path": "/usr/bin/nvidia-cdi-hook", "args": ["nvidia-cdi-hook", "update-ldcache"]}):
+        spec = json.loads((bundle / "config.json").read_text())
+        spec["hooks"] = {"createContainer": [hook]}
+        (bundle / "config.json").write_text(json.dumps(spec))
+        assert "already resolved by the engine's CDI" in selected(dry_run(host, bundle, STRICT)), hook

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +21,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from support.containerd_cri import Containerd, Pods, make_state_dir, oci_archive, private_config, remove_state_dir
+from support.containerd_cri import Containerd, Pods, gpu_node_files, make_state_dir, oci_archive, private_config, remove_state_dir
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script
-from support.fakehost import FakeHost, gpus, make_rootfs
+from support.fakehost import FakeHost
 
 pytestmark = pytest.mark.skipif(shutil.which("containerd") is None, reason="containerd is not installed")
 
@@ -49,14 +48,7 @@ class Node:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("node")
-    host = FakeHost(base / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
-    ponytail_config = base / "ponytail.toml"
-    ponytail_config.write_text(
-        host.config_text() + '[request]\naccept_env_when_unprivileged = false\nenv_namespaces = ["gpu-operator"]\ncri = "containerd"\n'
-    )
-    rootfs = make_rootfs(base / "rootfs")
-    (rootfs / "bin/sleep").symlink_to("busybox")
-    image = f"localhost/ponytail-test-{uuid.uuid4().hex[:12]}:1"
+    host, ponytail_config, rootfs, image = gpu_node_files(base, 'env_namespaces = ["gpu-operator"]\ncri = "containerd"\n')
     state = make_state_dir()
     daemon = pods = None
     try:

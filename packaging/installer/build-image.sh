@@ -14,7 +14,7 @@ trap 'rm -rf "$context"' EXIT
 root=$context/rootfs
 mkdir -p "$root/bin" "$root/lib64" "$root$libdir" "$root/opt" "$root/tmp" "$root/host"
 cp /bin/busybox "$root/bin/busybox"
-for applet in sh cat cmp cp cut diff dirname echo kill ln mkdir mv nsenter pidof printf rm sed sleep; do
+for applet in sh cat cmp cp cut diff dirname echo kill ln mkdir mv nsenter pidof printf rm sed sleep stat; do
     ln -s busybox "$root/bin/$applet"
 done
 cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"

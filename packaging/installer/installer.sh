@@ -18,6 +18,10 @@
 #   DEV_CHAR_LINKS   true (default): make the /dev/char links of the NVIDIA nodes now, and install and enable
 #                    ponytail-dev-char-links.{service,path} (/etc/systemd/system) and
 #                    71-ponytail-dev-char-links.rules (/etc/udev/rules.d) that keep them current | false
+#   CDI_SPEC         containerd: where ponytail's CDI spec goes on the host (default /var/run/cdi/ponytail.yaml;
+#                    empty: none). containerd 2.x (and 1.7 with enable_cdi) resolves the device plugin's CDI
+#                    annotations itself from it; `ponytail cdi generate` writes it in the host's mount namespace
+#                    (hostPID), at install and every CDI_REFRESH seconds (default 300) while the pod runs
 # A second run with the same settings changes nothing and restarts nothing.
 set -eu
 
@@ -34,6 +38,8 @@ IMAGE_DIR=${IMAGE_DIR:-/opt/ponytail}   # what the image holds: ponytail's files
 UNITS_DIR=${UNITS_DIR:-/opt/ponytail-units}
 UNITS="ponytail-dev-char-links.service ponytail-dev-char-links.path"
 UDEV_RULE=71-ponytail-dev-char-links.rules
+CDI_SPEC=${CDI_SPEC-/var/run/cdi/ponytail.yaml}
+CDI_REFRESH=${CDI_REFRESH:-300}
 
 say() { echo "ponytail-installer: $*"; }
 fail() { echo "ponytail-installer: error: $*" >&2; exit 1; }
@@ -85,7 +91,6 @@ configure() {
     return 0
 }
 
-on_host() { nsenter -t 1 -m -u -i -n -p -- "$@"; }
 
 # put FILE CONTENT-SOURCE: write the host's FILE from the image's, with INSTALL_DIR as ponytail's path; 0 when it changed
 put() {
@@ -145,18 +150,40 @@ restart_engine() {
     esac
 }
 
+# on_host COMMAND...: run COMMAND in the host's mount namespace (hostPID); fails, running nothing, unless
+# PID 1's / there is the $HOST_ROOT ponytail was installed in
+on_host() {
+    here=$(stat -L -c %d:%i "$HOST_ROOT/" 2>/dev/null) || return 1
+    [ "$here" = "$(nsenter -t 1 -m -- stat -L -c %d:%i / 2>/dev/null)" ] || return 1
+    nsenter -t 1 -m -- "$@"
+}
+
+# write_cdi_spec: ponytail's CDI spec of the node's GPUs, for an engine that resolves CDI itself (containerd 2.x)
+write_cdi_spec() {
+    [ "$ENGINE" = containerd ] && [ -n "$CDI_SPEC" ] || return 0
+    if on_host "$INSTALL_DIR/ponytail" cdi generate --output "$CDI_SPEC" >/dev/null; then
+        say "wrote the CDI spec $CDI_SPEC"
+    else
+        say "warning: cannot write the CDI spec $CDI_SPEC on the host (hostPID needed): containerd 2.x then fails pods whose GPUs come as CDI annotations"
+    fi
+}
+
 install() {
     copy_files
     write_policy
     install_char_links
     set --
     [ "$SET_AS_DEFAULT" = true ] && set -- --set-as-default
-    if configure --path "$INSTALL_DIR/$program" "$@"; then restart_engine; fi
+    changed=false
+    configure --path "$INSTALL_DIR/$program" "$@" && changed=true
+    write_cdi_spec
+    if [ "$changed" = true ]; then restart_engine; fi
 }
 
 uninstall() {
     if configure --uninstall; then restart_engine; fi
     uninstall_char_links
+    if [ "$ENGINE" = containerd ] && [ -n "$CDI_SPEC" ] && on_host rm -f "$CDI_SPEC"; then say "removed the CDI spec $CDI_SPEC"; fi
     rm -rf "$HOST_ROOT$INSTALL_DIR"
     rmdir "$HOST_ROOT/var/lib/ponytail" 2>/dev/null || true   # configure --uninstall emptied it
     say "removed $INSTALL_DIR"
@@ -169,6 +196,6 @@ case "${1:-daemon}" in
         install
         if [ "$CLEANUP_ON_EXIT" = true ]; then trap 'uninstall; exit 0' TERM INT; else trap 'exit 0' TERM INT; fi
         say "installed; waiting"
-        while :; do sleep 3600 & wait $! || true; done ;;
+        while :; do sleep "$CDI_REFRESH" & wait $! || true; write_cdi_spec >/dev/null; done ;;
     *) fail "usage: installer.sh [install|uninstall|daemon]" ;;
 esac

@@ -13,6 +13,10 @@ unprivileged container gets GPUs, but for the pods of the namespaces named in
 feature discovery), whose namespace ``management_namespace`` reads from the one annotation the
 CRI implementation writes over whatever a pod brings.
 
+An engine that resolves CDI itself (containerd 2.x, 1.7 with ``enable_cdi``, CRI-O) has already
+put the devices the annotations name into the container (``linux.devices``) when the runtime sees
+them: then the list is ``void``, so that nothing is injected a second time over CDI's.
+
 Plain data in, plain data out: on the hook's path, so no imports.
 """
 
@@ -28,13 +32,17 @@ CDI_KINDS = ("nvidia.com/gpu", "nvidia.com/mig", "k8s.device-plugin.nvidia.com/g
 MOUNT_SOURCE = "/dev/null"  # what the device plugin mounts there; a pod's own volume is something else
 
 
-def plugin_devices(mounts: object, annotations: dict[str, str]) -> tuple[str, str] | None:
+def plugin_devices(mounts: object, annotations: dict[str, str], cdi_injected: bool = False) -> tuple[str, str] | None:
     """(selector, source) for the device plugin's list, or None when there is none.
-    Volume mounts first, then CDI annotations, as NVIDIA's runtime reads them."""
+    Volume mounts first, then CDI annotations, as NVIDIA's runtime reads them. ``cdi_injected``:
+    the engine's CDI has injected GPUs (ponytail.container.oci.device_plugin_list tells): what the
+    annotations name is then there already, and the list ``void``."""
     ids = _from_mounts(mounts)
     if ids:
         return ",".join(ids), f"volume mounts under {DEVICE_LIST_DIR}"
     ids = _from_cdi_annotations(annotations)
+    if ids and cdi_injected:
+        return "void", "CDI annotations (cdi.k8s.io/*) already resolved by the engine's CDI"
     if ids:
         return ",".join(ids), "CDI annotations (cdi.k8s.io/*)"
     return None

@@ -106,7 +106,7 @@ def load_container(state: State) -> Container:
     if not isinstance(root_path, str) or not root_path or "\0" in root_path:
         raise InputError(f"{bundle}/config.json: 'root.path' is missing or not a string")
     spec = read_spec(raw, f"{bundle}/config.json")
-    from ponytail.container.deviceplugin import plugin_devices, plugin_features
+    from ponytail.container.deviceplugin import plugin_features
 
     annotations = {**spec.annotations, **state.annotations}
     return Container(
@@ -119,7 +119,7 @@ def load_container(state: State) -> Container:
         annotations=annotations,
         cgroups_path=spec.cgroups_path,
         privileged=spec.privileged,
-        plugin_devices=plugin_devices(spec.mounts, annotations),
+        plugin_devices=device_plugin_list(spec, annotations),
         char_devices=spec.char_devices,
         plugin_features=plugin_features(spec.mounts, annotations),
     )
@@ -136,6 +136,7 @@ class Spec:
     mounts: object  # 'mounts' as found: ponytail.container.deviceplugin reads the device plugin's list from it
     cgroups_path: str | None
     char_devices: tuple[tuple[int, int], ...]  # major:minor of linux.devices' character devices
+    gpu_cdi_hook: bool = False  # a createContainer hook of a GPU CDI spec (ponytail's cdi-hook, NVIDIA's): CDI was applied
 
 
 def read_spec(spec: dict, where: str) -> Spec:
@@ -157,7 +158,36 @@ def read_spec(spec: dict, where: str) -> Spec:
         mounts=spec.get("mounts"),
         cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
         char_devices=_char_devices(linux.get("devices"), f"{where}: 'linux.devices'"),
+        gpu_cdi_hook=_gpu_cdi_hook(spec.get("hooks")),
     )
+
+
+def device_plugin_list(spec: Spec, annotations: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """The device plugin's list in ``spec`` (ponytail.container.deviceplugin), ``annotations`` those
+    to read (default: the spec's); whether the engine's CDI has injected the GPUs already is told
+    by a GPU CDI spec's hook, or, in an unprivileged container (which gets only the devices it was
+    given), by NVIDIA nodes in linux.devices."""
+    from ponytail.container.deviceplugin import plugin_devices
+    from ponytail.host.driver import NVIDIA_MAJOR
+
+    injected = spec.gpu_cdi_hook or (not spec.privileged and any(major == NVIDIA_MAJOR for major, _ in spec.char_devices))
+    return plugin_devices(spec.mounts, spec.annotations if annotations is None else annotations, injected)
+
+
+GPU_CDI_HOOKS = ("nvidia-cdi-hook", "nvidia-ctk")  # NVIDIA's specs' hook programs; ponytail's runs `ponytail cdi-hook`
+
+
+def _gpu_cdi_hook(hooks: object) -> bool:
+    stage = hooks.get("createContainer") if isinstance(hooks, dict) else None
+    for hook in stage if isinstance(stage, list) else []:
+        if not isinstance(hook, dict):
+            continue
+        path, args = hook.get("path"), hook.get("args")
+        if isinstance(path, str) and os.path.basename(path) in GPU_CDI_HOOKS:
+            return True
+        if isinstance(args, list) and len(args) > 1 and args[1] == "cdi-hook":
+            return True
+    return False
 
 
 def read_bundle_config(bundle: str) -> dict:

@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 from support.engines import TIMEOUT, processes_naming, start_daemon, stop_daemon
+from support.fakehost import FakeHost, gpus, make_rootfs
 
 PROTO = Path(__file__).parent.parent / "cri" / "runtime_v1_min.proto"  # tests/cri
 NAMESPACE = "k8s.io"  # where the CRI plugin keeps its images and containers
@@ -83,18 +84,33 @@ def oci_archive(rootfs: Path, name: str, cmd: list[str], out: Path) -> Path:
 
 
 def private_config(default_text: str, state: Path, sandbox_image: str) -> str:
-    """`containerd config default` with every path of its own: root, state, sockets, /opt; the
-    pause image built here."""
-    replacements = [
-        (r'(?m)^root = ".*"$', f'root = "{state}/root"'),
-        (r'(?m)^state = ".*"$', f'state = "{state}/state"'),
-        (r'(\[grpc\]\n  address = )".*"', rf'\1"{state}/c.sock"'),
-        (r'(\[ttrpc\]\n  address = )".*"', rf'\1"{state}/t.sock"'),
-        (r'sandbox_image = ".*"', f'sandbox_image = "{sandbox_image}"'),
-        (r'path = "/opt/containerd"', f'path = "{state}/opt"'),
-        # root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj -998 cannot be set
-        (r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true"),
-    ]
+    """`containerd config default` (config version 2 of containerd 1.x, or version 4 of 2.3) with
+    every path of its own: root, state, sockets, /opt, CDI spec directory (``state``/cdi), NRI off;
+    the pause image built here."""
+    if default_text.startswith("version = 4"):
+        replacements = [
+            (r"(?m)^root = '.*'$", f"root = '{state}/root'"),
+            (r"(?m)^state = '.*'$", f"state = '{state}/state'"),
+            (r"address = '/run/containerd/containerd.sock'", f"address = '{state}/c.sock'"),
+            (r"address = '/run/containerd/containerd.sock.ttrpc'", f"address = '{state}/t.sock'"),
+            (r"sandbox = '.*'", f"sandbox = '{sandbox_image}'"),
+            (r"path = '/opt/containerd'", f"path = '{state}/opt'"),
+            (r"bin_dir = '/opt/containerd/image-verifier/bin'", f"bin_dir = '{state}/opt/verifier'"),
+            (r"cdi_spec_dirs = \[.*\]", f"cdi_spec_dirs = ['{state}/cdi']"),
+            (r"(\[plugins.'io.containerd.nri.v1.nri'\]\n    disable = )false", r"\1true"),
+            (r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true"),
+        ]
+    else:
+        replacements = [
+            (r'(?m)^root = ".*"$', f'root = "{state}/root"'),
+            (r'(?m)^state = ".*"$', f'state = "{state}/state"'),
+            (r'(\[grpc\]\n  address = )".*"', rf'\1"{state}/c.sock"'),
+            (r'(\[ttrpc\]\n  address = )".*"', rf'\1"{state}/t.sock"'),
+            (r'sandbox_image = ".*"', f'sandbox_image = "{sandbox_image}"'),
+            (r'path = "/opt/containerd"', f'path = "{state}/opt"'),
+            # root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj -998 cannot be set
+            (r"restrict_oom_score_adj = false", "restrict_oom_score_adj = true"),
+        ]
     for pattern, replacement in replacements:
         default_text, count = re.subn(pattern, replacement, default_text)
         if count != 1:
@@ -104,19 +120,23 @@ def private_config(default_text: str, state: Path, sandbox_image: str) -> str:
 
 class Containerd:
     """containerd --config CONFIG in a mount namespace of its own with a private /run (where
-    containerd 1.6 puts its shims' sockets and runc its state whatever the config says);
-    ``env`` reaches its runtimes. Pods' cgroups go under ``cgroup_parent``, removed at close."""
+    containerd puts its shims' sockets and runc its state whatever the config says);
+    ``env`` reaches its runtimes. Pods' cgroups go under ``cgroup_parent``, removed at close.
+    ``engines_dir``: containerd, ctr, its shim and runc from there (current releases), else Debian's."""
 
-    def __init__(self, config: Path, state: Path, env: dict[str, str]) -> None:
+    def __init__(self, config: Path, state: Path, env: dict[str, str], engines_dir: Path | None = None) -> None:
         self.state = state
         self.socket = str(state / "c.sock")
         self.cgroup_parent = f"/{state.name}"
+        self.ctr_command = str(engines_dir / "ctr") if engines_dir else "ctr"
+        if engines_dir:
+            env = {**env, "PATH": f"{engines_dir}:{env.get('PATH', os.environ['PATH'])}"}  # its shim and runc first
         command = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "sh",
-                   "containerd", "--config", str(config)]
+                   str(engines_dir / "containerd") if engines_dir else "containerd", "--config", str(config)]
         self.process = start_daemon(command, state / "containerd.log", env, lambda: self.ctr("version").returncode == 0, lambda: None)
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["ctr", "-a", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        return subprocess.run([self.ctr_command, "-a", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
 
     def log(self) -> str:
         return (self.state / "containerd.log").read_text(errors="replace")
@@ -132,12 +152,17 @@ class Containerd:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        for hierarchy in Path("/sys/fs/cgroup").iterdir():
-            parent = hierarchy / self.cgroup_parent.lstrip("/")
-            if parent.is_dir():
-                for directory in sorted((d for d in parent.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-                    directory.rmdir()
-                parent.rmdir()
+        remove_cgroups(self.cgroup_parent)
+
+
+def remove_cgroups(cgroup_parent: str) -> None:
+    """The pods' cgroups under ``cgroup_parent`` in every hierarchy, deepest first."""
+    for hierarchy in Path("/sys/fs/cgroup").iterdir():
+        parent = hierarchy / cgroup_parent.lstrip("/")
+        if parent.is_dir():
+            for directory in sorted((d for d in parent.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+                directory.rmdir()
+            parent.rmdir()
 
 
 class Pods:
@@ -160,10 +185,11 @@ class Pods:
     def create(
         self, args: list[str], env: dict[str, str] | None = None, mounts: list[tuple[str, str]] = (),  # type: ignore[assignment]
         annotations: dict[str, str] | None = None, runtime_handler: str = "", privileged: bool = False,
-        namespace: str = "default", pod_annotations: dict[str, str] | None = None,
+        namespace: str = "default", pod_annotations: dict[str, str] | None = None, cdi_devices: tuple[str, ...] = (),
     ) -> tuple[str, Path]:
         """A pod sandbox (host network) in ``namespace``, with the pod's ``pod_annotations``, and a
-        created, not started, container: (container id, log file)."""
+        created, not started, container: (container id, log file). ``cdi_devices``: CRI's CDIDevices
+        field (fully qualified CDI names, as kubelet passes them)."""
         pb = self.pb
         uid = uuid.uuid4().hex
         logs = self.daemon.state / "pods" / uid
@@ -181,11 +207,12 @@ class Pods:
         self.sandboxes.append(pod.pod_sandbox_id)
         container = pb.ContainerConfig(
             metadata=pb.ContainerMetadata(name="main"),
-            image=pb.ImageSpec(image=self.image),
+            image=pb.ImageSpec(image=self.image, user_specified_image=self.image),
             command=args,
             envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
             mounts=[pb.Mount(host_path=h, container_path=c, readonly=True) for h, c in mounts],
             annotations=annotations or {},
+            CDI_devices=[pb.CDIDevice(name=name) for name in cdi_devices],
             log_path="main.log",
             linux=pb.LinuxContainerConfig(
                 security_context=pb.LinuxContainerSecurityContext(namespace_options=node, privileged=privileged)
@@ -229,6 +256,19 @@ class Pods:
             except grpc.RpcError:  # noqa: S110 - containerd's close ends what is left
                 pass
         self.channel.close()
+
+
+def gpu_node_files(base: Path, request_config: str = "") -> tuple[FakeHost, Path, Path, str]:
+    """What a node test needs under ``base``: a fake host (3 GPUs, minors 2, 0, 1), ponytail's strict
+    config for it ([request] accept_env_when_unprivileged = false: GPUs from the device plugin's list
+    only; ``request_config``: more keys of [request]), a rootfs with cudacheck and sleep, and a fresh
+    image name for it."""
+    host = FakeHost(base / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
+    ponytail_config = base / "ponytail.toml"
+    ponytail_config.write_text(host.config_text() + "[request]\naccept_env_when_unprivileged = false\n" + request_config)
+    rootfs = make_rootfs(base / "rootfs")
+    (rootfs / "bin/sleep").symlink_to("busybox")
+    return host, ponytail_config, rootfs, f"localhost/ponytail-test-{uuid.uuid4().hex[:12]}:1"
 
 
 def make_state_dir() -> Path:

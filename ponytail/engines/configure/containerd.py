@@ -8,6 +8,13 @@ other key and comment stays as it was (tomlkit). A runtime table without the def
 it makes containerd's CRI plugin fail to load, so ``runc`` is added too when it is the default
 and missing. An uninstall takes out the entry, that runc (when nothing else needs it) and puts
 the default back as it was.
+
+CDI annotations (``cdi.k8s.io/*``, the device plugin's ``cdi-annotations`` strategy) go to whoever
+resolves them, never to both: containerd itself when its CDI is on (config versions 3 and 4, i.e.
+containerd 2.x, unless ``enable_cdi = false``; version 2 with ``enable_cdi = true``, containerd
+1.7), from the CDI spec ``ponytail cdi generate`` keeps in /var/run/cdi, and then the entry does
+not pass them to the runtime; else (containerd 1.6, 1.7 without CDI) the entry lists them in
+``container_annotations`` and ponytail-runtime reads them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ RUNC_V2 = "io.containerd.runc.v2"
 # 1.x's, 3 containerd 2.0-2.2's, 4 (2.3 on: `containerd config default`, `config migrate`) the same plugins
 CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime", 4: "io.containerd.cri.v1.runtime"}
 CDI_ANNOTATIONS = "cdi.k8s.io/*"  # passed to the runtime: how the device plugin may name GPUs
+CDI_SPEC = "/var/run/cdi/ponytail.yaml"  # where the installer keeps ponytail's CDI spec
 
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
@@ -53,13 +61,19 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
     runc = runtimes.get("runc")
     if runc is not None and not isinstance(runc, dict):
         raise ConfigError(f"{path}: [{where}.runtimes.runc] is not a table; fix it by hand first")
-    wanted = _entry(runc, settings)
+    cdi = _resolves_cdi(document, plugin, version)
+    wanted = _entry(runc, settings, pass_cdi_annotations=not cdi)
     current = runtimes.get(name)
     if current is None or _plain(current) != wanted:
         runtimes[name] = _new_table(tomlkit, wanted, last=True)
         verb = "added" if current is None else "updated"
         changes.append(f"{verb} [{where}.runtimes.{name}]: runtime_type {wanted['runtime_type']!r}, "
                        f"options.BinaryName = {settings.runtime_path!r}" + (" (runc's options kept)" if runc else ""))
+        if cdi:
+            changes.append(
+                f"containerd resolves CDI itself ({plugin}.enable_cdi): the device plugin's cdi.k8s.io/* annotations are not "
+                f"passed to ponytail-runtime; keep ponytail's CDI spec current: ponytail cdi generate --output {CDI_SPEC}"
+            )
         custom = _plain(runc).get("options", {}).get("BinaryName") if runc is not None else None
         if custom and isinstance(custom, str) and custom != "runc":
             changes.append(
@@ -101,16 +115,27 @@ def _remove(containerd: dict, runtimes: dict | None, where: str, name: str, adde
     return changes
 
 
-def _entry(runc: dict | None, settings: Settings) -> dict:
-    """runc's entry (its runtime_type and options) with BinaryName set to ponytail-runtime,
-    and the device plugin's CDI annotations let through to the runtime."""
+def _resolves_cdi(document: dict, plugin: str, version: int) -> bool:
+    """containerd's CRI plugin resolves CDI devices itself: on by default from containerd 2.0
+    (config version 3 on), opt-in (``enable_cdi = true``) in 1.7."""
+    table = document.get("plugins", {}).get(plugin, {})
+    enabled = table.get("enable_cdi") if isinstance(table, dict) else None
+    return bool(enabled) if isinstance(enabled, bool) else version >= 3
+
+
+def _entry(runc: dict | None, settings: Settings, pass_cdi_annotations: bool) -> dict:
+    """runc's entry (its runtime_type and options) with BinaryName set to ponytail-runtime, and,
+    with ``pass_cdi_annotations``, the device plugin's CDI annotations let through to the runtime."""
     base = _plain(runc) if runc is not None else {}
     found = base.get("options")
     options: dict = found if isinstance(found, dict) else {}
     entry = {k: v for k, v in base.items() if k not in ("options", "container_annotations")}
     entry["runtime_type"] = base.get("runtime_type") or RUNC_V2
     annotations = [a for a in (base.get("container_annotations") or []) if a != CDI_ANNOTATIONS]
-    entry["container_annotations"] = [*annotations, CDI_ANNOTATIONS]
+    if pass_cdi_annotations:
+        annotations.append(CDI_ANNOTATIONS)
+    if annotations or "container_annotations" in base or pass_cdi_annotations:
+        entry["container_annotations"] = annotations
     entry["options"] = {**options, "BinaryName": settings.runtime_path}
     return entry
 

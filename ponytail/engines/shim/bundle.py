@@ -7,7 +7,7 @@ import json
 import os
 
 from ponytail.config import Config
-from ponytail.container.oci import Spec, read_bundle_config, read_spec
+from ponytail.container.oci import Spec, device_plugin_list, read_bundle_config, read_spec
 from ponytail.engines.shim.edit import add_gpu_hook, spec_asks_for_gpus
 from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.fs.atomic import replace_file
@@ -24,15 +24,16 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
         accept_env = accepts_env(config, spec.annotations)
         wanted = spec_asks_for_gpus(spec, accept_env)
         refused = not wanted and not accept_env and spec_asks_for_gpus(spec)
+        plugin = device_plugin_list(spec)
     except InputError:
         return  # a bundle the runtime cannot use either: it reports that in its own words
+    if plugin is not None and not wanted:  # the engine's CDI injected the devices: say so, add nothing
+        _note(config, container_id, f"ponytail-runtime: not adding the hook: {plugin[1]}")
+        return
     if refused:  # the container starts, without GPUs; say why where the operator looks
-        log = RunLog(config.log_file)
-        log.context = container_id or "-"
-        log.write("info", "ponytail-runtime: not a GPU container: its own NVIDIA_VISIBLE_DEVICES (or GPU annotation) "
-                  "refused: unprivileged container, [request] accept_env_when_unprivileged = false, and its pod's namespace "
-                  "is not one of [request] env_namespaces")
-        log.close()
+        _note(config, container_id, "ponytail-runtime: not a GPU container: its own NVIDIA_VISIBLE_DEVICES (or GPU annotation) "
+              "refused: unprivileged container, [request] accept_env_when_unprivileged = false, and its pod's namespace "
+              "is not one of [request] env_namespaces")
     if not wanted:
         return
     if config_error is not None:
@@ -57,18 +58,26 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
     log.close()
 
 
+def _note(config: Config, container_id: str | None, text: str) -> None:
+    """One info line in ponytail's log, for the container."""
+    log = RunLog(config.log_file)
+    log.context = container_id or "-"
+    log.write("info", text)
+    log.close()
+
+
 def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...], str]:
     """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
 
     The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
-    from ponytail.container.deviceplugin import accepts_env, plugin_devices, plugin_features
+    from ponytail.container.deviceplugin import accepts_env, plugin_features
     from ponytail.container.request import build_request
     from ponytail.lite.records import replace
     from ponytail.plan.make import make_plan
     from ponytail.plan.operations import AllowDevices
 
     try:
-        plugin = plugin_devices(spec.mounts, spec.annotations)
+        plugin = device_plugin_list(spec)
         request = build_request(
             None, None, spec.env, spec.privileged, plugin, accepts_env(config, spec.annotations), plugin_features(spec.mounts, spec.annotations)
         )

@@ -17,13 +17,15 @@ from ponytail.errors import InputError
 
 
 def spec_asks_for_gpus(spec: Spec, accept_env_when_unprivileged: bool = True) -> bool:
-    """The device plugin's list (volume mounts, CDI annotations); else, unless the policy refuses
-    an unprivileged container's env, NVIDIA_VISIBLE_DEVICES in process.env (set, not void/empty)
-    or the GPU annotation."""
-    from ponytail.container.deviceplugin import plugin_devices
+    """The device plugin's list (volume mounts, CDI annotations; not when the engine's CDI has
+    injected what the annotations name); else, unless the policy refuses an unprivileged
+    container's env, NVIDIA_VISIBLE_DEVICES in process.env (set, not void/empty) or the GPU annotation."""
+    from ponytail.container.oci import device_plugin_list
+    from ponytail.container.trigger import is_void
 
-    if plugin_devices(spec.mounts, spec.annotations) is not None:
-        return True
+    plugin = device_plugin_list(spec)
+    if plugin is not None:
+        return not is_void(plugin[0])
     if not accept_env_when_unprivileged and not spec.privileged:
         return False
     return asks_for_gpus(spec.env, spec.annotations)
