@@ -411,7 +411,7 @@ def test_the_installers_uninstall_leaves_the_node_as_it_was(tmp_path: Path, engi
     config.parent.mkdir(parents=True)
     if text is not None:
         config.write_text(text)
-    for directory in ("etc/ponytail", "usr/local", "var/lib"):  # a node has these
+    for directory in ("etc/ponytail", "usr/local", "var/lib", "etc/systemd/system/multi-user.target.wants", "etc/udev/rules.d"):  # a node has these
         (host / directory).mkdir(parents=True, exist_ok=True)
     (host / "etc/ponytail/config.toml").write_text("# the node's own\n")
     before = tree(host)
