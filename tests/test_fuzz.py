@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import io
 import json
 import os
@@ -84,7 +85,10 @@ class _OpenHow(ctypes.Structure):
 def kernel_resolve(root_fd: int, path: str, follow_last: bool) -> tuple[int, int] | int:
     """(st_dev, st_ino) of what openat2(RESOLVE_IN_ROOT) opens, or its errno."""
     how = _OpenHow(os.O_PATH | os.O_CLOEXEC | (0 if follow_last else os.O_NOFOLLOW), 0, RESOLVE_IN_ROOT)
-    fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), root_fd, path.encode(), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    for _ in range(64):  # EAGAIN: a rename or mount anywhere on the machine raced with a '..'; the kernel asks to try again
+        fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), root_fd, path.encode(), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+        if fd >= 0 or ctypes.get_errno() != errno.EAGAIN:
+            break
     if fd < 0:
         return ctypes.get_errno()
     try:
