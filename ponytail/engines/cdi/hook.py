@@ -28,13 +28,16 @@ if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checker
     from ponytail.plan.operations import Operation, ProcMask
 
 USAGE = (
-    "usage: ponytail cdi-hook [-config FILE] [--driver-version V] [--link PATH TARGET LIBRARY]... [--mask-proc]\n"
+    "usage: ponytail cdi-hook [-config FILE] [--driver-version V] [--major MODULE N]... [--gpu MINOR BUS-ID UUID]...\n"
+    "                         [--link PATH TARGET LIBRARY]... [--mask-proc]\n"
     "                         [--ldconfig PATH [--directory DIR]... [--check SONAME PATH]...]\n"
     "The createContainer hook of a CDI spec written by 'ponytail cdi generate' (OCI state on stdin);\n"
     "not meant to be run by hand.\n"
 )
 _ABSOLUTE = {"-config": (0,), "--config": (0,), "--link": (0, 2), "--ldconfig": (0,), "--directory": (0,), "--check": (1,)}
-_ARITY = {"-config": 1, "--config": 1, "--driver-version": 1, "--link": 3, "--mask-proc": 0, "--ldconfig": 1, "--directory": 1, "--check": 2}
+_ARITY = {"-config": 1, "--config": 1, "--driver-version": 1, "--link": 3, "--mask-proc": 0, "--ldconfig": 1, "--directory": 1, "--check": 2,
+          "--major": 2, "--gpu": 3}
+_NUMBERS = {"--major": 1, "--gpu": 0}  # the position of a number that must be decimal
 
 
 def main(args: list[str]) -> int:
@@ -79,6 +82,8 @@ def parse_args(args: list[str]) -> dict[str, list[list[str]]] | None:
         for k in _ABSOLUTE.get(name, ()):  # the working directory is the rootfs: a relative path would be the image's
             if not values[k].startswith("/"):
                 raise UsageError(f"cdi-hook: {name} {values[k]!r} must be an absolute path")
+        if name in _NUMBERS and not (values[_NUMBERS[name]].isdecimal() and values[_NUMBERS[name]].isascii()):
+            raise UsageError(f"cdi-hook: {name} {values[_NUMBERS[name]]!r} must be a number")
         options.setdefault(name.replace("--config", "-config"), []).append(values)
         i += 1 + arity
     return options
@@ -101,6 +106,7 @@ def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> in
                 f"the CDI spec was generated for NVIDIA driver {made_for} but {running} is running: "
                 "run 'ponytail cdi generate' again (see 'ponytail cdi check')"
             )
+    _check_nodes(options, proc_root, container.char_devices)
     from ponytail.plan.operations import LD_CONF_FILE, LinkerCache, Plan, Symlink
 
     ops: list[Operation] = [Symlink(target, link_to, f"SONAME of {link_to}", library) for target, link_to, library in options.get("--link", [])]
@@ -119,6 +125,25 @@ def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> in
     log.write_all("warning", outcome.warnings)
     log.write("info", f"cdi-hook in {container.rootfs}: {len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
     return 0
+
+
+def recorded_nodes(options: dict[str, list[list[str]]]) -> tuple[list[tuple[int, str, str]], dict[str, int]]:
+    """What the spec's nodes were made for (its --gpu and --major arguments): ([(minor, bus id, UUID)], {module: major})."""
+    gpus = [(int(minor), bus_id, uuid) for minor, bus_id, uuid in options.get("--gpu", [])]
+    return gpus, {name: int(major) for name, major in options.get("--major", [])}
+
+
+def _check_nodes(options: dict[str, list[list[str]]], proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> None:
+    """The nodes the engine created from the spec are still the ones it was made for: the
+    modules' majors, and each GPU whose node this container has at its minor with its UUID."""
+    from ponytail.host.driver import node_drift
+
+    gpus, majors = recorded_nodes(options)
+    gpu_major = majors.get("nvidia-frontend", majors.get("nvidia"))
+    mine = [g for g in gpus if (gpu_major, g[0]) in char_devices]
+    found = node_drift(proc_root, mine, majors)
+    if found:
+        raise InjectionError(f"the CDI spec is stale: {found[0]}; run 'ponytail cdi generate' again (see 'ponytail cdi check')")
 
 
 def _check_stage(rootfs: str, pid: int) -> None:
