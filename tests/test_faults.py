@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support.engines import RUNTIMES, console_script, hook_entry, oci_bundle, processes_naming, unique
-from support.fakehost import FakeHost, gpus, make_rootfs
+from support.fakehost import FakeHost, compile_library, gpus, make_rootfs
 from support.harness import Sleeper, bundle_for, in_private_mount_ns, run_ponytail, state_for
 
 
@@ -463,3 +464,24 @@ def test_sigkill_at_the_linker_config_publishing_step_leaves_no_temporary_file(h
     assert [p.name for p in conf_dir.iterdir()] in ([], ["00-ponytail.conf"])
     if (conf_dir / "00-ponytail.conf").exists():
         assert (conf_dir / "00-ponytail.conf").read_text() in ("/stale\n", "/usr/lib/x86_64-linux-gnu\n")
+
+
+def test_a_libcuda_replaced_after_its_cuda_version_was_checked_is_not_mounted(tmp_path: Path) -> None:
+    """A same-name reinstall of a CUDA 11.0 build lands while NVIDIA_REQUIRE_CUDA=cuda>=12.0 is
+    being judged on the 12.4 build: the file at that path when mounting is not the one checked,
+    and the start fails naming it (before: exit 0, 'met', and CUDA 11000 in the container)."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    libdir = host.driver / "usr/lib/x86_64-linux-gnu"
+    libcuda = libdir / f"libcuda.so.{host.driver_version}"
+    older = compile_library("fake_libcuda.c", "libcuda.so.1", libcuda.name, host.driver_version, 11000)
+    shutil.copy(older, libdir / ".libcuda-new")
+    swapping = (f'SWAP_FROM="{libdir}/.libcuda-new"', f'SWAP_TO="{libcuda}"')
+    shutil.copy(compile_library("fake_libcuda.c", "libcuda.so.1", libcuda.name, host.driver_version, 12040, defines=swapping), libcuda)
+    bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck"], env=["NVIDIA_REQUIRE_CUDA=cuda>=12.0"],
+                        hooks={"prestart": [hook_entry(host.write_config())]})
+    result = run_runc(bundle)
+    assert not (libdir / ".libcuda-new").exists()  # the swap happened during the check
+    assert result.returncode != 0, result.stdout
+    assert f"{libcuda} on the host changed after it was checked" in result.stderr, result.stderr
+    assert "11000" not in result.stdout
+

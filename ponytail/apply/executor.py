@@ -74,6 +74,7 @@ def apply_plan(
     trees: dict[int, int] = {}  # operation index -> detached mount
     ldconfig_fd = -1
     host_ns = -1  # to clone a library for a SONAME link only if the image has a file there (_symlink)
+    identities = {op.source: op.identity for op in plan.operations if isinstance(op, Mount) and op.identity is not None}
     devices_cgroup: DevicesCgroup | None = None  # hook mode with device rules only (not a CDI hook's plan)
     try:
         for i, op in enumerate(plan.operations):
@@ -101,7 +102,7 @@ def apply_plan(
                 if isinstance(op, Mount):
                     _mount(paths, op, trees[i], outcome)
                 elif isinstance(op, Symlink):
-                    _symlink(paths, op, host_ns, outcome)
+                    _symlink(paths, op, host_ns, outcome, identities.get(op.library))
                 elif isinstance(op, ProcMask):
                     _mask_proc(root_fd, op, outcome)
                 elif isinstance(op, LinkerCache):
@@ -170,6 +171,11 @@ def _clone_source(op: Mount) -> int:
                 raise InjectionError(f"{op.source} is no longer a {'directory' if op.is_dir else 'socket'}; refusing to mount it")
         elif not stat.S_ISREG(st.st_mode):
             raise InjectionError(f"{op.source} is not a regular file; refusing to mount it")
+        elif op.identity is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != op.identity:
+            raise InjectionError(
+                f"{op.source} on the host changed after it was checked (a driver being installed meanwhile?); "
+                "refusing to mount it: try again"
+            )
         try:
             flags = 0
             for option in op.options:
@@ -286,7 +292,7 @@ def _same_file(a: int, b: int) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome) -> None:
+def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome, identity: tuple[int, ...] | None = None) -> None:
     resolved = paths.resolve(op.target, create_dirs=True, follow_last=False)
     try:
         _refuse_kernel_fs(resolved, resolved.parent_fd, f"link {op.link_to}")
@@ -294,7 +300,7 @@ def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome) -> None
             outcome.warnings.append(
                 f"the image ships its own {resolved.path}; the driver's {op.link_to} is mounted over it"
             )
-            tree = _clone_library(op, host_ns)
+            tree = _clone_library(op, host_ns, identity)
             try:
                 _attach(resolved, tree, op.library, outcome, on_kernel_fs=False)
             finally:
@@ -317,14 +323,14 @@ def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome) -> None
         resolved.close()
 
 
-def _clone_library(op: Symlink, host_ns: int) -> int:
+def _clone_library(op: Symlink, host_ns: int, identity: tuple[int, ...] | None) -> int:
     """The library a SONAME link names, as a detached mount, for an image that has a file where
     the link goes. Cloned only then, and not before entering the container (as mounts are):
     closing a detached mount that was never attached makes the kernel wait for an RCU grace
     period, milliseconds for each link of every start. Cloning needs the host's mount
     namespace (``host_ns``; -1: this process never left it), so the hook steps back into it
     for the clone and returns to the container's."""
-    source = Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason)
+    source = Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason, identity=identity)
     if host_ns < 0:
         return _clone_source(source)
     here = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)

@@ -40,7 +40,7 @@ def make_plan(
         for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
         if wanted is not None
     }
-    plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig))
+    plan = pin_libraries(build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig)))
     plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
     unmet = _unmet_requirement(config, host, request, plan, tree_version, compat)
     if unmet is not None:
@@ -53,6 +53,24 @@ def make_plan(
         more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
         raise ProbeError(plan.problems[0] + more)
     return plan, host
+
+
+def pin_libraries(plan: Plan) -> Plan:
+    """The plan with the identity of each library it mounts, taken before anything is judged on
+    those files (NVIDIA_REQUIRE_CUDA asks libcuda): the executor mounts a library only if the
+    file it clones is still that one (ponytail.apply.executor), never a file installed meanwhile."""
+    from ponytail.lite.records import replace
+    from ponytail.plan.operations import Mount
+
+    ops = list(plan.operations)
+    for i, op in enumerate(ops):
+        if isinstance(op, Mount) and op.kind == "library":
+            try:
+                st = os.stat(op.source)
+            except OSError:
+                continue  # cloning it fails with the reason
+            ops[i] = replace(op, identity=(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return replace(plan, operations=tuple(ops))
 
 
 def _driver_tree(config: Config, driver: tuple[str, str] | None) -> tuple[Config, str, str]:

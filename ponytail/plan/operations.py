@@ -40,6 +40,7 @@ class Mount:
     reason: str
     rdev: tuple[int, int] | None = None  # for device nodes: the major:minor the source must have
     is_dir: bool = False
+    identity: tuple[int, ...] | None = None  # for libraries: the file checked (device, inode, size, mtime ns), which the attached one must be
 
 
 @record(frozen=True)
