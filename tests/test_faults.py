@@ -485,3 +485,20 @@ def test_a_libcuda_replaced_after_its_cuda_version_was_checked_is_not_mounted(tm
     assert f"{libcuda} on the host changed after it was checked" in result.stderr, result.stderr
     assert "11000" not in result.stdout
 
+
+@pytest.mark.parametrize("suffix", [".bak", ".old", ".dpkg-new", "~"])
+def test_a_backup_of_an_older_drivers_libcuda_is_never_taken_for_the_running_ones(tmp_path: Path, suffix: str) -> None:
+    """550's libcuda is gone; a 535 build kept as libcuda.so.535.104.05.bak (CUDA 11.0) is
+    not the running driver's library: the start fails naming what is missing (before: it was
+    mounted and linked as libcuda.so.1, exit 0, CUDA 11000 in the container)."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    libdir = host.driver / "usr/lib/x86_64-linux-gnu"
+    (libdir / f"libcuda.so.{host.driver_version}").unlink()
+    older = compile_library("fake_libcuda.c", "libcuda.so.1", "libcuda.so.535.104.05", "535.104.05", 11000)
+    shutil.copy(older, libdir / f"libcuda.so.535.104.05{suffix}")
+    bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck"], hooks={"prestart": [hook_entry(host.write_config())]})
+    result = run_runc(bundle)
+    assert result.returncode != 0 and "11000" not in result.stdout, result.stdout
+    assert "compute needs libcuda.so.1" in result.stderr, result.stderr
+    debug = run_ponytail(["-config", str(host.write_config()), "-root", str(bundle / "rootfs"), "-debug"])
+    assert f"libcuda.so.535.104.05{suffix}: a renamed copy of driver 535.104.05's library" in debug.stdout.decode(), debug.stdout

@@ -178,6 +178,10 @@ def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
     key = (real, search.bits)
     if key in scan.found or key in scan.skipped:
         return
+    copy = _renamed_copy(real)
+    if copy:
+        scan.skipped[key] = SkippedFile(real, copy)
+        return
     version = _library_version(real)
     if version is not None and version != scan.version and _driver_like(version):
         scan.skipped[key] = SkippedFile(
@@ -197,6 +201,24 @@ def _library_version(path: str) -> str | None:
     _, so, version = path.rpartition(".so.")
     parts = version.split(".")
     return version if so and len(parts) > 1 and all(p.isdecimal() for p in parts) else None
+
+
+def _renamed_copy(path: str) -> str:
+    """Why a name is not a library's own, or "": after '.so.' a library's name has numbers
+    only (libcuda.so.1, libcuda.so.550.54.15); libcuda.so.535.104.05.bak, .old, .dpkg-new
+    or ~ are copies someone kept (of an older driver, often), never the running one's."""
+    _, so, suffix = path.rpartition(".so.")
+    if not so or all(p.isdecimal() and p.isascii() for p in suffix.split(".")):
+        return ""
+    numbers = []
+    for part in suffix.split("."):
+        digits = part[:len(part) - len(part.lstrip("0123456789"))]
+        if digits:
+            numbers.append(digits)
+        if digits != part:
+            break
+    of = f" of driver {'.'.join(numbers)}'s library" if numbers and _driver_like(".".join(numbers)) else ""
+    return f"a renamed copy{of} (only names ending in .so.<numbers> are libraries; a backup?)"
 
 
 def library_version(path: str) -> str | None:
