@@ -101,6 +101,7 @@ class Host:
     gpu_information: dict[str, bytes]  # bus id -> /proc/driver/nvidia/gpus/<bus id>/information
     capability_files: dict[str, bytes]  # MIG access files, by path relative to /proc/driver/nvidia
     dev_root: str
+    tree: str = ""  # the registered driver tree the files come from ("driver tree at ROOT, version V"); "": the driver root
 
     def caps_node(self, minor: int) -> DeviceNode:
         name = f"nvidia-caps/nvidia-cap{minor}"
@@ -221,6 +222,7 @@ def probe_host(
         gpu_information=found.information,
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
+        tree=f"the driver tree at {config.driver_root}, version {library_version}," if library_version else "",
     )
 
 

@@ -194,8 +194,8 @@ def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str
     if not host.libraries and host.reports:
         searched = ", ".join(r.search for r in host.reports[:4]) + (", ..." if len(host.reports) > 4 else "")
         plan.problems.append(
-            f"no library of driver {host.driver_version} found (searched {searched}, and the driver root's "
-            f"ld.so.cache): set [host] driver_root, or [library] paths, in the config"
+            f"no library of {host.tree or f'driver {host.driver_version}'} found (searched {searched}, and its "
+            f"ld.so.cache): {'reinstall the tree' if host.tree else 'set [host] driver_root, or [library] paths, in the config'}"
         )
     plan.problems += _missing_libraries(host, caps)
     links: dict[str, Symlink] = {}
@@ -237,9 +237,11 @@ def _missing_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
         for soname in CAPABILITIES[cap].required_libraries:
             stem = soname.split(".so")[0]
             if host.library(soname) is None and any(stem in r.search for r in host.reports):
+                where = host.tree or f"the driver root ([host] driver_root) has none of driver {host.driver_version}"
+                if host.tree:
+                    where += " has none"
                 missing.append(
-                    f"{cap} needs {soname}, and the driver root ([host] driver_root) has none of driver "
-                    f"{host.driver_version}: reinstall the driver's libraries, or leave {cap} out of NVIDIA_DRIVER_CAPABILITIES"
+                    f"{cap} needs {soname}, and {where}: reinstall the driver's libraries, or leave {cap} out of NVIDIA_DRIVER_CAPABILITIES"
                 )
     return missing
 
