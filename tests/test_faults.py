@@ -502,3 +502,26 @@ def test_a_backup_of_an_older_drivers_libcuda_is_never_taken_for_the_running_one
     assert "compute needs libcuda.so.1" in result.stderr, result.stderr
     debug = run_ponytail(["-config", str(host.write_config()), "-root", str(bundle / "rootfs"), "-debug"])
     assert f"libcuda.so.535.104.05{suffix}: a renamed copy of driver 535.104.05's library" in debug.stdout.decode(), debug.stdout
+
+
+def test_an_upgrade_without_a_reboot_is_said_the_same_way_by_every_entry_point(tmp_path: Path) -> None:
+    """The driver's libraries are 560 now, the loaded module still 550 (NVML's 'Driver/library
+    version mismatch'): the hook, -debug, info and check all give check's diagnosis, both
+    versions and 'reboot, or reload the module' (before: the hook named one version and the
+    config, -debug guessed 'left over from an upgrade?', info said 'no libcuda found')."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1), driver_version="560.35.03")
+    version = host.proc / "driver/nvidia/version"
+    version.write_text(version.read_text().replace("560.35.03", "550.54.15"))
+    config = str(host.write_config())
+    libcuda = "/usr/lib/x86_64-linux-gnu/libcuda.so.560.35.03"
+    said = (f"libcuda.so.1 under {host.driver} is version 560.35.03 ({libcuda}) but the kernel module is 550.54.15 "
+            "(Driver/library version mismatch): reboot, or reload the module of the installed driver")
+    bundle = oci_bundle(tmp_path, ["true"], hooks={"prestart": [hook_entry(config)]})
+    hook = run_runc(bundle)
+    assert hook.returncode != 0 and said in hook.stderr, hook.stderr
+    debug = run_ponytail(["-config", config, "-root", str(bundle / "rootfs"), "-debug"]).stdout.decode()
+    assert f"problem: {said}" in debug and "left over" not in debug, debug
+    info = run_ponytail(["info", "-config", config]).stdout.decode()
+    assert said in info, info
+    check = run_ponytail(["check", "-config", config]).stdout.decode()
+    assert said in check, check

@@ -16,6 +16,7 @@ import os
 from ponytail.config import Config, DriverTree
 from ponytail.container.trigger import DRIVER_ANNOTATION, DRIVER_VAR
 from ponytail.errors import InputError, ProbeError
+from ponytail.host.files import soname_state
 from ponytail.lite.records import record, replace
 
 _VERSION_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
@@ -84,7 +85,7 @@ def tree_state(root: str) -> tuple[str | None, str | None]:
     libnvidia-ml.so.1 both lead to files of one version. A link that leads to no file, or two
     versions (a half-updated tree: libcuda 560 beside libnvidia-ml 550), is a problem that
     fails every start selecting it, so it is said wherever the tree is shown."""
-    found = {soname: _soname_state(root, soname) for soname in _VERSION_SONAMES}
+    found = {soname: soname_state(root, soname) for soname in _VERSION_SONAMES}
     versions = {soname: state[0] for soname, state in found.items() if state[0] is not None}
     version = next(iter(versions.values()), None)
     for soname, (_, _, dangling) in found.items():
@@ -96,40 +97,6 @@ def tree_state(root: str) -> tuple[str | None, str | None]:
     if version is None:
         return None, "no libcuda.so.1 or libnvidia-ml.so.1 named by version (libcuda.so.X.Y.Z)"
     return version, None
-
-
-def soname_version(root: str, soname: str) -> tuple[str, str] | None:
-    """(version, in-root path) of the first ``soname`` under ``root`` that resolves to a file
-    named by a driver version, looked up in the usual library directories, then its
-    ld.so.cache; symlinks are resolved inside ``root``."""
-    version, real, _ = _soname_state(root, soname)
-    return (version, real) if version is not None and real is not None else None
-
-
-def _soname_state(root: str, soname: str) -> tuple[str | None, str | None, str | None]:
-    """soname_version's (version, in-root path), and the first candidate that is a link leading to no file."""
-    from ponytail.fs.inroot import real_path_in_root
-    from ponytail.host.files import host_path, library_dirs, library_version
-    from ponytail.host.ldcache import read_ld_cache
-
-    try:
-        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None, None, None
-    dangling = None
-    try:
-        cache = read_ld_cache(host_path(root, "/etc/ld.so.cache"))
-        candidates = [f"{d}/{soname}" for d in library_dirs()] + [p for n, p in cache if n == soname]
-        for candidate in candidates:
-            real = real_path_in_root(root_fd, candidate)
-            if real is None and dangling is None and os.path.islink(host_path(root, candidate)):
-                dangling = candidate
-            version = library_version(real) if real else None
-            if version is not None and real is not None:
-                return version, real, dangling
-    finally:
-        os.close(root_fd)
-    return None, None, dangling
 
 
 def describe_trees(config: Config, kernel_version: str | None) -> list[tuple[DriverTree, str | None, str | None]]:

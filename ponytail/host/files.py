@@ -184,9 +184,7 @@ def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
         return
     version = _library_version(real)
     if version is not None and version != scan.version and _driver_like(version):
-        scan.skipped[key] = SkippedFile(
-            real, f"driver version {version}, but the running driver is {scan.version} (left over from an upgrade?)"
-        )
+        scan.skipped[key] = SkippedFile(real, f"driver version {version}, but the running driver is {scan.version}")
         return
     soname, problem = _check_elf(scan, real, search.bits)
     if problem:
@@ -340,3 +338,53 @@ def _open_root(path: str) -> int | None:
         return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
+
+
+def soname_version(root: str, soname: str) -> tuple[str, str] | None:
+    """(version, in-root path) of the first ``soname`` under ``root`` that resolves to a file
+    named by a driver version, looked up in the usual library directories, then its
+    ld.so.cache; symlinks are resolved inside ``root``."""
+    version, real, _ = soname_state(root, soname)
+    return (version, real) if version is not None and real is not None else None
+
+
+def version_mismatch(driver_root: str, kernel: str) -> str | None:
+    """NVML's 'Driver/library version mismatch' (libraries upgraded, the old module still
+    loaded), said the one way every entry point says it; None when there is none."""
+    for soname in ("libcuda.so.1", "libnvidia-ml.so.1"):
+        found = soname_version(driver_root, soname)
+        if found is not None and found[0] != kernel:
+            return mismatch_message(driver_root, soname, *found, kernel)
+    return None
+
+
+def mismatch_message(driver_root: str, soname: str, version: str, path: str, kernel: str) -> str:
+    return (
+        f"{soname} under {driver_root} is version {version} ({path}) but the kernel module is {kernel} "
+        f"(Driver/library version mismatch): reboot, or reload the module of the installed driver"
+    )
+
+
+def soname_state(root: str, soname: str) -> tuple[str | None, str | None, str | None]:
+    """soname_version's (version, in-root path), and the first candidate that is a link leading to no file."""
+    from ponytail.fs.inroot import real_path_in_root
+    from ponytail.host.ldcache import read_ld_cache
+
+    try:
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None, None, None
+    dangling = None
+    try:
+        cache = read_ld_cache(host_path(root, "/etc/ld.so.cache"))
+        candidates = [f"{d}/{soname}" for d in library_dirs()] + [p for n, p in cache if n == soname]
+        for candidate in candidates:
+            real = real_path_in_root(root_fd, candidate)
+            if real is None and dangling is None and os.path.islink(host_path(root, candidate)):
+                dangling = candidate
+            version = library_version(real) if real else None
+            if version is not None and real is not None:
+                return version, real, dangling
+    finally:
+        os.close(root_fd)
+    return None, None, dangling

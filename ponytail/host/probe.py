@@ -102,6 +102,7 @@ class Host:
     capability_files: dict[str, bytes]  # MIG access files, by path relative to /proc/driver/nvidia
     dev_root: str
     tree: str = ""  # the registered driver tree the files come from ("driver tree at ROOT, version V"); "": the driver root
+    mismatch: str = ""  # the driver root's libraries are another version than the kernel module (host.files.version_mismatch)
 
     def caps_node(self, minor: int) -> DeviceNode:
         name = f"nvidia-caps/nvidia-cap{minor}"
@@ -223,7 +224,18 @@ def probe_host(
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
         tree=f"the driver tree at {config.driver_root}, version {library_version}," if library_version else "",
+        mismatch=_mismatch(config, libraries, library_version, found.driver_version),
     )
+
+
+def _mismatch(config: Config, libraries: list[DriverFile], library_version: str, kernel: str) -> str:
+    """Why the driver root has no libcuda.so.1 or libnvidia-ml.so.1 of the kernel module's
+    version when that is an upgrade without a reboot; looked at only when one is missing."""
+    if library_version or {"libcuda.so.1", "libnvidia-ml.so.1"} <= {lib.soname for lib in libraries if lib.bits == 64}:
+        return ""
+    from ponytail.host.files import version_mismatch
+
+    return version_mismatch(config.driver_root, kernel) or ""
 
 
 def _driver_files(

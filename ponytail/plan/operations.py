@@ -191,13 +191,17 @@ def _device_nodes(
 def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:
     """A library mount per driver library, then one SONAME link per SONAME that is not a
     library's own name; returns where each SONAME will be ("soname:bits" -> path)."""
-    if not host.libraries and host.reports:
+    missing = _missing_libraries(host, caps)
+    if host.mismatch and (missing or (not host.libraries and host.reports)):
+        plan.problems.append(host.mismatch)  # the one diagnosis of an upgrade without a reboot (as ponytail check says it)
+        missing = []
+    elif not host.libraries and host.reports:
         searched = ", ".join(r.search for r in host.reports[:4]) + (", ..." if len(host.reports) > 4 else "")
         plan.problems.append(
             f"no library of {host.tree or f'driver {host.driver_version}'} found (searched {searched}, and its "
             f"ld.so.cache): {'reinstall the tree' if host.tree else 'set [host] driver_root, or [library] paths, in the config'}"
         )
-    plan.problems += _missing_libraries(host, caps)
+    plan.problems += missing
     links: dict[str, Symlink] = {}
     sonames: dict[str, str] = {}
     for lib in host.libraries:
