@@ -525,3 +525,28 @@ def test_an_upgrade_without_a_reboot_is_said_the_same_way_by_every_entry_point(t
     assert said in info, info
     check = run_ponytail(["check", "-config", config]).stdout.decode()
     assert said in check, check
+
+
+@pytest.mark.parametrize("breakage", ["information file", "driver directory"])
+def test_one_lost_gpu_fails_index_and_all_requests_but_not_one_by_uuid_or_bus_id(tmp_path: Path, breakage: str) -> None:
+    """GPU 0's information file (or directory) is gone: indices are ambiguous, so '0', '1', 'all'
+    and '1:0:0' fail naming it; GPU 1 by UUID or bus id starts, with a warning, and a program in
+    the container opens GPU 1's node only (before: every request failed)."""
+    host = two_gpu_host(tmp_path)
+    lost, healthy = host.gpu_list
+    (gpu_dir(host, 0) / "information").unlink()
+    if breakage == "driver directory":
+        gpu_dir(host, 0).rmdir()
+    config = host.write_config()
+    for devices in ("0", "1", "all", "1:0:0"):
+        bundle = oci_bundle(tmp_path, ["true"], env=[f"NVIDIA_VISIBLE_DEVICES={devices}"], hooks={"prestart": [hook_entry(config)]})
+        result = run_runc(bundle)
+        assert result.returncode != 0 and f"inconsistent host: GPU {lost.bus_id} " in result.stderr, (devices, result.stderr)
+    for devices in (healthy.uuid, healthy.bus_id, healthy.bus_id[5:]):
+        bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck", f"/dev/nvidia{healthy.minor}", f"/dev/nvidia{lost.minor}"],
+                            env=[f"NVIDIA_VISIBLE_DEVICES={devices}"], hooks={"prestart": [hook_entry(config)]})
+        result = run_runc(bundle)
+        assert result.returncode == 0, (devices, result.stderr)
+        assert f"open /dev/nvidia{healthy.minor} ENXIO" in result.stdout and f"open /dev/nvidia{lost.minor} ENOENT" in result.stdout, result.stdout
+    warnings = [line for line in host.log.read_text().splitlines() if " warning container=" in line]
+    assert len(warnings) == 3 and all(f"inconsistent host: GPU {lost.bus_id} " in w and "by UUID or bus id only" in w for w in warnings), warnings

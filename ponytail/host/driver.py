@@ -71,8 +71,9 @@ def _hex(text: str, longest: int) -> bool:
     return 0 < len(text) <= longest and _HEX_DIGITS.issuperset(text)
 
 
-def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:
-    """Every GPU the driver knows, keyed by canonical PCI bus id."""
+def read_gpu_informations(proc_root: str, lost: list[str] | None = None) -> dict[str, GpuInformation]:
+    """Every GPU the driver knows, keyed by canonical PCI bus id. A GPU whose directory has no
+    information file is an inconsistent host: an error, or its message added to ``lost``."""
     base = os.path.join(proc_root, "driver/nvidia/gpus")
     try:
         names = os.listdir(base)
@@ -93,10 +94,11 @@ def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:
         except FileNotFoundError:
             if not os.path.isdir(os.path.join(base, name)):
                 continue  # gone meanwhile, with its directory: as if never listed
-            raise ProbeError(
-                f"inconsistent host: GPU {bus_id} has no {path}; refusing to number the GPUs without it: "
-                "check 'nvidia-smi' and dmesg"
-            ) from None
+            message = f"inconsistent host: GPU {bus_id} has no {path}; refusing to number the GPUs without it: check 'nvidia-smi' and dmesg"
+            if lost is None:
+                raise ProbeError(message) from None
+            lost.append(message)
+            continue
         except OSError as e:
             raise ProbeError(f"cannot read {path}: {e.strerror}") from e
         result[bus_id] = info

@@ -80,6 +80,7 @@ class Gpus:
     gpus: tuple[Gpu, ...]
     notes: tuple[str, ...]
     information: dict[str, bytes]  # directory name under gpus/ -> information file, offered GPUs only
+    lost: tuple[str, ...] = ()  # GPUs the bus has and the driver lost (with allow_lost): why the indices cannot be trusted
 
 
 @record(frozen=True)
@@ -102,6 +103,7 @@ class Host:
     capability_files: dict[str, bytes]  # MIG access files, by path relative to /proc/driver/nvidia
     dev_root: str
     tree: str = ""  # the registered driver tree the files come from ("driver tree at ROOT, version V"); "": the driver root
+    lost: tuple[str, ...] = ()  # Gpus.lost: GPUs may be named by UUID or bus id only
     mismatch: str = ""  # the driver root's libraries are another version than the kernel module (host.files.version_mismatch)
 
     def caps_node(self, minor: int) -> DeviceNode:
@@ -114,11 +116,14 @@ class Host:
         return next((lib for lib in self.libraries if lib.soname == soname and lib.bits == 64), None)
 
 
-def probe_gpus(config: Config, udev: bool = True) -> Gpus:
-    """Driver version and GPUs in PCI bus order (with MIG state), without touching any driver file."""
+def probe_gpus(config: Config, udev: bool = True, allow_lost: bool = False) -> Gpus:
+    """Driver version and GPUs in PCI bus order (with MIG state), without touching any driver file.
+    A GPU on the bus that the driver lost (no information file) is an inconsistent host: an
+    error, or with ``allow_lost`` the other GPUs and why their indices cannot be trusted."""
     version = read_driver_version(config.proc_root)
-    infos = read_gpu_informations(config.proc_root)
-    notes = _check_consistent(config, infos, nvidia_gpus(config.sys_root, udev))
+    lost: list[str] = []
+    infos = read_gpu_informations(config.proc_root, lost if allow_lost else None)
+    notes = _check_consistent(config, infos, nvidia_gpus(config.sys_root, udev), lost if allow_lost else None)
     gpus: list[Gpu] = []
     for bus_id in sorted(infos):
         info = infos[bus_id]
@@ -129,10 +134,10 @@ def probe_gpus(config: Config, udev: bool = True) -> Gpus:
         enabled, migs = read_mig_devices(config.proc_root, info.minor, index)
         gpus.append(Gpu(index, info.minor, bus_id, info.uuid, info.model, enabled, migs))
     information = {infos[g.pci_bus_id].proc_name: infos[g.pci_bus_id].text for g in gpus}
-    return Gpus(version, tuple(gpus), tuple(notes), information)
+    return Gpus(version, tuple(gpus), tuple(notes), information, tuple(dict.fromkeys(lost)))
 
 
-def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: list[PciFunction]) -> list[str]:
+def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: list[PciFunction], lost: list[str] | None = None) -> list[str]:
     """A GPU's index is its place in bus order among the driver's GPUs: a GPU that the
     bus and the driver see differently would shift every index after it, and give a
     container another card than the one it asked for. So this is an error naming the
@@ -143,15 +148,18 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
     where = f"{config.proc_root}/driver/nvidia/gpus"
     bus_ids = {f.bus_id for f in on_bus}
     for function in on_bus:
-        if function.bus_id in infos:
+        if function.bus_id in infos or (lost is not None and any(f"GPU {function.bus_id} " in m for m in lost)):
             continue
         if function.driver and function.driver != "nvidia":
             notes.append(f"GPU {function.bus_id} is bound to the {function.driver} driver, not NVIDIA's; not offered")
             continue
-        raise ProbeError(
+        message = (
             f"inconsistent host: GPU {function.bus_id} is on the PCI bus but not in {where} (the driver lost it, "
             "or its information file is missing); refusing to number the GPUs without it: check 'nvidia-smi' and dmesg"
         )
+        if lost is None:
+            raise ProbeError(message)
+        lost.append(message)
     if on_bus:
         for bus_id in sorted(infos.keys() - bus_ids):
             raise ProbeError(
@@ -176,12 +184,12 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
 
 def probe_host(
     config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None, udev: bool = True,
-    library_version: str = "",
+    library_version: str = "", allow_lost: bool = False,
 ) -> Host:
     """Everything a plan needs for ``capabilities``, read once. ``library_globs`` (from
     -libs) replaces the capabilities' libraries and the config's globs. ``library_version``
     (a registered driver tree's) filters libraries and firmware instead of the kernel module's."""
-    found = probe_gpus(config, udev)
+    found = probe_gpus(config, udev, allow_lost)
     files_version = library_version or found.driver_version
     majors = read_char_majors(config.proc_root)
     nvidia_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
@@ -224,6 +232,7 @@ def probe_host(
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
         tree=f"the driver tree at {config.driver_root}, version {library_version}," if library_version else "",
+        lost=found.lost,
         mismatch=_mismatch(config, libraries, library_version, found.driver_version),
     )
 

@@ -33,7 +33,9 @@ def make_plan(
     from ponytail.plan.operations import build_plan
 
     config, tree_version, tree_line = _driver_tree(config, driver)
-    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version)
+    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version, allow_lost=True)
+    if host.lost:
+        _refuse_numbering(host, request)
     selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree_version))
     mig_gpus = {
         what: select_gpus(host.gpus, wanted)
@@ -41,6 +43,10 @@ def make_plan(
         if wanted is not None
     }
     plan = pin_libraries(build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig)))
+    if host.lost:
+        from ponytail.lite.records import replace
+
+        plan = replace(plan, warnings=plan.warnings + tuple(f"{m.partition('; ')[0]}: GPUs named by UUID or bus id only" for m in host.lost))
     plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
     unmet = _unmet_requirement(config, host, request, plan, tree_version, compat)
     if unmet is not None:
@@ -53,6 +59,16 @@ def make_plan(
         more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
         raise ProbeError(plan.problems[0] + more)
     return plan, host
+
+
+def _refuse_numbering(host: Host, request: Request) -> None:
+    """With a GPU lost by the driver the indices are not the ones the container was given: a
+    request by index, ``all`` or a MIG device by index fails; one by UUID or bus id starts."""
+    from ponytail.container.request import names_by_identity
+
+    wanted = [request.devices] + [d for d in (request.mig_config, request.mig_monitor) if d is not None]
+    if not all(names_by_identity(d) for d in wanted):
+        raise ProbeError(f"{host.lost[0]} (a container asking for a GPU by UUID or bus id still starts)")
 
 
 def pin_libraries(plan: Plan) -> Plan:

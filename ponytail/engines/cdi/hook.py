@@ -184,7 +184,7 @@ def _proc_mask(proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> Pro
     majors = read_char_majors(proc_root)
     nvidia_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
     caps = {minor for major, minor in char_devices if major == majors.get("nvidia-caps")}
-    infos = read_gpu_informations(proc_root).values()
+    infos = read_gpu_informations(proc_root, []).values()  # a GPU the driver lost has no node here either
     visible = {i.pci_bus_id for i in infos if (nvidia_major, i.minor) in char_devices}
     migs: list = []
     access: list[str] = []
