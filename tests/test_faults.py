@@ -550,3 +550,49 @@ def test_one_lost_gpu_fails_index_and_all_requests_but_not_one_by_uuid_or_bus_id
         assert f"open /dev/nvidia{healthy.minor} ENXIO" in result.stdout and f"open /dev/nvidia{lost.minor} ENOENT" in result.stdout, result.stdout
     warnings = [line for line in host.log.read_text().splitlines() if " warning container=" in line]
     assert len(warnings) == 3 and all(f"inconsistent host: GPU {lost.bus_id} " in w and "by UUID or bus id only" in w for w in warnings), warnings
+
+
+def _wait_for(path: Path, text: str, seconds: float = 30) -> str:
+    for _ in range(int(seconds / 0.02)):
+        content = path.read_text() if path.exists() else ""
+        if text in content:
+            return content
+        time.sleep(0.02)
+    raise AssertionError(f"{text!r} never appeared in {path}: {content}")
+
+
+def test_a_killed_run_leaves_which_container_and_step_and_a_node_replaced_meanwhile_is_named(tmp_path: Path, sleeper: Sleeper) -> None:
+    """A run waiting for another run's rootfs lock has logged that it started and where it is;
+    SIGKILLed there, its record stays (before: nothing in the log). A second run waits there
+    while GPU 0's host node is replaced: the line names that host file, not the rootfs."""
+    import fcntl
+    import signal
+
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    bundle = oci_bundle(tmp_path, ["true"])
+    rootfs = bundle / "rootfs"
+    config = host.write_config()
+    state = tmp_path / "state.json"
+    lock = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another run into this rootfs, holding it
+    try:
+        for attempt in ("killed", "replaced"):
+            state.write_text(json.dumps({"ociVersion": "1.0.2", "id": f"lock-{attempt}", "status": "creating", "pid": sleeper.pid, "bundle": str(bundle)}))
+            with state.open("rb") as stdin:
+                run = subprocess.Popen([console_script("ponytail"), "-config", str(config)], stdin=stdin, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, start_new_session=True)
+            log = _wait_for(host.log, f"container=lock-{attempt} step: wait for other runs into {rootfs} (the rootfs lock)")
+            assert f"container=lock-{attempt} started: process {sleeper.pid}, rootfs {rootfs}; step: plan" in log
+            if attempt == "killed":
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait(timeout=30)
+                continue
+            node = host.dev / "nvidia0"
+            node.unlink()
+            os.mknod(node, 0o666 | 0o020000, os.makedev(195, 0))
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            _, err = run.communicate(timeout=60)
+            assert run.returncode == 1 and f"{node} on the host was removed or replaced meanwhile" in err.decode(), err
+    finally:
+        os.close(lock)
+    assert "injected" not in host.log.read_text()

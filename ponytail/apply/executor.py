@@ -41,6 +41,8 @@ from ponytail.plan.operations import MOUNT_OPTIONS, AllowDevices, LinkerCache, M
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ponytail.apply.cgroup import DevicesCgroup  # imported when a plan has device rules (not a CDI hook's)
 
 LD_SO_CONF = "/etc/ld.so.conf"
@@ -65,10 +67,13 @@ class Outcome:
 
 
 def apply_plan(
-    plan: Plan, rootfs: str, container_pid: int | None, ldconfig_timeout_s: float = LDCONFIG_TIMEOUT_S, lock_timeout_s: float = 10.0
+    plan: Plan, rootfs: str, container_pid: int | None, ldconfig_timeout_s: float = LDCONFIG_TIMEOUT_S, lock_timeout_s: float = 10.0,
+    progress: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Apply ``plan`` to ``rootfs``; in the mount namespace of ``container_pid`` when given.
-    Runs into the same rootfs directory take turns (ponytail.apply.rootlock)."""
+    Runs into the same rootfs directory take turns (ponytail.apply.rootlock). ``progress`` is
+    told each step as it begins (the run log's step lines: where a killed run was)."""
+    step = progress or _quiet
     syscalls.require_new_mount_api()
     outcome = Outcome()
     trees: dict[int, int] = {}  # operation index -> detached mount
@@ -77,6 +82,7 @@ def apply_plan(
     identities = {op.source: op.identity for op in plan.operations if isinstance(op, Mount) and op.identity is not None}
     devices_cgroup: DevicesCgroup | None = None  # hook mode with device rules only (not a CDI hook's plan)
     try:
+        step(f"clone {plan.count('device') + plan.count('library')} device node(s) and librar(ies) and check them")
         for i, op in enumerate(plan.operations):
             if isinstance(op, Mount):
                 trees[i] = _clone_source(op)
@@ -91,12 +97,14 @@ def apply_plan(
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
+        step(f"wait for other runs into {rootfs} (the rootfs lock)")
         try:
             lock_fd = lock_rootfs(root_fd, rootfs, lock_timeout_s)
         except BaseException:
             os.close(root_fd)
             raise
         paths = InRoot(root_fd)
+        step("mount and link in the rootfs")
         try:
             for i, op in enumerate(plan.operations):
                 if isinstance(op, Mount):
@@ -106,8 +114,10 @@ def apply_plan(
                 elif isinstance(op, ProcMask):
                     _mask_proc(root_fd, op, outcome)
                 elif isinstance(op, LinkerCache):
+                    step(f"linker cache ({op.ldconfig})")
                     _linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
                 elif isinstance(op, AllowDevices) and devices_cgroup is not None:
+                    step("device rules")
                     _allow_devices(devices_cgroup, op, outcome)
         except BaseException as e:
             leftover = _undo(outcome.attached)
@@ -128,6 +138,10 @@ def apply_plan(
             if fd >= 0:
                 os.close(fd)
     return outcome
+
+
+def _quiet(step: str) -> None:
+    pass
 
 
 def _undo(attached: list[int]) -> str:
@@ -266,6 +280,11 @@ def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_ker
         syscalls.attach_tree(tree, target_fd)
         outcome.attached.append(os.dup(tree))
     except OSError as e:
+        if e.errno == errno.ENOENT and _unlinked(tree):  # the host's file was replaced since it was cloned
+            raise InjectionError(
+                f"cannot mount {source} onto {resolved.path} in the rootfs: {source} on the host was removed or replaced "
+                "meanwhile (a driver being installed?); try again"
+            ) from e
         if e.errno == errno.ENOENT:  # the mount point was unlinked between resolving and attaching
             raise InjectionError(
                 f"cannot mount {source} onto {resolved.path} in the rootfs: {resolved.path} was removed meanwhile "
@@ -275,6 +294,13 @@ def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_ker
     finally:
         os.close(target_fd)
     outcome.done.append(f"mount {source} -> {resolved.path}")
+
+
+def _unlinked(fd: int) -> bool:
+    try:
+        return os.fstat(fd).st_nlink == 0
+    except OSError:
+        return False
 
 
 def _refuse_kernel_fs(resolved: Resolved, fd: int, what: str) -> None:

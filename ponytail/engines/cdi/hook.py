@@ -95,6 +95,7 @@ def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> in
     state = parse_state(read_bounded(sys.stdin.buffer, MAX_STATE_BYTES, "OCI state on stdin"), lowest_pid=0)
     log.context = state.id
     container = load_container(state)
+    log.write("info", f"cdi-hook started: rootfs {container.rootfs}; step: check the spec")
     _check_stage(container.rootfs, state.pid)
     proc_root = config.proc_root
     for (made_for,) in options.get("--driver-version", []):
@@ -120,7 +121,7 @@ def _run(options: dict[str, list[list[str]]], config: Config, log: RunLog) -> in
     from ponytail.apply.executor import apply_plan
 
     plan = Plan(tuple(ops), (), None, (), (), ())  # type: ignore[arg-type]  # the executor reads the operations only
-    outcome = apply_plan(plan, container.rootfs, None)
+    outcome = apply_plan(plan, container.rootfs, None, progress=lambda step: log.write("info", f"step: {step}"))
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)
     log.write("info", f"cdi-hook in {container.rootfs}: {len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
