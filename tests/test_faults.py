@@ -466,9 +466,9 @@ def test_sigkill_at_the_linker_config_publishing_step_leaves_no_temporary_file(h
         assert (conf_dir / "00-ponytail.conf").read_text() in ("/stale\n", "/usr/lib/x86_64-linux-gnu\n")
 
 
-def test_a_libcuda_replaced_after_its_cuda_version_was_checked_is_not_mounted(tmp_path: Path) -> None:
+def test_a_libcuda_replaced_while_its_cuda_version_is_asked_is_not_trusted(tmp_path: Path) -> None:
     """A same-name reinstall of a CUDA 11.0 build lands while NVIDIA_REQUIRE_CUDA=cuda>=12.0 is
-    being judged on the 12.4 build: the file at that path when mounting is not the one checked,
+    being judged on the 12.4 build: the answer is about another file than the one now there,
     and the start fails naming it (before: exit 0, 'met', and CUDA 11000 in the container)."""
     host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
     libdir = host.driver / "usr/lib/x86_64-linux-gnu"
@@ -482,8 +482,47 @@ def test_a_libcuda_replaced_after_its_cuda_version_was_checked_is_not_mounted(tm
     result = run_runc(bundle)
     assert not (libdir / ".libcuda-new").exists()  # the swap happened during the check
     assert result.returncode != 0, result.stdout
-    assert f"{libcuda} on the host changed after it was checked" in result.stderr, result.stderr
+    assert f"{libcuda} on the host was replaced while its CUDA version was asked" in result.stderr, result.stderr
     assert "11000" not in result.stdout
+
+
+def test_a_libcuda_replaced_between_its_check_and_its_mount_is_not_mounted(tmp_path: Path, sleeper: Sleeper) -> None:
+    """The image ships its own libcuda.so.1 (so the driver's is also cloned late, in the rootfs step);
+    the run waits for another run's rootfs lock after NVIDIA_REQUIRE_CUDA was met, and a CUDA
+    11.0 build of the same name is installed meanwhile: the start fails naming the host file,
+    and the 11.0 build never reaches the container."""
+    import fcntl
+
+    from support.fakehost import add_stale_libcuda
+
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    libcuda = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
+    bundle = oci_bundle(tmp_path, ["true"], env=["NVIDIA_REQUIRE_CUDA=cuda>=12.0"])
+    rootfs = bundle / "rootfs"
+    add_stale_libcuda(rootfs, "470.82.01", 11040)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"ociVersion": "1.0.2", "id": "swap", "status": "creating", "pid": sleeper.pid, "bundle": str(bundle)}))
+    lock = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        with state.open("rb") as stdin:
+            run = subprocess.Popen([console_script("ponytail"), "-config", str(host.write_config())], stdin=stdin,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _wait_for(host.log, "step: wait for other runs into")
+        new = libcuda.with_name("libcuda.new")
+        shutil.copy(compile_library("fake_libcuda.c", "libcuda.so.1", libcuda.name, host.driver_version, 11000), new)
+        new.rename(libcuda)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        _, err = run.communicate(timeout=60)
+    finally:
+        os.close(lock)
+    # its clone from before the lock is of a file unlinked since (and a clone made now would be another file)
+    said = err.decode()
+    assert run.returncode == 1 and f"{libcuda} on the host " in said and "rootfs)" not in said, said
+    assert "changed after it was checked" in said or "was removed or replaced meanwhile" in said, said
+    check = subprocess.run(["nsenter", "-t", str(sleeper.pid), "-m", "chroot", str(rootfs), "/usr/local/bin/cudacheck"],
+                           capture_output=True, text=True, timeout=60)
+    assert "11000" not in check.stdout, check.stdout
 
 
 @pytest.mark.parametrize("suffix", [".bak", ".old", ".dpkg-new", "~"])
@@ -596,3 +635,22 @@ def test_a_killed_run_leaves_which_container_and_step_and_a_node_replaced_meanwh
     finally:
         os.close(lock)
     assert "injected" not in host.log.read_text()
+
+
+def test_a_second_run_after_the_driver_was_reinstalled_names_the_host_file(host: FakeHost, tmp_path: Path, sleeper: Sleeper) -> None:
+    """A second run into a container whose libcuda mount is of a host file replaced since (a
+    same-name reinstall): it cannot mount over that, and says which host file it is and what
+    to do (before: 'was removed meanwhile (something else is changing the rootfs)')."""
+    bundle = oci_bundle(tmp_path, ["true"])
+    state = state_for(bundle, sleeper.pid)
+    config = str(host.write_config())
+    first = run_ponytail(["-config", config], stdin=state, isolated=False)
+    assert first.returncode == 0, first.stderr
+    libcuda = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
+    shutil.copy(libcuda, libcuda.with_name("libcuda.new"))
+    libcuda.with_name("libcuda.new").rename(libcuda)
+    again = run_ponytail(["-config", config], stdin=state, isolated=False)
+    err = again.stderr.decode()
+    assert again.returncode == 1 and len(err.splitlines()) == 1, err
+    assert f"an earlier run mounted a host file there that has been removed or replaced since ({libcuda}" in err, err
+    assert "something else is changing the rootfs" not in err

@@ -285,6 +285,11 @@ def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_ker
                 f"cannot mount {source} onto {resolved.path} in the rootfs: {source} on the host was removed or replaced "
                 "meanwhile (a driver being installed?); try again"
             ) from e
+        if e.errno == errno.ENOENT and _unlinked(target_fd):  # an earlier run's mount of a host file replaced since
+            raise InjectionError(
+                f"cannot mount {source} onto {resolved.path} in the rootfs: an earlier run mounted a host file there "
+                f"that has been removed or replaced since ({source}, a driver being installed?); start the container again"
+            ) from e
         if e.errno == errno.ENOENT:  # the mount point was unlinked between resolving and attaching
             raise InjectionError(
                 f"cannot mount {source} onto {resolved.path} in the rootfs: {resolved.path} was removed meanwhile "

@@ -44,6 +44,13 @@ def cuda_driver_version(libcuda: str, cache_dir: str = CACHE_DIR, timeout_s: flo
         ) from e
     if not _plausible(result):
         raise ProbeError(f"cannot get the CUDA version from {libcuda}: {result}")
+    try:
+        after = os.stat(libcuda)
+    except OSError:
+        after = None
+    if after is None or (after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns) != (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns):
+        # the child may have loaded another file than the one the key names: neither trusted nor remembered
+        raise ProbeError(f"{libcuda} on the host was replaced while its CUDA version was asked (a driver being installed?); try again")
     _write_cache(cache_file, _remember(_read_cache(cache_file), key, result))
     return result
 
