@@ -56,6 +56,21 @@ class Container:
     process: subprocess.Popen | None = None
     codes: list[int] = field(default_factory=list)
     windows: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each run into it
+    retired: list[subprocess.Popen] = field(default_factory=list)  # earlier processes, replaced as an engine restarts a container
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "3600"], start_new_session=True)
+        _wait_for_namespace(self.process.pid)
+
+    def restart(self, process: subprocess.Popen) -> None:
+        """A new container in place of ``process`` (unless that was done already): what an
+        operator does when a run says 'start the container again'."""
+        with self.lock:
+            if self.process is process:
+                self.retired.append(process)
+                self.codes, self.windows = [], []
+                self.start()
 
     @property
     def pid(self) -> int:
@@ -105,9 +120,7 @@ def soak(
     started = time.monotonic()
     try:
         for c in containers:
-            c.process = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "3600"], start_new_session=True)
-        for c in containers:
-            _wait_for_namespace(c.pid)
+            c.start()
         if flapper:
             flapper.start()
         if churner:
@@ -126,9 +139,10 @@ def soak(
     finally:
         stop.set()
         for c in containers:
-            if c.process is not None:
-                os.killpg(c.process.pid, signal.SIGKILL)
-                c.process.wait()
+            for process in [*c.retired, c.process]:
+                if process is not None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
     report.seconds = time.monotonic() - started
     _check_leaks(report, host, containers, mounts_before)
     return report
@@ -172,7 +186,7 @@ def _flap(host: FakeHost, stop: threading.Event) -> None:
 
 
 class Churn:
-    """A driver changing under the runs, one change every 0.3-0.9 s: GPUs 2 and 3 trade minors
+    """A driver changing under the runs, one change every 0.5-1.5 s: GPUs 2 and 3 trade minors
     (their information files rewritten, each atomically: between the two a minor is
     briefly doubled), libcuda.so.550.54.15 replaced by another build of that name (CUDA
     11.0, then 12.4 again), or gone for 10 ms while libcuda.so.535.104.05.bak (CUDA 10.2)
@@ -194,7 +208,7 @@ class Churn:
         self.history: list[tuple[float, float, dict[int, int]]] = [(0.0, 0.0, dict(self.minors))]  # (began, done, minors)
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self.rng.uniform(0.3, 0.9)):
+        while not stop.wait(self.rng.uniform(0.5, 1.5)):
             action = self.rng.choice(("trade", "build", "hide"))
             if action == "trade":
                 began = time.monotonic()
@@ -235,7 +249,9 @@ class Churn:
 
 
 def _run(ponytail: str, config: Path, c: Container, kill: bool, delay: float) -> tuple[int, str]:
-    state = json.dumps({"ociVersion": "1.0.2", "id": c.name, "status": "creating", "pid": c.pid, "bundle": str(c.bundle)})
+    process = c.process
+    assert process is not None
+    state = json.dumps({"ociVersion": "1.0.2", "id": c.name, "status": "creating", "pid": process.pid, "bundle": str(c.bundle)})
     started = time.monotonic()
     run = subprocess.Popen(
         [ponytail, "-config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -246,9 +262,14 @@ def _run(ponytail: str, config: Path, c: Container, kill: bool, delay: float) ->
     _, err = run.communicate(state.encode(), timeout=120)
     if kill:
         timer.cancel()
-    c.windows.append((started, time.monotonic()))
-    c.codes.append(run.returncode)
-    return run.returncode, err.decode(errors="replace")
+    error = err.decode(errors="replace")
+    with c.lock:
+        if c.process is process:  # a run into an earlier container says nothing about this one
+            c.windows.append((started, time.monotonic()))
+            c.codes.append(run.returncode)
+    if "start the container again" in error:
+        c.restart(process)
+    return run.returncode, error
 
 
 def _count(report: Report, c: Container, code: int, error: str) -> None:
