@@ -654,3 +654,29 @@ def test_a_second_run_after_the_driver_was_reinstalled_names_the_host_file(host:
     assert again.returncode == 1 and len(err.splitlines()) == 1, err
     assert f"an earlier run mounted a host file there that has been removed or replaced since ({libcuda}" in err, err
     assert "something else is changing the rootfs" not in err
+
+
+def test_a_libcuda_reinstalled_between_its_check_and_its_clone_is_refused(tmp_path: Path, rootfs: Path, sleeper: Sleeper) -> None:
+    """NVIDIA_REQUIRE_CUDA=cuda>=12.0 is met by the 12.4 build; the first clone (a device node) is
+    held up for 1.5 s (strace's syscall delay), and a CUDA 11.0 build of the same name is
+    installed then: the libcuda cloned next is not the file checked, and the start fails naming
+    it (before: the 11.0 build was mounted, exit 0, 11000 in the container)."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    libcuda = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
+    bundle = bundle_for(tmp_path, rootfs, env=["PATH=/bin", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"])
+    traced = tmp_path / "strace.txt"
+    command = ["strace", "-o", str(traced), "-e", "trace=open_tree", "-e", "inject=open_tree:delay_enter=1500000:when=1",
+               console_script("ponytail"), "-config", str(host.write_config())]
+    state = tmp_path / "state.json"
+    state.write_text(state_for(bundle, sleeper.pid))
+    with state.open("rb") as stdin:
+        run = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(traced, "open_tree(")
+    new = libcuda.with_name("libcuda.new")
+    shutil.copy(compile_library("fake_libcuda.c", "libcuda.so.1", libcuda.name, host.driver_version, 11000), new)
+    new.rename(libcuda)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 1 and f"{libcuda} on the host changed after it was checked" in err.decode(), err
+    check = subprocess.run(["nsenter", "-t", str(sleeper.pid), "-m", "chroot", str(rootfs), "/usr/local/bin/cudacheck"],
+                           capture_output=True, text=True, timeout=60)
+    assert "11000" not in check.stdout, check.stdout
