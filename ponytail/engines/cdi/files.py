@@ -210,9 +210,13 @@ def stale(spec: dict, config: Config) -> list[str]:
                 if made_for != running:
                     found.append(f"the spec was made for driver {made_for}; the running driver is {running}")
     recorded: tuple[list[tuple[int, str, str]], dict[str, int]] = ([], {})
+    ours = False
     for e in edits:
         for hook in e.get("hooks") or []:
+            ours = ours or (hook.get("args") or [])[1:2] == ["cdi-hook"]
             recorded = _recorded(hook.get("args") or [], recorded)
+    if ours and not recorded[0]:
+        found.append("its hook records no GPU minors or majors (an older ponytail wrote it), so it cannot refuse renumbered GPUs")
     found += node_drift(config.proc_root, *recorded)
     try:
         gpus = probe_gpus(config, udev=False).gpus
