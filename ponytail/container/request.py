@@ -105,7 +105,7 @@ def names_by_identity(request: DeviceRequest) -> bool:
     if text.lower() in ("none", "", "void"):
         return True
     items = [part.strip() for part in text.split(",") if part.strip()]
-    return bool(items) and all(
+    return all(
         item.upper().startswith(("GPU-", "MIG-")) or (not _number(item) and canonical_bus_id(item) is not None) for item in items
     )
 
