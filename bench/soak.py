@@ -1,13 +1,19 @@
 """Soak: many hook runs at once into stand-in containers, some sharing one rootfs
-directory, with random SIGKILLs and a GPU whose driver information file flaps.
+directory, with random SIGKILLs, a GPU whose driver information file flaps, and a driver
+that changes under the runs: two GPUs trading minors (same driver), libcuda replaced by
+another build of the same name (CUDA 11.0 or 12.4), and libcuda gone for a moment while a
+backup of an older driver's (libcuda.so.535.104.05.bak, CUDA 10.2) lies beside it.
 
     sudo .venv/bin/python bench/soak.py [--runs 500] [--concurrency 16] [--kill-rate 0.2]
 
 Counts, and exits 1 unless all are zero:
-- wrong GPUs: a GPU node of another GPU than the container asked for, mounted in it;
+- wrong GPUs: a GPU node of another GPU than the container asked for, mounted in it
+  (for the GPUs that trade minors: a minor the GPU did not have while a run into that
+  container was going on);
 - silent failures: a run that exited 0 while its container cannot use its GPU (the
-  node, libcuda.so.1 by SONAME: a program in the container checks), or a failure that
-  is not one line starting "ponytail: error:" (a traceback, an internal error);
+  node, libcuda.so.1 by SONAME: a program in the container checks), loads another
+  driver's libcuda (the .bak) or, when it requires CUDA >= 12.0, an 11.0 build; or a
+  failure that is not one line starting "ponytail: error:" (a traceback, an internal error);
 - leaks: mounts left in this mount namespace, processes or descriptors left on the
   fake host or the rootfs directories, temporary files in the rootfs directories or
   in /run/ponytail.
@@ -46,8 +52,25 @@ class Container:
     bundle: Path
     index: int  # the GPU it asks for
     minor: int  # that GPU's minor
+    requires_cuda: bool = False  # NVIDIA_REQUIRE_CUDA=cuda>=12.0
     process: subprocess.Popen | None = None
     codes: list[int] = field(default_factory=list)
+    windows: list[tuple[float, float]] = field(default_factory=list)  # (start, end) of each run into it
+    retired: list[subprocess.Popen] = field(default_factory=list)  # earlier processes, replaced as an engine restarts a container
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "3600"], start_new_session=True)
+        _wait_for_namespace(self.process.pid)
+
+    def restart(self, process: subprocess.Popen) -> None:
+        """A new container in place of ``process`` (unless that was done already): what an
+        operator does when a run says 'start the container again'."""
+        with self.lock:
+            if self.process is process:
+                self.retired.append(process)
+                self.codes, self.windows = [], []
+                self.start()
 
     @property
     def pid(self) -> int:
@@ -80,9 +103,12 @@ class Report:
         )
 
 
-def soak(base: Path, ponytail: str, runs: int, concurrency: int, kill_rate: float, seed: int = 1, flap: bool = True) -> Report:
+def soak(
+    base: Path, ponytail: str, runs: int, concurrency: int, kill_rate: float, seed: int = 1, flap: bool = True, churn: bool = True
+) -> Report:
     rng = random.Random(seed)  # noqa: S311 - a repeatable schedule of kills, not a secret
     host = FakeHost(base / "host", gpu_list=gpus(4, minors=[3, 1, 0, 2]))
+    driver = Churn(host, random.Random(seed + 1)) if churn else None  # noqa: S311 - a repeatable schedule of driver changes
     config = host.write_config()
     template = make_rootfs(base / "template", programs=("cudacheck.c",))
     containers = _containers(base, host, template, rng, count=24, shared_by=3)
@@ -90,14 +116,15 @@ def soak(base: Path, ponytail: str, runs: int, concurrency: int, kill_rate: floa
     report = Report()
     stop = threading.Event()
     flapper = threading.Thread(target=_flap, args=(host, stop), daemon=True) if flap else None
+    churner = threading.Thread(target=driver.run, args=(stop,), daemon=True) if driver else None
     started = time.monotonic()
     try:
         for c in containers:
-            c.process = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "3600"], start_new_session=True)
-        for c in containers:
-            _wait_for_namespace(c.pid)
+            c.start()
         if flapper:
             flapper.start()
+        if churner:
+            churner.start()
         jobs = [(rng.choice(containers), rng.random() < kill_rate, rng.uniform(0.0, 0.15)) for _ in range(runs)]
         with ThreadPoolExecutor(concurrency) as pool:
             for (c, _, _), (code, error) in zip(jobs, pool.map(lambda job: _run(ponytail, config, *job), jobs), strict=True):
@@ -105,14 +132,17 @@ def soak(base: Path, ponytail: str, runs: int, concurrency: int, kill_rate: floa
         stop.set()
         if flapper:
             flapper.join()
+        if churner:
+            churner.join()
         for c in containers:
-            _check_container(report, host, c)
+            _check_container(report, host, c, driver)
     finally:
         stop.set()
         for c in containers:
-            if c.process is not None:
-                os.killpg(c.process.pid, signal.SIGKILL)
-                c.process.wait()
+            for process in [*c.retired, c.process]:
+                if process is not None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
     report.seconds = time.monotonic() - started
     _check_leaks(report, host, containers, mounts_before)
     return report
@@ -130,7 +160,7 @@ def _containers(base: Path, host: FakeHost, template: Path, rng: random.Random, 
         bundle.mkdir()
         spec = {"ociVersion": "1.0.2", "root": {"path": str(rootfs)}, "process": {"args": ["sh"], "env": env, "cwd": "/"}}
         (bundle / "config.json").write_text(json.dumps(spec))
-        containers.append(Container(f"soak-{i}", rootfs, bundle, index, host.gpu_list[index].minor))
+        containers.append(Container(f"soak-{i}", rootfs, bundle, index, host.gpu_list[index].minor, bool(i % 2)))
     return containers
 
 
@@ -155,8 +185,74 @@ def _flap(host: FakeHost, stop: threading.Event) -> None:
         away.rename(info)
 
 
+class Churn:
+    """A driver changing under the runs, one change every 0.5-1.5 s: GPUs 2 and 3 trade minors
+    (their information files rewritten, each atomically: between the two a minor is
+    briefly doubled), libcuda.so.550.54.15 replaced by another build of that name (CUDA
+    11.0, then 12.4 again), or gone for 10 ms while libcuda.so.535.104.05.bak (CUDA 10.2)
+    stays. Remembers when each GPU had which minor, to judge a mounted node afterwards."""
+
+    TRADING = (2, 3)
+
+    def __init__(self, host: FakeHost, rng: random.Random) -> None:
+        from support.fakehost import compile_library
+
+        self.host, self.rng = host, rng
+        self.libdir = host.driver / host.lib_dir.lstrip("/")
+        self.libcuda = self.libdir / f"libcuda.so.{host.driver_version}"
+        name = self.libcuda.name
+        self.builds = {c: compile_library("fake_libcuda.c", "libcuda.so.1", name, host.driver_version, c) for c in (12040, 11000)}
+        backup = compile_library("fake_libcuda.c", "libcuda.so.1", "libcuda.so.535.104.05", "535.104.05", 10020)
+        shutil.copy(backup, self.libdir / "libcuda.so.535.104.05.bak")
+        self.minors = {i: host.gpu_list[i].minor for i in self.TRADING}
+        self.history: list[tuple[float, float, dict[int, int]]] = [(0.0, 0.0, dict(self.minors))]  # (began, done, minors)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.wait(self.rng.uniform(0.5, 1.5)):
+            action = self.rng.choice(("trade", "build", "hide"))
+            if action == "trade":
+                began = time.monotonic()
+                a, b = self.TRADING
+                self.minors = {a: self.minors[b], b: self.minors[a]}
+                for i in self.TRADING:
+                    self._set_minor(i, self.minors[i])
+                self.history.append((began, time.monotonic(), dict(self.minors)))
+            elif action == "build":
+                self._install(self.rng.choice(sorted(self.builds)))
+            else:
+                away = self.libcuda.with_name("libcuda.away")
+                self.libcuda.rename(away)
+                time.sleep(0.01)
+                away.rename(self.libcuda)
+        self._install(12040)
+
+    def _set_minor(self, index: int, minor: int) -> None:
+        info = self.host.proc / "driver/nvidia/gpus" / self.host.gpu_list[index].bus_id / "information"
+        lines = [f"Device Minor: \t {minor}" if line.startswith("Device Minor:") else line for line in info.read_text().splitlines()]
+        new = info.with_name("information.new")
+        new.write_text("\n".join(lines) + "\n")
+        new.rename(info)
+
+    def _install(self, cuda: int) -> None:
+        new = self.libcuda.with_name("libcuda.new")
+        shutil.copy(self.builds[cuda], new)
+        new.rename(self.libcuda)
+
+    def minors_during(self, index: int, windows: list[tuple[float, float]]) -> set[int]:
+        """Every minor GPU ``index`` had while one of ``windows`` was going on."""
+        found = set()
+        for k, (began, _, minors) in enumerate(self.history):
+            until = self.history[k + 1][1] if k + 1 < len(self.history) else float("inf")  # current until the next change is done
+            if any(start <= until and began <= end for start, end in windows):
+                found.add(minors[index])
+        return found
+
+
 def _run(ponytail: str, config: Path, c: Container, kill: bool, delay: float) -> tuple[int, str]:
-    state = json.dumps({"ociVersion": "1.0.2", "id": c.name, "status": "creating", "pid": c.pid, "bundle": str(c.bundle)})
+    process = c.process
+    assert process is not None
+    state = json.dumps({"ociVersion": "1.0.2", "id": c.name, "status": "creating", "pid": process.pid, "bundle": str(c.bundle)})
+    started = time.monotonic()
     run = subprocess.Popen(
         [ponytail, "-config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -166,8 +262,14 @@ def _run(ponytail: str, config: Path, c: Container, kill: bool, delay: float) ->
     _, err = run.communicate(state.encode(), timeout=120)
     if kill:
         timer.cancel()
-    c.codes.append(run.returncode)
-    return run.returncode, err.decode(errors="replace")
+    error = err.decode(errors="replace")
+    with c.lock:
+        if c.process is process:  # a run into an earlier container says nothing about this one
+            c.windows.append((started, time.monotonic()))
+            c.codes.append(run.returncode)
+    if "start the container again" in error:
+        c.restart(process)
+    return run.returncode, error
 
 
 def _count(report: Report, c: Container, code: int, error: str) -> None:
@@ -178,28 +280,34 @@ def _count(report: Report, c: Container, code: int, error: str) -> None:
         report.succeeded += 1
     elif code in (1, 2) and error.startswith("ponytail: error: ") and error.count("\n") == 1 and "internal error" not in error:
         report.failed += 1
-        kind = error[len("ponytail: error: "):].split(":")[0][:60]
+        kind = error[len("ponytail: error: "):].replace(str(c.rootfs.parent), "...").split(": ")[0][:90]
         report.failure_kinds[kind] = report.failure_kinds.get(kind, 0) + 1
     else:
         report.silent_failures.append(f"{c.name}: exit {code}: {error[:300]!r}")
 
 
-def _check_container(report: Report, host: FakeHost, c: Container) -> None:
-    """Only its own GPU's node may be mounted in it; and when a run said it was done,
-    a program in it must find libcuda.so.1 and open that node."""
+def _check_container(report: Report, host: FakeHost, c: Container, churn: Churn | None = None) -> None:
+    """Only its own GPU's node may be mounted in it (for a GPU trading minors, a minor it had
+    during a run into it); and when a run said it was done, a program in it must find
+    libcuda.so.1 of the running driver (12.4, or the 11.0 build where CUDA 12 is not
+    required) and open that node."""
     with open(f"/proc/{c.pid}/mountinfo") as f:
         points = [line.split()[4] for line in f]
     prefix = f"{c.rootfs}/dev/nvidia"
     gpu_nodes = {p[len(prefix):] for p in points if p.startswith(prefix) and p[len(prefix):].isdigit()}
-    for minor in sorted(gpu_nodes - {str(c.minor)}):
-        report.wrong_gpus.append(f"{c.name} asked for GPU {c.index} (minor {c.minor}) and has /dev/nvidia{minor}")
+    allowed = churn.minors_during(c.index, c.windows) if churn and c.index in churn.TRADING else {c.minor}
+    for minor in sorted(gpu_nodes - {str(m) for m in allowed}):
+        report.wrong_gpus.append(f"{c.name} asked for GPU {c.index} (minor {sorted(allowed)}) and has /dev/nvidia{minor}")
+    report.silent_failures += [f"{c.name}: {p} is mounted" for p in points if p.startswith(str(c.rootfs)) and ".bak" in p]
     if 0 not in c.codes:
         return
+    minor = sorted(int(m) for m in gpu_nodes)[-1] if gpu_nodes else c.minor
     check = subprocess.run(
-        ["nsenter", "-t", str(c.pid), "-m", "chroot", str(c.rootfs), "/usr/local/bin/cudacheck", f"/dev/nvidia{c.minor}"],
+        ["nsenter", "-t", str(c.pid), "-m", "chroot", str(c.rootfs), "/usr/local/bin/cudacheck", f"/dev/nvidia{minor}"],
         capture_output=True, text=True, timeout=60,
     )
-    if check.stdout.splitlines() != ["cuDriverGetVersion 12040", f"open /dev/nvidia{c.minor} ENXIO"]:
+    versions = ("12040",) if c.requires_cuda or not churn else ("12040", "11000")
+    if check.stdout.splitlines() not in ([f"cuDriverGetVersion {v}", f"open /dev/nvidia{minor} ENXIO"] for v in versions):
         report.silent_failures.append(f"{c.name}: a run exited 0, but in the container: {check.stdout!r} {check.stderr[:200]!r}")
 
 

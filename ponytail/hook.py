@@ -86,6 +86,8 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
     # a real run on the container's critical path reads sysfs directly; the dry run asks udev
     rootfs = container.rootfs if container else options.root
+    if not options.debug:  # so that a run the engine kills leaves which container, and where it was
+        log.write("info", f"started: process {container.pid if container else '-'}, rootfs {rootfs}; step: plan")
     driver = None
     if container is not None and _names_driver_tree(container):
         from ponytail.container.umd import refused_tree, requested_tree
@@ -116,7 +118,8 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     from ponytail.apply.executor import apply_plan
 
     outcome = apply_plan(
-        plan, rootfs, container.pid if container else None, config.timeout_ldconfig, config.timeout_lock, config.extend_denying_programs
+        plan, rootfs, container.pid if container else None, config.timeout_ldconfig, config.timeout_lock, config.extend_denying_programs,
+        lambda step: log.write("info", f"step: {step}"),
     )
     log.write_all("debug", outcome.done + outcome.unchanged)
     if driver is not None or len(plan.choices) > 1:  # a driver tree or a CUDA compat directory

@@ -119,3 +119,49 @@ def test_the_hook_imports_neither_yaml_nor_click_nor_the_slow_modules(hook_args:
     # the OCI state and config.json are plain JSON: ponytail.lite.plainjson reads them without json, re, enum
     slow = {"yaml", "click", "dataclasses", "subprocess", "typing", "tomllib", "json", "re", "enum", "glob", "fnmatch"}
     assert not imported & slow, imported & slow
+
+
+def _renumber(host: FakeHost) -> None:
+    """The driver gives the two GPUs each other's minors (same driver version)."""
+    files = sorted((host.proc / "driver/nvidia/gpus").glob("*/information"))
+    texts = [f.read_text() for f in files]
+    minors = [t.split("Device Minor: \t ")[1].split("\n")[0] for t in texts]
+    for f, text, old, new in zip(files, texts, minors, reversed(minors), strict=True):
+        f.write_text(text.replace(f"Device Minor: \t {old}\n", f"Device Minor: \t {new}\n"))
+
+
+def _new_uvm_major(host: FakeHost) -> None:
+    devices = host.proc / "devices"
+    devices.write_text(devices.read_text().replace("511 nvidia-uvm", "509 nvidia-uvm"))
+
+
+def _gpu_gone(host: FakeHost) -> None:
+    import shutil
+
+    shutil.rmtree(host.proc / "driver/nvidia/gpus/0000:18:00.0")
+    shutil.rmtree(host.sys / "bus/pci/devices/0000:18:00.0")
+
+
+@pytest.mark.parametrize("change, says", [
+    (_renumber, "GPU 0000:18:00.0 (GPU-00000000-1111-2222-3333-000000000000) has minor 1 now, not 0: /dev/nvidia0 is another GPU's"),
+    (_new_uvm_major, "the nvidia-uvm major was 511 and is 509 now"),
+    (_gpu_gone, "GPU 0000:18:00.0 (GPU-00000000-1111-2222-3333-000000000000, minor 0) is gone from"),
+])
+def test_a_spec_whose_nodes_changed_meaning_is_refused_by_the_hook_and_by_cdi_check(tmp_path: Path, change, says: str) -> None:
+    """Same driver, but what the spec's nodes are has changed: GPU 0's node is GPU 1's now, UVM's
+    major moved, or GPU 0 is gone. The hook must not start the container with GPU 0's old node."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2))
+    spec_path = tmp_path / "nvidia.json"
+    spec = generate(host, spec_path)
+    args = spec["containerEdits"]["hooks"][0]["args"][1:]
+    rootfs, state = container(tmp_path, [(195, 0), (195, 255), (511, 0)])  # what the engine made of gpu=0
+    config = str(host.write_config())
+    assert "rc=0" in in_own_namespace(args, state, "")
+    assert run_ponytail(["cdi", "check", "-config", config, str(spec_path)]).returncode == 0
+    change(host)
+    rootfs, state = container(tmp_path / "again", [(195, 0), (195, 255), (511, 0)])
+    out = in_own_namespace(args, state, "")
+    assert "rc=1" in out and says in out and "cdi generate" in out and len(out.splitlines()) == 2, out
+    assert not (rootfs / "etc/ld.so.conf.d").exists()
+    check = run_ponytail(["cdi", "check", "-config", config, str(spec_path)])
+    assert check.returncode == 1 and says in check.stdout.decode(), check.stdout + check.stderr

@@ -103,3 +103,26 @@ def test_hostile_image_under_the_cdi_hook_never_reaches_the_host(podman: CdiPodm
     stage.assert_host_untouched()
     if result.returncode == 0 and case.expect == WORKS:
         assert CUDA_OK in result.stdout and "open /dev/nvidia2 ENXIO" in result.stdout, result.stdout
+
+
+def test_podman_never_starts_a_container_with_a_spec_whose_gpus_were_renumbered(tmp_path: Path) -> None:
+    """Same driver, but the two GPUs traded minors since the spec was written: gpu=0's node
+    (/dev/nvidia0) is GPU 1 now. The hook stops the start, and the program never runs (before:
+    it ran with the other GPU's node, exit 0)."""
+    from test_cdi_hook import _renumber
+
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2))
+    spec = tmp_path / "nvidia.yaml"
+    generate(host, spec)
+    (tmp_path / "hooks.d").mkdir()
+    engine = CdiPodman(spec, tmp_path / "hooks.d")
+    try:
+        rootfs = make_rootfs(tmp_path / "rootfs")
+        fresh = engine.run(rootfs, ["/usr/local/bin/cudacheck", "/dev/nvidia0"], devices=["nvidia.com/gpu=0"])
+        assert fresh.returncode == 0 and "open /dev/nvidia0 ENXIO" in fresh.stdout, fresh.stdout + fresh.stderr
+        _renumber(host)
+        stale = engine.run(make_rootfs(tmp_path / "again"), ["/usr/local/bin/cudacheck", "/dev/nvidia0"], devices=["nvidia.com/gpu=0"])
+    finally:
+        engine.close()
+    assert stale.returncode != 0 and "cuDriverGetVersion" not in stale.stdout, stale.stdout
+    assert "the CDI spec is stale: GPU 0000:18:00.0" in stale.stderr and "has minor 1 now, not 0" in stale.stderr, stale.stderr

@@ -4,6 +4,7 @@ it, is deterministic and written atomically, and ``check`` notices when it goes 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -275,3 +276,22 @@ def test_names_are_checked_as_the_specifications_syntax_says(check: str) -> None
         assert function(text) == bool(pattern.fullmatch(text)), text
 
     agrees()
+
+
+def test_check_calls_a_spec_without_the_node_record_stale(tmp_path: Path) -> None:
+    """A spec an older ponytail wrote (its hook has --driver-version but no --gpu/--major): its
+    hook cannot refuse renumbered GPUs, so check asks for it to be generated again."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2))
+    path = tmp_path / "nvidia.json"
+    spec = generate(host, path)
+    [hook] = spec["containerEdits"]["hooks"]
+    args, kept = hook["args"], []
+    i = 0
+    while i < len(args):
+        width = {"--gpu": 4, "--major": 3}.get(args[i], 1)
+        kept += [] if width > 1 else [args[i]]
+        i += width
+    hook["args"] = kept
+    path.write_text(json.dumps(spec))
+    result = run_ponytail(["cdi", "check", "-config", str(host.write_config()), str(path)])
+    assert result.returncode == 1 and "records no GPU minors or majors" in result.stdout.decode(), result.stdout

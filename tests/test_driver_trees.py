@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support.engines import hook_entry, oci_bundle, unique
-from support.fakehost import FakeHost, gpus
+from support.fakehost import FakeHost, compile_library, gpus
 from support.harness import bundle_for, run_ponytail, state_for
 
 BUILD_A = ("560.28.03", 12060)
@@ -190,3 +191,40 @@ def test_the_cuda_requirement_is_checked_against_the_tree(trees: tuple[FakeHost,
     assert "problem: this host does not meet NVIDIA_REQUIRE_CUDA='cuda>=12.6'" in host_driver and "CUDA 12.4" in host_driver
     tree = _debug_in_hook_mode(tmp_path, config, [require, "PONYTAIL_DRIVER=build-a"]).stdout.decode()
     assert "problem:" not in tree and "driver tree 'build-a'" in tree
+
+
+def _half_updated(tree: Path) -> None:
+    """libcuda of 560 beside libnvidia-ml of 550: an update stopped half-way."""
+    libdir = tree / "usr/lib/x86_64-linux-gnu"
+    shutil.copy(compile_library("fake_libnvidia_ml.c", "libnvidia-ml.so.1", "libnvidia-ml.so.550.54.15", "550.54.15"), libdir / "libnvidia-ml.so.550.54.15")
+    (libdir / "libnvidia-ml.so.1").unlink()
+    (libdir / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.550.54.15")
+    (libdir / "libnvidia-ml.so.560.28.03").unlink()
+
+
+def _dangling_libcuda(tree: Path) -> None:
+    (tree / "usr/lib/x86_64-linux-gnu/libcuda.so.560.28.03").unlink()
+
+
+@pytest.mark.parametrize("breakage, says", [
+    (_half_updated, "half-updated: libcuda.so.1 is 560.28.03 but libnvidia-ml.so.1 is 550.54.15"),
+    (_dangling_libcuda, "its /usr/lib/x86_64-linux-gnu/libcuda.so.1 (libcuda.so.1) leads to no file in the tree"),
+])
+def test_a_half_updated_or_broken_tree_is_not_usable_anywhere_and_a_start_names_the_tree(
+    trees: tuple[FakeHost, Path], tmp_path: Path, breakage, says: str
+) -> None:
+    host, config = trees
+    tree = host.base / "umd/build-a"
+    breakage(tree)
+    rows = {t["name"]: t for t in json.loads(run_ponytail(["info", "--json", "-config", str(config)]).stdout)["driver_trees"]}
+    assert not rows["build-a"]["usable"] and says in rows["build-a"]["problem"], rows["build-a"]
+    assert "build-a" in run_ponytail(["info", "-config", str(config)]).stdout.decode()
+    check = run_ponytail(["check", "-config", str(config)]).stdout.decode()
+    [line] = [line for line in check.splitlines() if "driver tree build-a" in line]
+    assert says in line and "ok" not in line.split()[0].lower(), line
+    bundle = oci_bundle(tmp_path, ["true"], env=["PONYTAIL_DRIVER=build-a"], hooks={"prestart": [hook_entry(config)]})
+    name = unique()
+    result = subprocess.run(["runc", "run", "--bundle", str(bundle), name], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    subprocess.run(["runc", "delete", "-f", name], capture_output=True, timeout=120)
+    assert result.returncode != 0 and f"driver tree 'build-a' at {tree}" in result.stderr and says in result.stderr, result.stderr
+    assert f"driver root {host.driver}" not in result.stderr

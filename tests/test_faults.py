@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from support.engines import RUNTIMES, console_script, hook_entry, oci_bundle, processes_naming, unique
-from support.fakehost import FakeHost, gpus, make_rootfs
+from support.fakehost import FakeHost, compile_library, gpus, make_rootfs
 from support.harness import Sleeper, bundle_for, in_private_mount_ns, run_ponytail, state_for
 
 
@@ -465,3 +466,219 @@ def test_sigkill_at_the_linker_config_publishing_step_leaves_no_temporary_file(h
     assert [p.name for p in conf_dir.iterdir()] in ([], ["00-ponytail.conf"])
     if (conf_dir / "00-ponytail.conf").exists():
         assert (conf_dir / "00-ponytail.conf").read_text() in ("/stale\n", "/usr/lib/x86_64-linux-gnu\n")
+
+
+def test_a_libcuda_replaced_while_its_cuda_version_is_asked_is_not_trusted(tmp_path: Path) -> None:
+    """A same-name reinstall of a CUDA 11.0 build lands while NVIDIA_REQUIRE_CUDA=cuda>=12.0 is
+    being judged on the 12.4 build: the answer is about another file than the one now there,
+    and the start fails naming it (before: exit 0, 'met', and CUDA 11000 in the container)."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    libdir = host.driver / "usr/lib/x86_64-linux-gnu"
+    libcuda = libdir / f"libcuda.so.{host.driver_version}"
+    older = compile_library("fake_libcuda.c", "libcuda.so.1", libcuda.name, host.driver_version, 11000)
+    shutil.copy(older, libdir / ".libcuda-new")
+    swapping = (f'SWAP_FROM="{libdir}/.libcuda-new"', f'SWAP_TO="{libcuda}"')
+    shutil.copy(compile_library("fake_libcuda.c", "libcuda.so.1", libcuda.name, host.driver_version, 12040, defines=swapping), libcuda)
+    bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck"], env=["NVIDIA_REQUIRE_CUDA=cuda>=12.0"],
+                        hooks={"prestart": [hook_entry(host.write_config())]})
+    result = run_runc(bundle)
+    assert not (libdir / ".libcuda-new").exists()  # the swap happened during the check
+    assert result.returncode != 0, result.stdout
+    assert f"{libcuda} on the host was replaced while its CUDA version was asked" in result.stderr, result.stderr
+    assert "11000" not in result.stdout
+
+
+def test_a_libcuda_replaced_between_its_check_and_its_mount_is_not_mounted(tmp_path: Path, sleeper: Sleeper) -> None:
+    """The image ships its own libcuda.so.1 (so the driver's is also cloned late, in the rootfs step);
+    the run waits for another run's rootfs lock after NVIDIA_REQUIRE_CUDA was met, and a CUDA
+    11.0 build of the same name is installed meanwhile: the start fails naming the host file,
+    and the 11.0 build never reaches the container."""
+    import fcntl
+
+    from support.fakehost import add_stale_libcuda
+
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    libcuda = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
+    bundle = oci_bundle(tmp_path, ["true"], env=["NVIDIA_REQUIRE_CUDA=cuda>=12.0"])
+    rootfs = bundle / "rootfs"
+    add_stale_libcuda(rootfs, "470.82.01", 11040)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"ociVersion": "1.0.2", "id": "swap", "status": "creating", "pid": sleeper.pid, "bundle": str(bundle)}))
+    lock = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        with state.open("rb") as stdin:
+            run = subprocess.Popen([console_script("ponytail"), "-config", str(host.write_config())], stdin=stdin,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _wait_for(host.log, "step: wait for other runs into")
+        new = libcuda.with_name("libcuda.new")
+        shutil.copy(compile_library("fake_libcuda.c", "libcuda.so.1", libcuda.name, host.driver_version, 11000), new)
+        new.rename(libcuda)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        _, err = run.communicate(timeout=60)
+    finally:
+        os.close(lock)
+    # its clone from before the lock is of a file unlinked since (and a clone made now would be another file)
+    said = err.decode()
+    assert run.returncode == 1 and f"{libcuda} on the host " in said and "rootfs)" not in said, said
+    assert "changed after it was checked" in said or "was removed or replaced meanwhile" in said, said
+    check = subprocess.run(["nsenter", "-t", str(sleeper.pid), "-m", "chroot", str(rootfs), "/usr/local/bin/cudacheck"],
+                           capture_output=True, text=True, timeout=60)
+    assert "11000" not in check.stdout, check.stdout
+
+
+@pytest.mark.parametrize("suffix", [".bak", ".old", ".dpkg-new", "~"])
+def test_a_backup_of_an_older_drivers_libcuda_is_never_taken_for_the_running_ones(tmp_path: Path, suffix: str) -> None:
+    """550's libcuda is gone; a 535 build kept as libcuda.so.535.104.05.bak (CUDA 11.0) is
+    not the running driver's library: the start fails naming what is missing (before: it was
+    mounted and linked as libcuda.so.1, exit 0, CUDA 11000 in the container)."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    libdir = host.driver / "usr/lib/x86_64-linux-gnu"
+    (libdir / f"libcuda.so.{host.driver_version}").unlink()
+    older = compile_library("fake_libcuda.c", "libcuda.so.1", "libcuda.so.535.104.05", "535.104.05", 11000)
+    shutil.copy(older, libdir / f"libcuda.so.535.104.05{suffix}")
+    bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck"], hooks={"prestart": [hook_entry(host.write_config())]})
+    result = run_runc(bundle)
+    assert result.returncode != 0 and "11000" not in result.stdout, result.stdout
+    assert "compute needs libcuda.so.1" in result.stderr, result.stderr
+    debug = run_ponytail(["-config", str(host.write_config()), "-root", str(bundle / "rootfs"), "-debug"])
+    assert f"libcuda.so.535.104.05{suffix}: a renamed copy of driver 535.104.05's library" in debug.stdout.decode(), debug.stdout
+
+
+def test_an_upgrade_without_a_reboot_is_said_the_same_way_by_every_entry_point(tmp_path: Path) -> None:
+    """The driver's libraries are 560 now, the loaded module still 550 (NVML's 'Driver/library
+    version mismatch'): the hook, -debug, info and check all give check's diagnosis, both
+    versions and 'reboot, or reload the module' (before: the hook named one version and the
+    config, -debug guessed 'left over from an upgrade?', info said 'no libcuda found')."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1), driver_version="560.35.03")
+    version = host.proc / "driver/nvidia/version"
+    version.write_text(version.read_text().replace("560.35.03", "550.54.15"))
+    config = str(host.write_config())
+    libcuda = "/usr/lib/x86_64-linux-gnu/libcuda.so.560.35.03"
+    said = (f"libcuda.so.1 under {host.driver} is version 560.35.03 ({libcuda}) but the kernel module is 550.54.15 "
+            "(Driver/library version mismatch): reboot, or reload the module of the installed driver")
+    bundle = oci_bundle(tmp_path, ["true"], hooks={"prestart": [hook_entry(config)]})
+    hook = run_runc(bundle)
+    assert hook.returncode != 0 and said in hook.stderr, hook.stderr
+    debug = run_ponytail(["-config", config, "-root", str(bundle / "rootfs"), "-debug"]).stdout.decode()
+    assert f"problem: {said}" in debug and "left over" not in debug, debug
+    info = run_ponytail(["info", "-config", config]).stdout.decode()
+    assert said in info, info
+    check = run_ponytail(["check", "-config", config]).stdout.decode()
+    assert said in check, check
+
+
+@pytest.mark.parametrize("breakage", ["information file", "driver directory"])
+def test_one_lost_gpu_fails_index_and_all_requests_but_not_one_by_uuid_or_bus_id(tmp_path: Path, breakage: str) -> None:
+    """GPU 0's information file (or directory) is gone: indices are ambiguous, so '0', '1', 'all'
+    and '1:0:0' fail naming it; GPU 1 by UUID or bus id starts, with a warning, and a program in
+    the container opens GPU 1's node only (before: every request failed)."""
+    host = two_gpu_host(tmp_path)
+    lost, healthy = host.gpu_list
+    (gpu_dir(host, 0) / "information").unlink()
+    if breakage == "driver directory":
+        gpu_dir(host, 0).rmdir()
+    config = host.write_config()
+    for devices in ("0", "1", "all", "1:0:0"):
+        bundle = oci_bundle(tmp_path, ["true"], env=[f"NVIDIA_VISIBLE_DEVICES={devices}"], hooks={"prestart": [hook_entry(config)]})
+        result = run_runc(bundle)
+        assert result.returncode != 0 and f"inconsistent host: GPU {lost.bus_id} " in result.stderr, (devices, result.stderr)
+    for devices in (healthy.uuid, healthy.bus_id, healthy.bus_id[5:]):
+        bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck", f"/dev/nvidia{healthy.minor}", f"/dev/nvidia{lost.minor}"],
+                            env=[f"NVIDIA_VISIBLE_DEVICES={devices}"], hooks={"prestart": [hook_entry(config)]})
+        result = run_runc(bundle)
+        assert result.returncode == 0, (devices, result.stderr)
+        assert f"open /dev/nvidia{healthy.minor} ENXIO" in result.stdout and f"open /dev/nvidia{lost.minor} ENOENT" in result.stdout, result.stdout
+    warnings = [line for line in host.log.read_text().splitlines() if " warning container=" in line]
+    assert len(warnings) == 3 and all(f"inconsistent host: GPU {lost.bus_id} " in w and "by UUID or bus id only" in w for w in warnings), warnings
+
+
+def _wait_for(path: Path, text: str, seconds: float = 30) -> str:
+    for _ in range(int(seconds / 0.02)):
+        content = path.read_text() if path.exists() else ""
+        if text in content:
+            return content
+        time.sleep(0.02)
+    raise AssertionError(f"{text!r} never appeared in {path}: {content}")
+
+
+def test_a_killed_run_leaves_which_container_and_step_and_a_node_replaced_meanwhile_is_named(tmp_path: Path, sleeper: Sleeper) -> None:
+    """A run waiting for another run's rootfs lock has logged that it started and where it is;
+    SIGKILLed there, its record stays (before: nothing in the log). A second run waits there
+    while GPU 0's host node is replaced: the line names that host file, not the rootfs."""
+    import fcntl
+    import signal
+
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    bundle = oci_bundle(tmp_path, ["true"])
+    rootfs = bundle / "rootfs"
+    config = host.write_config()
+    state = tmp_path / "state.json"
+    lock = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another run into this rootfs, holding it
+    try:
+        for attempt in ("killed", "replaced"):
+            state.write_text(json.dumps({"ociVersion": "1.0.2", "id": f"lock-{attempt}", "status": "creating", "pid": sleeper.pid, "bundle": str(bundle)}))
+            with state.open("rb") as stdin:
+                run = subprocess.Popen([console_script("ponytail"), "-config", str(config)], stdin=stdin, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, start_new_session=True)
+            log = _wait_for(host.log, f"container=lock-{attempt} step: wait for other runs into {rootfs} (the rootfs lock)")
+            assert f"container=lock-{attempt} started: process {sleeper.pid}, rootfs {rootfs}; step: plan" in log
+            if attempt == "killed":
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait(timeout=30)
+                continue
+            node = host.dev / "nvidia0"
+            node.unlink()
+            os.mknod(node, 0o666 | 0o020000, os.makedev(195, 0))
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            _, err = run.communicate(timeout=60)
+            assert run.returncode == 1 and f"{node} on the host was removed or replaced meanwhile" in err.decode(), err
+    finally:
+        os.close(lock)
+    assert "injected" not in host.log.read_text()
+
+
+def test_a_second_run_after_the_driver_was_reinstalled_names_the_host_file(host: FakeHost, tmp_path: Path, sleeper: Sleeper) -> None:
+    """A second run into a container whose libcuda mount is of a host file replaced since (a
+    same-name reinstall): it cannot mount over that, and says which host file it is and what
+    to do (before: 'was removed meanwhile (something else is changing the rootfs)')."""
+    bundle = oci_bundle(tmp_path, ["true"])
+    state = state_for(bundle, sleeper.pid)
+    config = str(host.write_config())
+    first = run_ponytail(["-config", config], stdin=state, isolated=False)
+    assert first.returncode == 0, first.stderr
+    libcuda = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
+    shutil.copy(libcuda, libcuda.with_name("libcuda.new"))
+    libcuda.with_name("libcuda.new").rename(libcuda)
+    again = run_ponytail(["-config", config], stdin=state, isolated=False)
+    err = again.stderr.decode()
+    assert again.returncode == 1 and len(err.splitlines()) == 1, err
+    assert f"an earlier run mounted a host file there that has been removed or replaced since ({libcuda}" in err, err
+    assert "something else is changing the rootfs" not in err
+
+
+def test_a_libcuda_reinstalled_between_its_check_and_its_clone_is_refused(tmp_path: Path, rootfs: Path, sleeper: Sleeper) -> None:
+    """NVIDIA_REQUIRE_CUDA=cuda>=12.0 is met by the 12.4 build; the first clone (a device node) is
+    held up for 1.5 s (strace's syscall delay), and a CUDA 11.0 build of the same name is
+    installed then: the libcuda cloned next is not the file checked, and the start fails naming
+    it (before: the 11.0 build was mounted, exit 0, 11000 in the container)."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    libcuda = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
+    bundle = bundle_for(tmp_path, rootfs, env=["PATH=/bin", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"])
+    traced = tmp_path / "strace.txt"
+    command = ["strace", "-o", str(traced), "-e", "trace=open_tree", "-e", "inject=open_tree:delay_enter=1500000:when=1",
+               console_script("ponytail"), "-config", str(host.write_config())]
+    state = tmp_path / "state.json"
+    state.write_text(state_for(bundle, sleeper.pid))
+    with state.open("rb") as stdin:
+        run = subprocess.Popen(command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait_for(traced, "open_tree(")
+    new = libcuda.with_name("libcuda.new")
+    shutil.copy(compile_library("fake_libcuda.c", "libcuda.so.1", libcuda.name, host.driver_version, 11000), new)
+    new.rename(libcuda)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 1 and f"{libcuda} on the host changed after it was checked" in err.decode(), err
+    check = subprocess.run(["nsenter", "-t", str(sleeper.pid), "-m", "chroot", str(rootfs), "/usr/local/bin/cudacheck"],
+                           capture_output=True, text=True, timeout=60)
+    assert "11000" not in check.stdout, check.stdout

@@ -273,3 +273,15 @@ def test_a_mig_device_without_its_access_node_is_a_problem(host_change: dict, pr
     plan = plan_for("2:1:0", host=make_host(gpus=MIG_GPUS, **host_change))
     assert plan.problems[0] == problem
     assert "/dev/nvidia-caps/nvidia-cap310" not in device_targets(plan)
+
+
+def test_a_tree_missing_a_library_is_named_with_its_version_not_the_hosts_driver_root() -> None:
+    from ponytail.lite.records import replace
+
+    tree = "the driver tree at /opt/umd/build-a, version 560.28.03,"
+    plan = plan_for("0", "utility,compute", host=replace(make_host(libraries=(LIBNVML,), reports=None), tree=tree))
+    assert plan.problems[0].startswith(f"compute needs libcuda.so.1, and {tree} has none:"), plan.problems
+    assert "[host] driver_root" not in plan.problems[0] and DRIVER not in plan.problems[0]
+    none = plan_for("0", host=replace(make_host(libraries=()), tree=tree))
+    assert none.problems[0].startswith(f"no library of {tree} found") and "reinstall the tree" in none.problems[0]
+    assert "[host] driver_root" not in none.problems[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ponytail.container.request import DeviceRequest, build_request, device_request, select_devices, select_gpus
+from ponytail.container.request import DeviceRequest, build_request, device_request, names_by_identity, select_devices, select_gpus
 from ponytail.errors import InputError
 
 from support.hostdata import gpu_list, uuid
@@ -176,3 +176,13 @@ def test_an_unprivileged_container_without_accept_env_gets_the_plugins_devices_o
     assert refused.devices.is_void
     allowed = build_request(None, None, {"NVIDIA_VISIBLE_DEVICES": "all"}, privileged=False)
     assert allowed.devices == DeviceRequest("all", "NVIDIA_VISIBLE_DEVICES")
+
+
+@pytest.mark.parametrize("selector, by_identity", [
+    ("GPU-8f6e0000-1111-2222-3333-444455556666", True), ("0000:3b:00.0", True), ("3b:00.0", True),
+    ("MIG-aaaa", True), ("GPU-aaaa,0000:3b:00.0", True), ("none", True), ("void", True),
+    ("0", False), ("all", False), ("1:0:0", False), ("GPU-aaaa,1", False), ("", True), (" , ", True),
+])
+def test_which_requests_name_gpus_by_what_survives_renumbering(selector: str, by_identity: bool) -> None:
+    """With a GPU lost by the driver only these may start (indices, all and GPU:GI:CI are ambiguous)."""
+    assert names_by_identity(DeviceRequest(selector, "test")) is by_identity

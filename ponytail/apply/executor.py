@@ -46,6 +46,8 @@ from ponytail.plan.operations import MOUNT_OPTIONS, AllowDevices, HideNode, Link
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ponytail.apply.cgroup import DevicesCgroup  # imported when a plan has device rules (not a CDI hook's)
 
 LD_SO_CONF = "/etc/ld.so.conf"
@@ -74,16 +76,21 @@ class Outcome:
 def apply_plan(
     plan: Plan, rootfs: str, container_pid: int | None, ldconfig_timeout_s: float = LDCONFIG_TIMEOUT_S, lock_timeout_s: float = 10.0,
     extend_denying_programs: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Apply ``plan`` to ``rootfs``; in the mount namespace of ``container_pid`` when given.
-    Runs into the same rootfs directory take turns (ponytail.apply.rootlock)."""
+    Runs into the same rootfs directory take turns (ponytail.apply.rootlock). ``progress`` is
+    told each step as it begins (the run log's step lines: where a killed run was)."""
+    step = progress or _quiet
     syscalls.require_new_mount_api()
     outcome = Outcome()
     trees: dict[int, int] = {}  # operation index -> detached mount
     ldconfig_fd = -1
     host_ns = -1  # to clone a library for a SONAME link only if the image has a file there (_symlink)
+    identities = {op.source: op.identity for op in plan.operations if isinstance(op, Mount) and op.identity is not None}
     devices_cgroup: DevicesCgroup | None = None  # hook mode with device rules only (not a CDI hook's plan)
     try:
+        step(f"clone {plan.count('device') + plan.count('library')} device node(s) and librar(ies) and check them")
         for i, op in enumerate(plan.operations):
             if isinstance(op, Mount):
                 trees[i] = _clone_source(op)
@@ -98,25 +105,29 @@ def apply_plan(
         if container_pid is not None:
             _enter_mount_namespace(container_pid)
         root_fd = open_root(rootfs)
+        step(f"wait for other runs into {rootfs} (the rootfs lock)")
         try:
             lock_fd = lock_rootfs(root_fd, rootfs, lock_timeout_s)
         except BaseException:
             os.close(root_fd)
             raise
         paths = InRoot(root_fd)
+        step("mount and link in the rootfs")
         try:
             for i, op in enumerate(plan.operations):
                 if isinstance(op, Mount):
                     _mount(paths, op, trees[i], outcome)
                 elif isinstance(op, Symlink):
-                    _symlink(paths, op, host_ns, outcome)
+                    _symlink(paths, op, host_ns, outcome, identities.get(op.library))
                 elif isinstance(op, ProcMask):
                     _mask_proc(root_fd, op, outcome)
                 elif isinstance(op, HideNode):
                     _hide_node(paths, op, outcome)
                 elif isinstance(op, LinkerCache):
+                    step(f"linker cache ({op.ldconfig})")
                     _linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
                 elif isinstance(op, AllowDevices) and devices_cgroup is not None:
+                    step("device rules")
                     _allow_devices(devices_cgroup, op, outcome)
         except BaseException as e:
             leftover = _undo(outcome.attached)
@@ -137,6 +148,10 @@ def apply_plan(
             if fd >= 0:
                 os.close(fd)
     return outcome
+
+
+def _quiet(step: str) -> None:
+    pass
 
 
 def _undo(attached: list[int]) -> str:
@@ -180,6 +195,11 @@ def _clone_source(op: Mount) -> int:
                 raise InjectionError(f"{op.source} is no longer a {'directory' if op.is_dir else 'socket'}; refusing to mount it")
         elif not stat.S_ISREG(st.st_mode):
             raise InjectionError(f"{op.source} is not a regular file; refusing to mount it")
+        elif op.identity is not None and (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != op.identity:
+            raise InjectionError(
+                f"{op.source} on the host changed after it was checked (a driver being installed meanwhile?); "
+                "refusing to mount it: try again"
+            )
         try:
             flags = 0
             for option in op.options:
@@ -318,6 +338,16 @@ def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_ker
         syscalls.attach_tree(tree, target_fd)
         outcome.attached.append(os.dup(tree))
     except OSError as e:
+        if e.errno == errno.ENOENT and _unlinked(tree):  # the host's file was replaced since it was cloned
+            raise InjectionError(
+                f"cannot mount {source} onto {resolved.path} in the rootfs: {source} on the host was removed or replaced "
+                "meanwhile (a driver being installed?); try again"
+            ) from e
+        if e.errno == errno.ENOENT and _unlinked(target_fd):  # an earlier run's mount of a host file replaced since
+            raise InjectionError(
+                f"cannot mount {source} onto {resolved.path} in the rootfs: an earlier run mounted a host file there "
+                f"that has been removed or replaced since ({source}, a driver being installed?); start the container again"
+            ) from e
         if e.errno == errno.ENOENT:  # the mount point was unlinked between resolving and attaching
             raise InjectionError(
                 f"cannot mount {source} onto {resolved.path} in the rootfs: {resolved.path} was removed meanwhile "
@@ -327,6 +357,13 @@ def _attach(resolved: Resolved, tree: int, source: str, outcome: Outcome, on_ker
     finally:
         os.close(target_fd)
     outcome.done.append(f"mount {source} -> {resolved.path}")
+
+
+def _unlinked(fd: int) -> bool:
+    try:
+        return os.fstat(fd).st_nlink == 0
+    except OSError:
+        return False
 
 
 def _refuse_kernel_fs(resolved: Resolved, fd: int, what: str) -> None:
@@ -344,7 +381,7 @@ def _same_file(a: int, b: int) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome) -> None:
+def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome, identity: tuple[int, ...] | None = None) -> None:
     resolved = paths.resolve(op.target, create_dirs=True, follow_last=False)
     try:
         _refuse_kernel_fs(resolved, resolved.parent_fd, f"link {op.link_to}")
@@ -352,7 +389,7 @@ def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome) -> None
             outcome.warnings.append(
                 f"the image ships its own {resolved.path}; the driver's {op.link_to} is mounted over it"
             )
-            tree = _clone_library(op, host_ns)
+            tree = _clone_library(op, host_ns, identity)
             try:
                 _attach(resolved, tree, op.library, outcome, on_kernel_fs=False)
             finally:
@@ -375,14 +412,14 @@ def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome) -> None
         resolved.close()
 
 
-def _clone_library(op: Symlink, host_ns: int) -> int:
+def _clone_library(op: Symlink, host_ns: int, identity: tuple[int, ...] | None) -> int:
     """The library a SONAME link names, as a detached mount, for an image that has a file where
     the link goes. Cloned only then, and not before entering the container (as mounts are):
     closing a detached mount that was never attached makes the kernel wait for an RCU grace
     period, milliseconds for each link of every start. Cloning needs the host's mount
     namespace (``host_ns``; -1: this process never left it), so the hook steps back into it
     for the clone and returns to the container's."""
-    source = Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason)
+    source = Mount("library", op.library, op.target, MOUNT_OPTIONS["library"], op.reason, identity=identity)
     if host_ns < 0:
         return _clone_source(source)
     here = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)

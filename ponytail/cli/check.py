@@ -121,8 +121,7 @@ def _char_links(config: Config, broken: set[str]) -> list[Finding]:
 def _library_versions(config: Config, kernel: str) -> list[Finding]:
     """What libcuda.so.1 and libnvidia-ml.so.1 of the driver root lead to must be the kernel
     module's version: anything else is NVML's 'Driver/library version mismatch'."""
-    from ponytail.container.umd import soname_version
-    from ponytail.host.files import host_path
+    from ponytail.host.files import host_path, mismatch_message, soname_version
 
     out = []
     for soname in EXPECTED_SONAMES:
@@ -132,11 +131,7 @@ def _library_versions(config: Config, kernel: str) -> list[Finding]:
         elif found[0] == kernel:
             out.append(Finding("host", soname, OK, f"{host_path(config.driver_root, found[1])} matches the kernel module {kernel}"))
         else:
-            out.append(Finding(
-                "host", soname, FAIL,
-                f"{soname} under {config.driver_root} is version {found[0]} ({found[1]}) but the kernel module is {kernel} "
-                f"(Driver/library version mismatch): reboot, or reload the module of the installed driver",
-            ))
+            out.append(Finding("host", soname, FAIL, mismatch_message(config.driver_root, soname, *found, kernel)))
     return out
 
 

@@ -44,6 +44,12 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
             libcuda = None  # no compute libraries: info still shows the GPUs
         asked = cuda_driver_version(loaded.driver_root, libcuda, loaded.cache_dir, loaded.timeout_probe) if libcuda else None
         cuda = format_cuda_version(asked) if asked else None
+        notes = found.notes
+        if libcuda is None:
+            from ponytail.host.files import version_mismatch
+
+            mismatch = version_mismatch(loaded.driver_root, found.driver_version)
+            notes += (mismatch,) if mismatch else ()
     except PonytailError as e:
         print(f"ponytail: error: {e.message}", file=stderr or sys.stderr)
         return e.exit_code
@@ -60,11 +66,11 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
         ]
         from ponytail.container.umd import trees_json
 
-        document = {"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus}
+        document = {"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus, "notes": list(notes)}
         stdout.write(dumps({**document, "driver_trees": trees_json(loaded, found.driver_version)}, indent=2) + "\n")
     else:
         from ponytail.container.umd import render_trees
         from ponytail.plan.render import render_gpus
 
-        stdout.write(render_gpus(found.driver_version, cuda, found.gpus, found.notes) + render_trees(loaded, found.driver_version))
+        stdout.write(render_gpus(found.driver_version, cuda, found.gpus, notes) + render_trees(loaded, found.driver_version))
     return 0

@@ -104,6 +104,18 @@ def select_gpus(gpus: tuple[Gpu, ...], request: DeviceRequest) -> tuple[Gpu, ...
     return select_devices(gpus, request).gpus
 
 
+def names_by_identity(request: DeviceRequest) -> bool:
+    """Whether ``request`` names its GPUs only by what stays true when indices shift (GPU- and
+    MIG- UUIDs, PCI bus ids), or none: not ``all``, an index or a MIG device's GPU:GI:CI."""
+    text = request.selector.strip()
+    if text.lower() in ("none", "", "void"):
+        return True
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    return all(
+        item.upper().startswith(("GPU-", "MIG-")) or (not _number(item) and canonical_bus_id(item) is not None) for item in items
+    )
+
+
 def _mig_by_index(gpus: tuple[Gpu, ...], item: str) -> MigDevice | None:
     index, gi, ci = (int(p) for p in item.split(":"))
     if index >= len(gpus):

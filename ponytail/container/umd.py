@@ -24,6 +24,7 @@ import os
 from ponytail.config import Config, DriverTree
 from ponytail.container.trigger import DRIVER_ANNOTATION, DRIVER_VAR
 from ponytail.errors import InputError, ProbeError
+from ponytail.host.files import soname_state
 from ponytail.lite.records import record, replace
 
 _VERSION_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
@@ -94,12 +95,9 @@ def choose_tree(config: Config, asked: tuple[str, str] | None, kernel_version: s
         kind = "a path, not a registered driver name" if "/" in name else "not a registered driver tree"
         raise InputError(f"{source}={name!r} is {kind} (registered: {known}); the admin adds [drivers.NAME] to {config.path or 'the config'}")
     refuse_untrusted_tree(name, tree.root, [])
-    version = tree_version(tree.root)
-    if version is None:
-        raise ProbeError(
-            f"driver tree '{name}' at {tree.root} has no libcuda.so.1 or libnvidia-ml.so.1 named by version "
-            f"(libcuda.so.X.Y.Z): fix the tree or its [drivers.{name}] root"
-        )
+    version, problem = tree_state(tree.root)
+    if version is None or problem is not None:
+        raise ProbeError(f"driver tree '{name}' at {tree.root}{f' (version {version})' if version else ''}: {problem}; fix the tree or its [drivers.{name}] root")
     if version != kernel_version and "*" not in tree.kernel_modules and kernel_version not in tree.kernel_modules:
         raise ProbeError(
             f"driver tree '{name}' is version {version} but the loaded kernel module is {kernel_version}: "
@@ -112,36 +110,26 @@ def choose_tree(config: Config, asked: tuple[str, str] | None, kernel_version: s
 def tree_version(root: str) -> str | None:
     """The driver version of the tree at ``root``: the version in the file name that its
     libcuda.so.1 (else libnvidia-ml.so.1) resolves to. Never loads a library."""
-    for soname in _VERSION_SONAMES:
-        found = soname_version(root, soname)
-        if found is not None:
-            return found[0]
-    return None
+    return tree_state(root)[0]
 
 
-def soname_version(root: str, soname: str) -> tuple[str, str] | None:
-    """(version, in-root path) of the first ``soname`` under ``root`` that resolves to a file
-    named by a driver version, looked up in the usual library directories, then its
-    ld.so.cache; symlinks are resolved inside ``root``."""
-    from ponytail.fs.inroot import real_path_in_root
-    from ponytail.host.files import library_dirs, library_version
-    from ponytail.host.ldcache import read_ld_cache_in_root
-
-    try:
-        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        cache = read_ld_cache_in_root(root_fd)
-        candidates = [f"{d}/{soname}" for d in library_dirs()] + [p for n, p in cache if n == soname]
-        for candidate in candidates:
-            real = real_path_in_root(root_fd, candidate)
-            version = library_version(real) if real else None
-            if version is not None and real is not None:
-                return version, real
-    finally:
-        os.close(root_fd)
-    return None
+def tree_state(root: str) -> tuple[str | None, str | None]:
+    """(version, problem) of the tree at ``root``: a tree serves only when its libcuda.so.1 and
+    libnvidia-ml.so.1 both lead to files of one version. A link that leads to no file, or two
+    versions (a half-updated tree: libcuda 560 beside libnvidia-ml 550), is a problem that
+    fails every start selecting it, so it is said wherever the tree is shown."""
+    found = {soname: soname_state(root, soname) for soname in _VERSION_SONAMES}
+    versions = {soname: state[0] for soname, state in found.items() if state[0] is not None}
+    version = next(iter(versions.values()), None)
+    for soname, (_, _, dangling) in found.items():
+        if dangling:
+            return version, f"its {dangling} ({soname}) leads to no file in the tree: reinstall the tree's libraries"
+    if len(set(versions.values())) > 1:
+        mixed = " but ".join(f"{soname} is {v}" for soname, v in versions.items())
+        return version, f"half-updated: {mixed}; reinstall one version of the driver's libraries in the tree"
+    if version is None:
+        return None, "no libcuda.so.1 or libnvidia-ml.so.1 named by version (libcuda.so.X.Y.Z)"
+    return version, None
 
 
 def describe_trees(config: Config, kernel_version: str | None) -> list[tuple[DriverTree, str | None, str | None]]:
@@ -150,14 +138,13 @@ def describe_trees(config: Config, kernel_version: str | None) -> list[tuple[Dri
 
     rows = []
     for tree in config.drivers.values():
-        version = tree_version(tree.root)
-        problem = None
+        version, problem = tree_state(tree.root)
         if not os.path.isdir(tree.root):
             problem = f"{tree.root} is not a directory"
         elif untrusted := untrusted_tree(tree.root, ["/etc/ld.so.cache"]):
             problem = f"refused: {untrusted} (a tree must be root's and writable by no one else)"
-        elif version is None:
-            problem = f"no libcuda.so.1 or libnvidia-ml.so.1 named by version under {tree.root}"
+        elif problem is not None:
+            problem = f"{problem} (under {tree.root})"
         elif kernel_version and version != kernel_version and "*" not in tree.kernel_modules and kernel_version not in tree.kernel_modules:
             problem = f"version {version} but the loaded kernel module is {kernel_version}"
         rows.append((tree, version, problem))

@@ -71,8 +71,9 @@ def _hex(text: str, longest: int) -> bool:
     return 0 < len(text) <= longest and _HEX_DIGITS.issuperset(text)
 
 
-def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:
-    """Every GPU the driver knows, keyed by canonical PCI bus id."""
+def read_gpu_informations(proc_root: str, lost: list[str] | None = None) -> dict[str, GpuInformation]:
+    """Every GPU the driver knows, keyed by canonical PCI bus id. A GPU whose directory has no
+    information file is an inconsistent host: an error, or its message added to ``lost``."""
     base = os.path.join(proc_root, "driver/nvidia/gpus")
     try:
         names = os.listdir(base)
@@ -93,10 +94,11 @@ def read_gpu_informations(proc_root: str) -> dict[str, GpuInformation]:
         except FileNotFoundError:
             if not os.path.isdir(os.path.join(base, name)):
                 continue  # gone meanwhile, with its directory: as if never listed
-            raise ProbeError(
-                f"inconsistent host: GPU {bus_id} has no {path}; refusing to number the GPUs without it: "
-                "check 'nvidia-smi' and dmesg"
-            ) from None
+            message = f"inconsistent host: GPU {bus_id} has no {path}; refusing to number the GPUs without it: check 'nvidia-smi' and dmesg"
+            if lost is None:
+                raise ProbeError(message) from None
+            lost.append(message)
+            continue
         except OSError as e:
             raise ProbeError(f"cannot read {path}: {e.strerror}") from e
         result[bus_id] = info
@@ -165,3 +167,45 @@ def read_proc_files(proc_root: str) -> dict[str, bytes]:
         except OSError:
             pass
     return contents
+
+
+# the /proc/devices names whose majors a device node of ours depends on (the GPUs and control nodes, UVM, MIG access)
+NODE_MODULES = ("nvidia-frontend", "nvidia", "nvidia-uvm", "nvidia-caps")
+
+
+def node_drift(proc_root: str, gpus: list[tuple[int, str, str]], majors: dict[str, int]) -> list[str]:
+    """What changed since device nodes were planned for ``gpus`` ((minor, canonical bus id,
+    UUID) each) and the driver's ``majors`` (name -> major, of NODE_MODULES): a GPU gone from
+    the driver, at another minor (renumbered: its old node is another GPU's now) or with
+    another UUID, a module's major changed or gone. Empty: every such node is still what it
+    was. Cheap: /proc/devices and the named GPUs' information files only."""
+    found = []
+    now = read_char_majors(proc_root)
+    for name, major in majors.items():
+        if now.get(name) != major:
+            current = f"is {now[name]} now" if name in now else "is gone from /proc/devices (module unloaded?)"
+            found.append(f"the {name} major was {major} and {current}")
+    if gpus:
+        base = os.path.join(proc_root, "driver/nvidia/gpus")
+        try:
+            names = {canonical_bus_id(n): n for n in os.listdir(base)}
+        except OSError:
+            names = {}
+        for minor, bus_id, uuid in gpus:
+            info = _read_information(os.path.join(base, names[bus_id], "information"), bus_id, names[bus_id]) if bus_id in names else None
+            if info is None:
+                found.append(f"GPU {bus_id} ({uuid}, minor {minor}) is gone from {base}")
+            elif info.minor != minor:
+                found.append(f"GPU {bus_id} ({uuid}) has minor {info.minor} now, not {minor}: /dev/nvidia{minor} is another GPU's")
+            elif info.uuid != uuid:
+                found.append(f"GPU {bus_id} at minor {minor} is {info.uuid} now, not {uuid}")
+    return found
+
+
+def _read_information(path: str, bus_id: str, proc_name: str) -> GpuInformation | None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(16384)
+        return parse_information(raw.decode("utf-8", "replace"), bus_id, path, proc_name, raw)
+    except (OSError, ProbeError):
+        return None

@@ -178,11 +178,13 @@ def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
     key = (real, search.bits)
     if key in scan.found or key in scan.skipped:
         return
+    copy = _renamed_copy(real)
+    if copy:
+        scan.skipped[key] = SkippedFile(real, copy)
+        return
     version = _library_version(real)
     if version is not None and version != scan.version and _driver_like(version):
-        scan.skipped[key] = SkippedFile(
-            real, f"driver version {version}, but the running driver is {scan.version} (left over from an upgrade?)"
-        )
+        scan.skipped[key] = SkippedFile(real, f"driver version {version}, but the running driver is {scan.version}")
         return
     soname, problem = _check_elf(scan, real, search.bits)
     if problem:
@@ -197,6 +199,24 @@ def _library_version(path: str) -> str | None:
     _, so, version = path.rpartition(".so.")
     parts = version.split(".")
     return version if so and len(parts) > 1 and all(p.isdecimal() for p in parts) else None
+
+
+def _renamed_copy(path: str) -> str:
+    """Why a name is not a library's own, or "": after '.so.' a library's name has numbers
+    only (libcuda.so.1, libcuda.so.550.54.15); libcuda.so.535.104.05.bak, .old, .dpkg-new
+    or ~ are copies someone kept (of an older driver, often), never the running one's."""
+    _, so, suffix = path.rpartition(".so.")
+    if not so or all(p.isdecimal() and p.isascii() for p in suffix.split(".")):
+        return ""
+    numbers = []
+    for part in suffix.split("."):
+        digits = part[:len(part) - len(part.lstrip("0123456789"))]
+        if digits:
+            numbers.append(digits)
+        if digits != part:
+            break
+    of = f" of driver {'.'.join(numbers)}'s library" if numbers and _driver_like(".".join(numbers)) else ""
+    return f"a renamed copy{of} (only names ending in .so.<numbers> are libraries; a backup?)"
 
 
 def library_version(path: str) -> str | None:
@@ -323,3 +343,53 @@ def _open_root(path: str) -> int | None:
         return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
+
+
+def soname_version(root: str, soname: str) -> tuple[str, str] | None:
+    """(version, in-root path) of the first ``soname`` under ``root`` that resolves to a file
+    named by a driver version, looked up in the usual library directories, then its
+    ld.so.cache; symlinks are resolved inside ``root``."""
+    version, real, _ = soname_state(root, soname)
+    return (version, real) if version is not None and real is not None else None
+
+
+def version_mismatch(driver_root: str, kernel: str) -> str | None:
+    """NVML's 'Driver/library version mismatch' (libraries upgraded, the old module still
+    loaded), said the one way every entry point says it; None when there is none."""
+    for soname in ("libcuda.so.1", "libnvidia-ml.so.1"):
+        found = soname_version(driver_root, soname)
+        if found is not None and found[0] != kernel:
+            return mismatch_message(driver_root, soname, *found, kernel)
+    return None
+
+
+def mismatch_message(driver_root: str, soname: str, version: str, path: str, kernel: str) -> str:
+    return (
+        f"{soname} under {driver_root} is version {version} ({path}) but the kernel module is {kernel} "
+        f"(Driver/library version mismatch): reboot, or reload the module of the installed driver"
+    )
+
+
+def soname_state(root: str, soname: str) -> tuple[str | None, str | None, str | None]:
+    """soname_version's (version, in-root path), and the first candidate that is a link leading to no file."""
+    from ponytail.fs.inroot import real_path_in_root
+    from ponytail.host.ldcache import read_ld_cache_in_root
+
+    try:
+        root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None, None, None
+    dangling = None
+    try:
+        cache = read_ld_cache_in_root(root_fd)  # read like an image's file: no link out, no FIFO, a regular file only
+        candidates = [f"{d}/{soname}" for d in library_dirs()] + [p for n, p in cache if n == soname]
+        for candidate in candidates:
+            real = real_path_in_root(root_fd, candidate)
+            if real is None and dangling is None and os.path.islink(host_path(root, candidate)):
+                dangling = candidate
+            version = library_version(real) if real else None
+            if version is not None and real is not None:
+                return version, real, dangling
+    finally:
+        os.close(root_fd)
+    return None, None, dangling

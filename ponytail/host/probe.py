@@ -93,6 +93,7 @@ class Gpus:
     gpus: tuple[Gpu, ...]
     notes: tuple[str, ...]
     information: dict[str, bytes]  # directory name under gpus/ -> information file, offered GPUs only
+    lost: tuple[str, ...] = ()  # GPUs the bus has and the driver lost (with allow_lost): why the indices cannot be trusted
 
 
 @record(frozen=True)
@@ -118,6 +119,9 @@ class Host:
     # by GPU bus id: its /dev/dri nodes (names "dri/card1", "dri/renderD128"), for capabilities with
     # dri_nodes; a GPU without a DRM device in sysfs (nvidia-drm not loaded) is absent
     dri_nodes: dict[str, tuple[DeviceNode, ...]] = field(default_factory=dict)
+    tree: str = ""  # the registered driver tree the files come from ("driver tree at ROOT, version V"); "": the driver root
+    lost: tuple[str, ...] = ()  # Gpus.lost: GPUs may be named by UUID or bus id only
+    mismatch: str = ""  # the driver root's libraries are another version than the kernel module (host.files.version_mismatch)
 
     def caps_node(self, minor: int) -> DeviceNode:
         name = f"nvidia-caps/nvidia-cap{minor}"
@@ -129,11 +133,14 @@ class Host:
         return next((lib for lib in self.libraries if lib.soname == soname and lib.bits == 64), None)
 
 
-def probe_gpus(config: Config, udev: bool = True) -> Gpus:
-    """Driver version and GPUs in PCI bus order (with MIG state), without touching any driver file."""
+def probe_gpus(config: Config, udev: bool = True, allow_lost: bool = False) -> Gpus:
+    """Driver version and GPUs in PCI bus order (with MIG state), without touching any driver file.
+    A GPU on the bus that the driver lost (no information file) is an inconsistent host: an
+    error, or with ``allow_lost`` the other GPUs and why their indices cannot be trusted."""
     version = read_driver_version(config.proc_root)
-    infos = read_gpu_informations(config.proc_root)
-    notes = _check_consistent(config, infos, nvidia_gpus(config.sys_root, udev))
+    lost: list[str] = []
+    infos = read_gpu_informations(config.proc_root, lost if allow_lost else None)
+    notes = _check_consistent(config, infos, nvidia_gpus(config.sys_root, udev), lost if allow_lost else None)
     gpus: list[Gpu] = []
     for bus_id in sorted(infos):
         info = infos[bus_id]
@@ -144,10 +151,10 @@ def probe_gpus(config: Config, udev: bool = True) -> Gpus:
         enabled, migs = read_mig_devices(config.proc_root, info.minor, index)
         gpus.append(Gpu(index, info.minor, bus_id, info.uuid, info.model, enabled, migs))
     information = {infos[g.pci_bus_id].proc_name: infos[g.pci_bus_id].text for g in gpus}
-    return Gpus(version, tuple(gpus), tuple(notes), information)
+    return Gpus(version, tuple(gpus), tuple(notes), information, tuple(dict.fromkeys(lost)))
 
 
-def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: list[PciFunction]) -> list[str]:
+def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: list[PciFunction], lost: list[str] | None = None) -> list[str]:
     """A GPU's index is its place in bus order among the driver's GPUs: a GPU that the
     bus and the driver see differently would shift every index after it, and give a
     container another card than the one it asked for. So this is an error naming the
@@ -158,15 +165,18 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
     where = f"{config.proc_root}/driver/nvidia/gpus"
     bus_ids = {f.bus_id for f in on_bus}
     for function in on_bus:
-        if function.bus_id in infos:
+        if function.bus_id in infos or (lost is not None and any(f"GPU {function.bus_id} " in m for m in lost)):
             continue
         if function.driver and function.driver != "nvidia":
             notes.append(f"GPU {function.bus_id} is bound to the {function.driver} driver, not NVIDIA's; not offered")
             continue
-        raise ProbeError(
+        message = (
             f"inconsistent host: GPU {function.bus_id} is on the PCI bus but not in {where} (the driver lost it, "
             "or its information file is missing); refusing to number the GPUs without it: check 'nvidia-smi' and dmesg"
         )
+        if lost is None:
+            raise ProbeError(message)
+        lost.append(message)
     if on_bus:
         for bus_id in sorted(infos.keys() - bus_ids):
             raise ProbeError(
@@ -191,12 +201,12 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
 
 def probe_host(
     config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None, udev: bool = True,
-    library_version: str = "", features: tuple[tuple[str, str, str], ...] = (),
+    library_version: str = "", features: tuple[tuple[str, str, str], ...] = (), allow_lost: bool = False,
 ) -> Host:
     """Everything a plan needs for ``capabilities``, read once. ``library_globs`` (from
     -libs) replaces the capabilities' libraries and the config's globs. ``library_version``
     (a registered driver tree's) filters libraries and firmware instead of the kernel module's."""
-    found = probe_gpus(config, udev)
+    found = probe_gpus(config, udev, allow_lost)
     files_version = library_version or found.driver_version
     majors = read_char_majors(config.proc_root)
     gpu_major = nvidia_major(majors)
@@ -241,7 +251,20 @@ def probe_host(
         dev_root=config.dev_root,
         features=tuple(_feature(config, majors, name, selector, source, found.driver_version) for name, selector, source in features),
         dri_nodes=_dri_nodes(config, found.gpus) if any(CAPABILITIES[c].dri_nodes for c in capabilities) else {},
+        tree=f"the driver tree at {config.driver_root}, version {library_version}," if library_version else "",
+        lost=found.lost,
+        mismatch=_mismatch(config, libraries, library_version, found.driver_version),
     )
+
+
+def _mismatch(config: Config, libraries: list[DriverFile], library_version: str, kernel: str) -> str:
+    """Why the driver root has no libcuda.so.1 or libnvidia-ml.so.1 of the kernel module's
+    version when that is an upgrade without a reboot; looked at only when one is missing."""
+    if library_version or {"libcuda.so.1", "libnvidia-ml.so.1"} <= {lib.soname for lib in libraries if lib.bits == 64}:
+        return ""
+    from ponytail.host.files import version_mismatch
+
+    return version_mismatch(config.driver_root, kernel) or ""
 
 
 def _feature(config: Config, majors: dict[str, int], name: str, selector: str, source: str, driver_version: str) -> FeatureFinding:

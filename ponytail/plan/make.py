@@ -35,7 +35,11 @@ def make_plan(
     from ponytail.plan.operations import build_plan
 
     config, tree_version, tree_line = _driver_tree(config, driver)
-    host = probe_host(config, request.capabilities, library_globs, udev, library_version=tree_version, features=request.features)
+    host = probe_host(
+        config, request.capabilities, library_globs, udev, library_version=tree_version, features=request.features, allow_lost=True
+    )
+    if host.lost:
+        _refuse_numbering(host, request)
     tree = driver[0] if driver is not None else ""
     if tree:
         from ponytail.container.umd import refuse_untrusted_tree
@@ -47,7 +51,11 @@ def make_plan(
         for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
         if wanted is not None
     }
-    plan = build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig), hide_other_gpus)
+    plan = pin_libraries(build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig), hide_other_gpus))
+    if host.lost:
+        from ponytail.lite.records import replace
+
+        plan = replace(plan, warnings=plan.warnings + tuple(f"{m.partition('; ')[0]}: GPUs named by UUID or bus id only" for m in host.lost))
     plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
     plan = _mps_pipe_directory(plan, config, request, env)
     notes: list[str] = []
@@ -66,6 +74,34 @@ def make_plan(
         more = f" (and {len(plan.problems) - 1} more; run with -debug to see all)" if len(plan.problems) > 1 else ""
         raise ProbeError(plan.problems[0] + more)
     return plan, host
+
+
+def _refuse_numbering(host: Host, request: Request) -> None:
+    """With a GPU lost by the driver the indices are not the ones the container was given: a
+    request by index, ``all`` or a MIG device by index fails; one by UUID or bus id starts."""
+    from ponytail.container.request import names_by_identity
+
+    wanted = [request.devices] + [d for d in (request.mig_config, request.mig_monitor) if d is not None]
+    if not all(names_by_identity(d) for d in wanted):
+        raise ProbeError(f"{host.lost[0]} (a container asking for a GPU by UUID or bus id still starts)")
+
+
+def pin_libraries(plan: Plan) -> Plan:
+    """The plan with the identity of each library it mounts, taken before anything is judged on
+    those files (NVIDIA_REQUIRE_CUDA asks libcuda): the executor mounts a library only if the
+    file it clones is still that one (ponytail.apply.executor), never a file installed meanwhile."""
+    from ponytail.lite.records import replace
+    from ponytail.plan.operations import Mount
+
+    ops = list(plan.operations)
+    for i, op in enumerate(ops):
+        if isinstance(op, Mount) and op.kind == "library":
+            try:
+                st = os.stat(op.source)
+            except OSError:
+                continue  # cloning it fails with the reason
+            ops[i] = replace(op, identity=(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return replace(plan, operations=tuple(ops))
 
 
 def _driver_tree(config: Config, driver: tuple[str, str] | None) -> tuple[Config, str, str]:

@@ -40,6 +40,7 @@ class Mount:
     reason: str
     rdev: tuple[int, int] | None = None  # for device nodes: the major:minor the source must have
     is_dir: bool = False
+    identity: tuple[int, ...] | None = None  # for libraries: the file checked (device, inode, size, mtime ns), which the attached one must be
 
 
 @record(frozen=True)
@@ -279,13 +280,17 @@ def _hide_other_gpus(plan: _Draft, host: Host) -> None:
 def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:
     """A library mount per driver library, then one SONAME link per SONAME that is not a
     library's own name; returns where each SONAME will be ("soname:bits" -> path)."""
-    if not host.libraries and host.reports:
+    missing = _missing_libraries(host, caps)
+    if host.mismatch and (missing or (not host.libraries and host.reports)):
+        plan.problems.append(host.mismatch)  # the one diagnosis of an upgrade without a reboot (as ponytail check says it)
+        missing = []
+    elif not host.libraries and host.reports:
         searched = ", ".join(r.search for r in host.reports[:4]) + (", ..." if len(host.reports) > 4 else "")
         plan.problems.append(
-            f"no library of driver {host.driver_version} found (searched {searched}, and the driver root's "
-            f"ld.so.cache): set [host] driver_root, or [library] paths, in the config"
+            f"no library of {host.tree or f'driver {host.driver_version}'} found (searched {searched}, and its "
+            f"ld.so.cache): {'reinstall the tree' if host.tree else 'set [host] driver_root, or [library] paths, in the config'}"
         )
-    plan.problems += _missing_libraries(host, caps)
+    plan.problems += missing
     links: dict[str, Symlink] = {}
     sonames: dict[str, str] = {}
     for lib in host.libraries:
@@ -325,9 +330,11 @@ def _missing_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
         for soname in CAPABILITIES[cap].required_libraries:
             stem = soname.split(".so")[0]
             if host.library(soname) is None and any(stem in r.search for r in host.reports):
+                where = host.tree or f"the driver root ([host] driver_root) has none of driver {host.driver_version}"
+                if host.tree:
+                    where += " has none"
                 missing.append(
-                    f"{cap} needs {soname}, and the driver root ([host] driver_root) has none of driver "
-                    f"{host.driver_version}: reinstall the driver's libraries, or leave {cap} out of NVIDIA_DRIVER_CAPABILITIES"
+                    f"{cap} needs {soname}, and {where}: reinstall the driver's libraries, or leave {cap} out of NVIDIA_DRIVER_CAPABILITIES"
                 )
     return missing
 

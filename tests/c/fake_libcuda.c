@@ -11,6 +11,9 @@ int cuInit(unsigned int flags) { (void)flags; return 0; }
 #ifdef BLOCK_VERSION
 #include <unistd.h>
 #endif
+#ifdef SWAP_FROM
+#include <stdio.h>
+#endif
 
 int cuDriverGetVersion(int *version) {
 #ifdef BLOCK_VERSION
@@ -18,6 +21,10 @@ int cuDriverGetVersion(int *version) {
     if (BLOCK_VERSION == 2 && fork() == 0)
         for (;;) pause();
     for (;;) pause();
+#endif
+#ifdef SWAP_FROM
+    /* a driver install replacing this very file while it is being asked (same name, another build) */
+    rename(SWAP_FROM, SWAP_TO);
 #endif
     if (!version) return 1; /* CUDA_ERROR_INVALID_VALUE */
     *version = CUDA_VERSION_INT;

@@ -70,6 +70,7 @@ def generate(
         planned.append((name, plan))
     # absolute: the hook runs with the rootfs as its working directory (runc), where a relative path is the image's
     options = (["-config", os.path.abspath(config.path)] if config.path else []) + ["--driver-version", host.driver_version]
+    options += node_arguments(config, host)
     spec = build_spec(shared, planned, hook_command, options)
     if version is not None:
         if version not in VERSIONS:
@@ -108,6 +109,21 @@ def feature_spec_path(output: str, feature: str) -> str:
     """Where the spec of ``feature`` goes beside the GPUs' spec ``output``: nvidia.yaml -> nvidia-gds.yaml."""
     stem, ext = os.path.splitext(output)
     return f"{stem}-{feature}{ext}"
+
+
+def node_arguments(config: Config, host: Host) -> list[str]:
+    """What the spec's device nodes depend on, for the hook to check cheaply at each start
+    (ponytail.host.driver.node_drift): each GPU's minor, bus id and UUID, the modules' majors."""
+    from ponytail.host.driver import NODE_MODULES, read_char_majors
+
+    majors = read_char_majors(config.proc_root)
+    args = []
+    for name in NODE_MODULES:
+        if name in majors:
+            args += ["--major", name, str(majors[name])]
+    for gpu in host.gpus:
+        args += ["--gpu", str(gpu.minor), gpu.pci_bus_id, gpu.uuid]
+    return args
 
 
 def _names(strategy: str, index_name: str, uuid: str | None) -> list[str]:
@@ -203,7 +219,7 @@ def qualified_names(spec: dict) -> list[str]:
 def stale(spec: dict, config: Config) -> list[str]:
     """Why ``spec`` is no longer true for this host (empty: it still is): host paths gone, a
     device node changed, the driver version changed, GPUs gone or added."""
-    from ponytail.host.driver import read_driver_version
+    from ponytail.host.driver import node_drift, read_char_majors, read_driver_version
     from ponytail.host.probe import probe_gpus
 
     found = []
@@ -225,7 +241,20 @@ def stale(spec: dict, config: Config) -> list[str]:
                 made_for = args[args.index("--driver-version") + 1]
                 if made_for != running:
                     found.append(f"the spec was made for driver {made_for}; the running driver is {running}")
-    gpus = probe_gpus(config, udev=False).gpus
+    recorded: tuple[list[tuple[int, str, str]], dict[str, int]] = ([], {})
+    ours = False
+    for e in edits:
+        for hook in e.get("hooks") or []:
+            ours = ours or (hook.get("args") or [])[1:2] == ["cdi-hook"]
+            recorded = _recorded(hook.get("args") or [], recorded)
+    if ours and not recorded[0]:
+        found.append("its hook records no GPU minors or majors (an older ponytail wrote it), so it cannot refuse renumbered GPUs")
+    found += node_drift(config.proc_root, *recorded)
+    try:
+        gpus = probe_gpus(config, udev=False).gpus
+    except ProbeError as e:
+        return list(dict.fromkeys(found + [e.message]))
+    found += _device_drift(spec, gpus, recorded[1] or read_char_majors(config.proc_root))
     names = {d["name"] for d in spec["devices"]}
     known = {str(g.index) for g in gpus} | {g.uuid for g in gpus} | {m.name for g in gpus for m in g.mig_devices}
     for name in sorted(names - known - {"all"}):
@@ -235,6 +264,37 @@ def stale(spec: dict, config: Config) -> list[str]:
         if not names & {str(gpu.index), gpu.uuid}:
             found.append(f"GPU {gpu.index} ({gpu.uuid}) is not in the spec")
     return list(dict.fromkeys(found))
+
+
+def _recorded(args: list, before: tuple[list[tuple[int, str, str]], dict[str, int]]) -> tuple[list[tuple[int, str, str]], dict[str, int]]:
+    """The GPUs and majors a ponytail cdi-hook's arguments record (``before`` for another hook)."""
+    from ponytail.engines.cdi.hook import parse_args, recorded_nodes
+
+    if args[1:2] != ["cdi-hook"] or not all(isinstance(a, str) for a in args):
+        return before
+    try:
+        options = parse_args(args[2:])
+    except UsageError:
+        return before
+    return recorded_nodes(options) if options else before
+
+
+def _device_drift(spec: dict, gpus: tuple, majors: dict[str, int]) -> list[str]:
+    """Each device's GPU node is the minor its GPU (by index or UUID) has now."""
+    from ponytail.host.driver import NVIDIA_MAJOR
+
+    gpu_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
+    by_name = {str(g.index): g for g in gpus} | {g.uuid: g for g in gpus}
+    found = []
+    for device in spec["devices"]:
+        gpu = by_name.get(device["name"])
+        if gpu is None:
+            continue
+        for node in (device.get("containerEdits") or {}).get("deviceNodes") or []:
+            if node.get("major") == gpu_major and node.get("minor", 0) < 254 and node.get("minor") != gpu.minor:
+                found.append(f"device {device['name']} ({gpu.pci_bus_id}) has node {node['path']} c {gpu_major}:{node.get('minor')}, "
+                             f"but the GPU's minor is {gpu.minor} now")
+    return found
 
 
 def _node_problems(node: dict) -> list[str]:

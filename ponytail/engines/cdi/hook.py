@@ -30,10 +30,11 @@ if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checker
     from ponytail.plan.operations import Operation, ProcMask
 
 # each option's arity (ponytail.lite.argv); the click command in ponytail.cli.commands takes the same
-OPTIONS = {"config": 1, "driver-version": 1, "link": 3, "mask-proc": 0, "ldconfig": 1, "directory": 1, "check": 2}
-REPEATABLE = ("link", "directory", "check")
+OPTIONS = {"config": 1, "driver-version": 1, "major": 2, "gpu": 3, "link": 3, "mask-proc": 0, "ldconfig": 1, "directory": 1, "check": 2}
+REPEATABLE = ("major", "gpu", "link", "directory", "check")
 # the values that must be absolute paths: the working directory is the rootfs, a relative path would be the image's
 _ABSOLUTE = {"config": (0,), "link": (0, 2), "ldconfig": (0,), "directory": (0,), "check": (1,)}
+_NUMBERS = {"major": 1, "gpu": 0}  # the position of a value that must be a decimal number
 
 
 def parse_args(args: list[str]) -> dict[str, object] | None:
@@ -48,7 +49,7 @@ def main(options: Mapping[str, object]) -> int:
     """Run the hook with ``options`` (parse_args' or the click command's); the exit status."""
     log = RunLog("")
     try:
-        _check_absolute(options)
+        _check_values(options)
         from ponytail.config import config_path, load_config
 
         config_file = options.get("config")
@@ -70,15 +71,19 @@ def main(options: Mapping[str, object]) -> int:
         log.close()
 
 
-def _check_absolute(options: Mapping[str, object]) -> None:
-    for name, positions in _ABSOLUTE.items():
+def _check_values(options: Mapping[str, object]) -> None:
+    """Paths that must be absolute are, numbers are numbers; else a usage error."""
+    for name in {**_ABSOLUTE, **_NUMBERS}:
         given = options.get(name.replace("-", "_"))
         occurrences = given if name in REPEATABLE else (given,)
         for values in occurrences if isinstance(occurrences, tuple) else ():
             values = values if isinstance(values, tuple) else (values,)
-            for k in positions:
+            for k in _ABSOLUTE.get(name, ()):
                 if isinstance(values[k], str) and not values[k].startswith("/"):
                     raise UsageError(f"cdi-hook: --{name} {values[k]!r} must be an absolute path")
+            number = _NUMBERS.get(name)
+            if number is not None and isinstance(values[number], str) and not (values[number].isdecimal() and values[number].isascii()):
+                raise UsageError(f"cdi-hook: --{name} {values[number]!r} must be a number")
 
 
 def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
@@ -87,6 +92,7 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
     state = parse_state(read_bounded(sys.stdin.buffer, MAX_STATE_BYTES, "OCI state on stdin"), lowest_pid=0)
     log.context = state.id
     container = load_container(state)
+    log.write("info", f"cdi-hook started: rootfs {container.rootfs}; step: check the spec")
     _check_stage(container.rootfs, state.pid)
     proc_root = config.proc_root
     made_for = options.get("driver_version")
@@ -99,6 +105,7 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
                 f"the CDI spec was generated for NVIDIA driver {made_for} but {running} is running: "
                 "run 'ponytail cdi generate' again (see 'ponytail cdi check')"
             )
+    _check_nodes(options, proc_root, container.char_devices)
     from ponytail.plan.operations import LD_CONF_FILE, LinkerCache, Plan, Symlink
 
     links: tuple[tuple[str, str, str], ...] = options.get("link") or ()  # type: ignore[assignment]  # OPTIONS' arities
@@ -114,11 +121,34 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
     from ponytail.apply.executor import apply_plan
 
     plan = Plan(tuple(ops), (), None, (), (), ())  # type: ignore[arg-type]  # the executor reads the operations only
-    outcome = apply_plan(plan, container.rootfs, None, config.timeout_ldconfig, config.timeout_lock)
+    outcome = apply_plan(
+        plan, container.rootfs, None, config.timeout_ldconfig, config.timeout_lock, progress=lambda step: log.write("info", f"step: {step}")
+    )
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)
     log.write("info", f"cdi-hook in {container.rootfs}: {len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
     return 0
+
+
+def recorded_nodes(options: Mapping[str, object]) -> tuple[list[tuple[int, str, str]], dict[str, int]]:
+    """What the spec's nodes were made for (its --gpu and --major arguments): ([(minor, bus id, UUID)], {module: major})."""
+    recorded_gpus: tuple[tuple[str, str, str], ...] = options.get("gpu") or ()  # type: ignore[assignment]  # OPTIONS' arities
+    recorded_majors: tuple[tuple[str, str], ...] = options.get("major") or ()  # type: ignore[assignment]
+    gpus = [(int(minor), bus_id, uuid) for minor, bus_id, uuid in recorded_gpus]
+    return gpus, {name: int(major) for name, major in recorded_majors}
+
+
+def _check_nodes(options: Mapping[str, object], proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> None:
+    """The nodes the engine created from the spec are still the ones it was made for: the
+    modules' majors, and each GPU whose node this container has at its minor with its UUID."""
+    from ponytail.host.driver import node_drift, nvidia_major
+
+    gpus, majors = recorded_nodes(options)
+    gpu_major = nvidia_major(majors)
+    mine = [g for g in gpus if (gpu_major, g[0]) in char_devices]
+    found = node_drift(proc_root, mine, majors)
+    if found:
+        raise InjectionError(f"the CDI spec is stale: {found[0]}; run 'ponytail cdi generate' again (see 'ponytail cdi check')")
 
 
 def _check_stage(rootfs: str, pid: int) -> None:
@@ -159,7 +189,7 @@ def _proc_mask(proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> Pro
     majors = read_char_majors(proc_root)
     gpu_major = nvidia_major(majors)
     caps = {minor for major, minor in char_devices if major == majors.get("nvidia-caps")}
-    infos = read_gpu_informations(proc_root).values()
+    infos = read_gpu_informations(proc_root, []).values()  # a GPU the driver lost has no node here either
     visible = {i.pci_bus_id for i in infos if (gpu_major, i.minor) in char_devices}
     migs: list = []
     access: list[str] = []
