@@ -81,9 +81,12 @@ CDI_HOOK_TOKENS = (
     "-config", "--config=/c.toml", "/c.toml", "--driver-version", "550.54.15", "--link", "/usr/lib/libcuda.so.1",
     "libcuda.so.550", "/usr/lib/libcuda.so.550", "--mask-proc", "-mask-proc", "--mask-proc=1", "--ldconfig", "-ldconfig=/sbin/ldconfig",
     "--directory", "/usr/lib", "-directory=/lib", "--check", "libcuda.so.1", "-h", "--bogus", "--", "",
+    "--major", "nvidia-frontend", "195", "--gpu", "2", "0000:3b:00.0", "GPU-1",
 )
 GENERATE_DEFAULTS = {name: p.default for name, p in inspect.signature(run_generate).parameters.items()}
-CDI_HOOK_DEFAULTS = {"config": None, "driver_version": None, "link": (), "mask_proc": False, "ldconfig": None, "directory": (), "check": ()}
+CDI_HOOK_DEFAULTS = {
+    "config": None, "driver_version": None, "major": (), "gpu": (), "link": (), "mask_proc": False, "ldconfig": None, "directory": (), "check": (),
+}
 
 
 @settings(max_examples=1500, deadline=None, database=None)
@@ -118,7 +121,8 @@ def test_cdi_hook_reads_what_click_reads(args: list[str]) -> None:
         (("info",), ["-config=/c.toml", "-json"], lambda a: parse_info_args(["info", *a])),
         (("cdi", "generate"), ["--output", "/etc/cdi/nvidia.yaml", "--format=json", "-device-name-strategy", "uuid", "-config", "/c.toml"],
          lambda a: parse_generate_args(["cdi", "generate", *a])),
-        (("cdi-hook",), ["-config", "/c.toml", "--driver-version", "550.54.15", "--link", "/l/libcuda.so.1", "libcuda.so.550", "/l/libcuda.so.550",
+        (("cdi-hook",), ["-config", "/c.toml", "--driver-version", "550.54.15", "--major", "nvidia-frontend", "195",
+                         "--gpu", "2", "0000:3b:00.0", "GPU-1", "--link", "/l/libcuda.so.1", "libcuda.so.550", "/l/libcuda.so.550",
                          "--link", "/l/libnvidia-ml.so.1", "libnvidia-ml.so.550", "/l/libnvidia-ml.so.550", "--mask-proc",
                          "--ldconfig", "/sbin/ldconfig", "--directory", "/l", "--check", "libcuda.so.1", "/l/libcuda.so.550"], parse_cdi_hook_args),
     ],
