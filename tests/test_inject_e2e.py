@@ -74,7 +74,7 @@ def test_libs_that_leave_out_what_a_mounted_binary_needs_say_so_on_stderr(host: 
     assert "nvidia-smi injected for utility, but libnvidia-ml.so.1" in warnings[0] and "-libs left it out" in warnings[0]
     assert "nvidia-smi ran" not in result.stdout and "Driver Version: 550.54.15" in result.stdout
     debug = run_ponytail(["-config", str(config), "-debug", "-libs", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"])
-    assert "warning: nvidia-smi injected for utility, but libnvidia-ml.so.1" in debug.stdout, debug.stdout
+    assert "warning: nvidia-smi injected for utility, but libnvidia-ml.so.1" in debug.stdout.decode(), debug.stdout
 
 
 def test_driver_in_a_non_standard_directory_is_found_through_its_ld_so_cache(tmp_path: Path, rootfs: Path) -> None:
