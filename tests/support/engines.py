@@ -167,7 +167,8 @@ class Dockerd:
 
     def bundle_config(self, container_id: str) -> dict:
         """The config.json of a running container's bundle, as the runtime received it."""
-        path = self.state / "exec/containerd/daemon/io.containerd.runtime.v2.task/moby" / container_id / "config.json"
+        tasks = "containerd/state/io.containerd.runtime.v2.task" if self.containerd else "exec/containerd/daemon/io.containerd.runtime.v2.task"
+        path = self.state / tasks / "moby" / container_id / "config.json"
         return json.loads(path.read_text())
 
     def close(self) -> None:
