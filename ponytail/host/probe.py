@@ -21,8 +21,7 @@ from ponytail.host.driver import (
     read_gpu_informations,
     read_proc_files,
 )
-from ponytail.host.filelist import FILELIST
-from ponytail.host.files import (
+from ponytail.host.driver_files import (
     BIN_DIRS,
     DriverFile,
     LibrarySearch,
@@ -33,6 +32,7 @@ from ponytail.host.files import (
     find_libraries,
     host_path,
 )
+from ponytail.host.filelist import FILELIST
 from ponytail.host.mig import MigDevice, caps_dir, read_access_files, read_access_minor, read_mig_devices
 from ponytail.host.pci import PciFunction, nvidia_gpus
 from ponytail.lite.records import field, record
@@ -121,7 +121,7 @@ class Host:
     dri_nodes: dict[str, tuple[DeviceNode, ...]] = field(default_factory=dict)
     tree: str = ""  # the registered driver tree the files come from ("driver tree at ROOT, version V"); "": the driver root
     lost: tuple[str, ...] = ()  # Gpus.lost: GPUs may be named by UUID or bus id only
-    mismatch: str = ""  # the driver root's libraries are another version than the kernel module (host.files.version_mismatch)
+    mismatch: str = ""  # the driver root's libraries are another version than the kernel module (host.driver_files.version_mismatch)
 
     def caps_node(self, minor: int) -> DeviceNode:
         name = f"nvidia-caps/nvidia-cap{minor}"
@@ -262,7 +262,7 @@ def _mismatch(config: Config, libraries: list[DriverFile], library_version: str,
     version when that is an upgrade without a reboot; looked at only when one is missing."""
     if library_version or {"libcuda.so.1", "libnvidia-ml.so.1"} <= {lib.soname for lib in libraries if lib.bits == 64}:
         return ""
-    from ponytail.host.files import version_mismatch
+    from ponytail.host.driver_files import version_mismatch
 
     return version_mismatch(config.driver_root, kernel) or ""
 

@@ -43,7 +43,7 @@ PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
 MAX_BYTES = 1 << 20
 # the modules whose code decides what a search finds, relative to the ponytail package
-SEARCH_CODE = ("host/files", "host/probe", "host/elf", "host/ldcache", "host/probecache", "fs/inroot", "capabilities")
+SEARCH_CODE = ("host/driver_files", "host/probe", "host/elf", "host/ldcache", "host/probecache", "fs/inroot", "capabilities")
 MAX_ENTRIES = 32  # the most recent keys remembered: driver roots × capability sets × ponytail installs (pip, binary)
 _PRIME = (1 << 61) - 1  # the file name's hash: the key's bytes as a number, modulo this
 _MAGIC = "*?["
@@ -55,7 +55,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ponytail.host.files import DriverFile, SearchReport, SkippedFile
+    from ponytail.host.driver_files import DriverFile, SearchReport, SkippedFile
 
     Found = tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]
 
@@ -139,9 +139,9 @@ def _unchanged(witnesses: tuple) -> bool:
 def _code_identity() -> tuple:
     """The search code's own files (``SEARCH_CODE``; .py or the binary's .pyc): a ponytail
     upgrade or an edit never reads what an older search found."""
-    from ponytail.host import files
+    from ponytail.host import driver_files
 
-    package, extension = os.path.dirname(os.path.dirname(files.__file__)), os.path.splitext(files.__file__)[1]
+    package, extension = os.path.dirname(os.path.dirname(driver_files.__file__)), os.path.splitext(driver_files.__file__)[1]
     names = [f"{package}/{m}{extension}" for m in SEARCH_CODE]
     out: list = []
     for name in names:
@@ -253,7 +253,7 @@ def _file(f: DriverFile) -> tuple:
 
 
 def _decode(payload: tuple) -> Found:
-    from ponytail.host.files import DriverFile, SearchReport, SkippedFile
+    from ponytail.host.driver_files import DriverFile, SearchReport, SkippedFile
 
     libraries, reports, skipped, binaries, files = payload
     return (
