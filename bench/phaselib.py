@@ -37,8 +37,8 @@ WRAP = (
     ("ponytail.plan.make", "make_plan", "plan"),
     ("ponytail.host.probe", "probe_host", "probe"),
     ("ponytail.apply.executor", "apply_plan", "mounts"),
-    ("ponytail.apply.executor", "_linker_cache", "ldconfig"),
-    ("ponytail.apply.executor", "_check_cache", "ldconfig"),
+    ("ponytail.apply.executor", "linker_cache", "ldconfig"),
+    ("ponytail.apply.ldconfig", "check_cache", "ldconfig"),
     ("ponytail.apply.cgroup", "open_devices_cgroup", "cgroup"),  # imported by the executor when it needs it
     ("ponytail.apply.executor", "_allow_devices", "cgroup"),
 )

@@ -10,6 +10,7 @@ from ponytail.lite.records import record
 DRIVER_CAPABILITIES_VAR = "NVIDIA_DRIVER_CAPABILITIES"
 ALL = ("compute", "compat32", "graphics", "utility", "video", "display", "ngx")
 DEFAULT = ("utility", "compute")
+NVIDIA_MAJOR = 195  # the GPUs' major where /proc/devices names none (ponytail.host.driver.nvidia_major)
 # Every control device node (beyond the GPUs' /dev/nvidiaN and the MIG access nodes), by its name
 # under /dev: the /proc/devices name of its major and its minor. The host probe looks at each, and
 # a capability's ``nodes`` name them from here.

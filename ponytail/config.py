@@ -44,7 +44,7 @@ class Config:
     timeout_probe: float = 5.0
     timeout_ldconfig: float = 10.0
     timeout_lock: float = 10.0
-    # [drivers.NAME]: user-mode driver trees a container may select by name (ponytail.container.umd)
+    # [drivers.NAME]: user-mode driver trees a container may select by name (ponytail.host.driver_trees; which one a container asks for: ponytail.container.driver_trees)
     drivers: dict[str, DriverTree] = field(default_factory=dict, compare=False)
     cuda_compat: bool = True  # [cuda] compat: honour an image's /usr/local/cuda/compat (ponytail.plan.compat)
     cache_dir: str = "/run/ponytail"  # [cache] dir: the probe cache (ponytail.host.probecache); "" turns it off

@@ -90,7 +90,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         log.write("info", f"started: process {container.pid if container else '-'}, rootfs {rootfs}; step: plan")
     driver = None
     if container is not None and _names_driver_tree(container):
-        from ponytail.container.umd import refused_tree, requested_tree
+        from ponytail.container.driver_trees import refused_tree, requested_tree
 
         driver = requested_tree(container.env, container.annotations)
         refusal = refused_tree(driver, container.privileged, config.accept_env_when_unprivileged)
@@ -140,7 +140,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
 
 def _names_driver_tree(container: Container) -> bool:
-    from ponytail.container.trigger import DRIVER_ANNOTATION, DRIVER_VAR
+    from ponytail.container.gpu_markers import DRIVER_ANNOTATION, DRIVER_VAR
 
     return DRIVER_VAR in container.env or DRIVER_ANNOTATION in container.annotations
 

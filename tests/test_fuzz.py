@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from ponytail.config import load_config, parse_config
 from ponytail.container.oci import load_container, parse_env, parse_json_object, parse_state
-from ponytail.container.request import build_request, select_devices
+from ponytail.container.request import build_request
 from ponytail.container.require import Facts, check_requirements
 from ponytail.errors import ConfigError, InputError, PonytailError
 from ponytail.fs.inroot import UnsafePath, resolve_in_root
@@ -35,6 +35,7 @@ from ponytail.hook import run_hook
 from ponytail.host.ldcache import _NEW_ENTRY, _NEW_HEADER, NEW_MAGIC, OLD_MAGIC, parse_ld_cache_entries
 from ponytail.host.probe import Host, probe_host
 from ponytail.options import HookOptions
+from ponytail.plan.select import select_devices
 
 from support.fakehost import FakeHost, gpus
 from support.harness import tree_digest

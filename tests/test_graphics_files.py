@@ -344,7 +344,7 @@ def test_cdi_devices_carry_their_gpus_dri_nodes(dri_host: FakeHost, tmp_path: Pa
 
 
 def test_swarm_resources_make_a_gpu_container_for_the_runtime_shim() -> None:
-    from ponytail.container.trigger import asks_for_gpus
+    from ponytail.container.gpu_markers import asks_for_gpus
 
     assert asks_for_gpus({"DOCKER_RESOURCE_NVIDIA-GPU": "GPU-1"}, {})
     assert not asks_for_gpus({"DOCKER_RESOURCE_GPU": ""}, {})  # Swarm gave no GPU: not NVIDIA_VISIBLE_DEVICES=all

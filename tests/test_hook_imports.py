@@ -29,7 +29,7 @@ def imported(importtime_stderr: str) -> set[str]:
 
 
 def test_a_hook_mode_run_imports_no_heavy_module(host: FakeHost, tmp_path: Path, sleeper) -> None:
-    # a CUDA requirement: the CUDA version is asked of libcuda in a child process (ponytail.host.child)
+    # a CUDA requirement: the CUDA version is asked of libcuda in a child process (ponytail.host.forked_call)
     env = ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.0 brand=tesla,driver>=470"]
     config = host.write_config()
     first = Sleeper()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ponytail.host.files import LibrarySearch, find_libraries
+from ponytail.host.driver_files import LibrarySearch, find_libraries
 from ponytail.host.ldcache import read_ld_cache
 
 from support.fakehost import LIB_DIR, FakeHost, gpus
@@ -62,7 +62,7 @@ def test_a_glob_in_the_directory_part(lookalike_host: FakeHost) -> None:
 
 def test_candidates_resolve_as_real_path_in_root_does(tmp_path: Path) -> None:
     from ponytail.fs.inroot import real_path_in_root
-    from ponytail.host.files import _real_path, _Scan
+    from ponytail.host.driver_files import _real_path, _Scan
 
     root = tmp_path / "root"
     lib = root / "usr/lib/x86_64-linux-gnu"
@@ -104,7 +104,7 @@ def test_candidates_resolve_as_real_path_in_root_does(tmp_path: Path) -> None:
 )
 def test_the_version_in_a_library_name(path: str, version: str | None, driver: bool) -> None:
     r"""What r'\.so\.(\d+(?:\.\d+)+)$' and, on it, r'^\d{3,}\.\d+(\.\d+)?$' said."""
-    from ponytail.host.files import _driver_like, _library_version
+    from ponytail.host.driver_files import _driver_like, _library_version
 
     assert _library_version(path) == version
     assert (version is not None and _driver_like(version)) == driver

@@ -272,6 +272,7 @@ def test_the_cache_keeps_the_newest_entries_and_no_orphaned_temporary_file(host:
 def test_a_search_during_which_the_driver_root_changed_is_not_remembered(host: FakeHost, tmp_path: Path) -> None:
     # a driver being installed while a container starts: what the search found may be half old,
     # half new, and its witnesses already show the new state; a later run remembers a clean search
+    from ponytail.host.driver_files import FoundFiles
     from ponytail.host.probecache import cached_search
 
     libdir = f"{host.driver}{LIB_DIR}"
@@ -281,7 +282,7 @@ def test_a_search_during_which_the_driver_root_changed_is_not_remembered(host: F
         def run():  # type: ignore[no-untyped-def]
             if change:
                 (Path(libdir) / "libnvidia-new.so.1").write_bytes(b"")  # the installer, meanwhile
-            return [], [], [], [], []
+            return FoundFiles()
 
         return run
 

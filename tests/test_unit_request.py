@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from ponytail.container.request import DeviceRequest, build_request, device_request, names_by_identity, select_devices, select_gpus
+from ponytail.container.request import DeviceRequest, build_request, device_request
 from ponytail.errors import InputError
+from ponytail.plan.select import names_by_identity, select_devices, select_gpus
 
 from support.hostdata import gpu_list, uuid
 

@@ -40,8 +40,15 @@ import stat
 from ponytail.apply import syscalls
 from ponytail.apply.program import run_program
 from ponytail.errors import InjectionError
-from ponytail.fs.inroot import UnsafePath, resolve_in_root
+from ponytail.fs.inroot import InRoot, UnsafePath, resolve_in_root
 from ponytail.fs.kernelfs import kernel_mounts_under
+from ponytail.fs.rootfswriter import write_in_root
+from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ponytail.apply.outcome import Outcome
+    from ponytail.plan.operations import LinkerCache
 
 LDCONFIG_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 LDCONFIG_TIMEOUT_S = 10.0  # the default of [timeouts] ldconfig
@@ -50,6 +57,11 @@ LD_SO_CACHE = "/etc/ld.so.cache"
 LDCONFIG_FILES = ("/etc/ld.so.conf", "/etc/ld.so.cache~", "/var/cache/ldconfig/aux-cache", "/var/cache/ldconfig/aux-cache~")
 VIEW_ATTRIBUTES = syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_NOEXEC
 _VIEW_FLAGS = os.ST_NODEV | os.ST_NOSUID | os.ST_NOEXEC
+LD_SO_CONF = "/etc/ld.so.conf"
+LD_SO_CONF_TEXT = b"include /etc/ld.so.conf.d/*.conf\n"
+# musl's loader reads no ld.so.cache: its library path is this file when the image has one, else these
+MUSL_ARCHES = {"x86_64": "x86_64", "aarch64": "aarch64", "ppc64le": "powerpc64le", "s390x": "s390x", "riscv64": "riscv64"}
+MUSL_DEFAULT_PATH = ("/lib", "/usr/local/lib", "/usr/lib")
 
 
 def run_ldconfig(
@@ -188,3 +200,67 @@ def _return(namespace_fd: int) -> None:
         raise InjectionError(f"cannot return to the container's mount namespace after running ldconfig: {e}") from e
     finally:
         os.close(namespace_fd)
+
+
+def linker_cache(paths: InRoot, op: LinkerCache, ldconfig_fd: int, outcome: Outcome, timeout_s: float = LDCONFIG_TIMEOUT_S) -> None:
+    """The linker-cache step: the linker config written, ldconfig run on the rootfs, the new cache
+    checked (the injected libraries win), and musl's path file written for a musl image."""
+    content = "".join(f"{d}\n" for d in op.directories).encode()
+    write_in_root(paths, op.conf_file, content, outcome, replace=True)
+    write_in_root(paths, LD_SO_CONF, LD_SO_CONF_TEXT, outcome, replace=False)
+    rootfs = run_ldconfig(op.ldconfig, ldconfig_fd, paths.root_fd, op.directories, timeout_s)
+    outcome.done.append(f"ran {op.ldconfig} -X -r {rootfs} ({', '.join(op.directories)})")
+    check_cache(paths, op, outcome)
+    musl_path(paths, op.directories, outcome)
+
+
+def musl_path(paths: InRoot, directories: tuple[str, ...], outcome: Outcome, machine: str = "") -> None:
+    """An image with musl's loader (Alpine) ignores the linker cache: write its path file,
+    /etc/ld-musl-<arch>.path, with the injected directories first, then the file's own
+    entries, then musl's defaults (a path file replaces them). Nothing when no musl loader."""
+    arch = MUSL_ARCHES.get(machine or os.uname().machine)
+    if arch is None or not _is_regular_file(paths, f"/lib/ld-musl-{arch}.so.1"):
+        return
+    path_file = f"/etc/ld-musl-{arch}.path"
+    old = (paths.read_file(path_file, 1 << 16) or b"").decode(errors="replace")
+    entries = [*directories, *old.replace(":", "\n").split("\n"), *MUSL_DEFAULT_PATH]
+    content = "".join(f"{d}\n" for d in dict.fromkeys(e.strip() for e in entries) if d).encode()
+    write_in_root(paths, path_file, content, outcome, replace=True)
+
+
+def _is_regular_file(paths: InRoot, path: str) -> bool:
+    """Whether ``path`` resolves inside the root to a regular file (links followed within it)."""
+    try:
+        resolved = paths.resolve(path)
+    except (UnsafePath, OSError):
+        return False
+    try:
+        return resolved.exists and stat.S_ISREG(resolved.mode)
+    finally:
+        resolved.close()
+
+
+def check_cache(paths: InRoot, op: LinkerCache, outcome: Outcome) -> None:
+    """The injected libraries must be what the container's linker finds first; copies the
+    image ships of the same SONAME are named in a warning."""
+    entries = _read_rootfs_cache(paths)
+    for soname, expected in op.sonames:
+        found = [path for name, path, flags in entries if name == soname and is_64bit_entry(flags)]
+        if not found:
+            continue
+        # the usual: ldconfig names it by the very path planned (no resolving needed to know it is ours)
+        if found[0] != expected and paths.real_path(found[0]) != paths.real_path(expected):
+            raise InjectionError(
+                f"the container's linker cache gives {soname} as {found[0]}, not the injected {expected}; "
+                f"remove that copy from the image"
+            )
+        ours = paths.real_path(expected) if found[1:] else None
+        others = [p for p in found[1:] if paths.real_path(p) != ours]
+        if others:
+            outcome.warnings.append(
+                f"the image ships its own {soname} ({', '.join(others)}); the injected driver's {expected} wins"
+            )
+
+
+def _read_rootfs_cache(paths: InRoot) -> list[tuple[str, str, int]]:
+    return parse_ld_cache_entries(paths.read_file(LD_SO_CACHE, 64 << 20) or b"")

@@ -6,12 +6,11 @@ import sys
 
 import click
 
-from ponytail.cli.clickclasses import CONTEXT, Group
+from ponytail.cli.clickclasses import CONTEXT, Group, one_line_errors
 from ponytail.engines.cdi.files import DEFAULT_STRATEGY, STRATEGIES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
 
     from ponytail.config import Config
 
@@ -59,7 +58,7 @@ def list_devices(spec_file: str | None, strategy: str, config: str | None) -> No
     from ponytail.engines.cdi.files import generate as make_spec
     from ponytail.engines.cdi.files import qualified_names, read_spec
 
-    with _errors():
+    with one_line_errors():
         specs = [read_spec(spec_file)] if spec_file is not None else []
         if spec_file is None:
             spec, _, features = make_spec(_config(config), "/ponytail", strategy)
@@ -76,7 +75,7 @@ def check(spec_file: str | None, config: str | None) -> None:
     the running driver? Exit 0 yes, 1 stale (generate it again), 2 no valid spec."""
     from ponytail.engines.cdi.files import default_spec_path, read_spec, stale
 
-    with _errors():
+    with one_line_errors():
         path = spec_file or default_spec_path()
         reasons = stale(read_spec(path), _config(config))
     if reasons:
@@ -91,9 +90,3 @@ def _config(path: str | None) -> Config:
     from ponytail.config import config_path, load_config
 
     return load_config(*config_path(path))
-
-
-def _errors() -> AbstractContextManager[None]:
-    from ponytail.cli.commands import _errors as errors
-
-    return errors()

@@ -11,23 +11,15 @@ import json
 import os
 import shutil
 import stat
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
+from ponytail.cli.findings import FAIL, OK, WARN, Finding
 from ponytail.config import Config
 
-OK, WARN, FAIL = "ok", "warning", "problem"
 EXPECTED_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 PERSISTENCED_SOCKET = "/run/nvidia-persistenced/socket"
-
-
-@dataclass(frozen=True)
-class Finding:
-    area: str  # "host", "engine", "container"
-    subject: str  # what was looked at: "driver", "/dev/nvidia0", "docker", "libcuda.so.1"
-    level: str  # ok, warning, problem
-    message: str  # what was found; for warnings and problems also what to do
 
 
 def run_check(
@@ -84,7 +76,7 @@ def check_host(config: Config) -> list[Finding]:
     out += [Finding("host", "gpus", WARN, note) for note in host.notes]
     out.append(_persistenced(config))
     out.append(_cgroup(config))
-    from ponytail.container.umd import describe_trees
+    from ponytail.host.driver_trees import describe_trees
 
     for tree, version, problem in describe_trees(config, kernel):
         if problem is None:
@@ -121,7 +113,7 @@ def _char_links(config: Config, broken: set[str]) -> list[Finding]:
 def _library_versions(config: Config, kernel: str) -> list[Finding]:
     """What libcuda.so.1 and libnvidia-ml.so.1 of the driver root lead to must be the kernel
     module's version: anything else is NVML's 'Driver/library version mismatch'."""
-    from ponytail.host.files import host_path, mismatch_message, soname_version
+    from ponytail.host.driver_files import host_path, mismatch_message, soname_version
 
     out = []
     for soname in EXPECTED_SONAMES:
@@ -136,7 +128,7 @@ def _library_versions(config: Config, kernel: str) -> list[Finding]:
 
 
 def _firmware(config: Config, kernel: str) -> list[Finding]:
-    from ponytail.host.files import host_path
+    from ponytail.host.driver_files import host_path
     from ponytail.host.probe import firmware_dirs
 
     for directory in firmware_dirs(config.sys_root, kernel):  # where the kernel looks first (updates, firmware_class.path)
@@ -173,7 +165,7 @@ def _filelist(config: Config) -> list[Finding]:
 
 
 def _persistenced(config: Config) -> Finding:
-    from ponytail.host.files import host_path
+    from ponytail.host.driver_files import host_path
 
     path = host_path(config.ipc_root, PERSISTENCED_SOCKET)
     try:

@@ -12,6 +12,9 @@ Three rules hold for every command and subcommand, whoever declares its options:
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from difflib import get_close_matches
 
 import click
@@ -135,3 +138,15 @@ def remember_options_before(ctx: click.Context, names: list[str]) -> None:
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
             given.append((f"-{name}", name, ctx.params[name]))
     ctx.meta[_BEFORE] = given
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Our errors as one line on stderr with their exit status."""
+    from ponytail.errors import PonytailError
+
+    try:
+        yield
+    except PonytailError as e:
+        click.echo(f"ponytail: error: {e.message}", err=True)
+        sys.exit(e.exit_code)

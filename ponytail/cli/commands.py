@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TypeVar
 
 import click
 
 from ponytail import __version__
-from ponytail.cli.clickclasses import CONTEXT, Group, OneLineErrors, remember_options_before
+from ponytail.cli.clickclasses import CONTEXT, Group, OneLineErrors, one_line_errors, remember_options_before
 from ponytail.options import HOOK_OPTIONS, HookOptions
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -95,7 +94,7 @@ def list_paths(config: str | None, device: str, capabilities: str | None, driver
     from ponytail.container.request import build_request
     from ponytail.plan.make import make_plan
 
-    with _errors():
+    with one_line_errors():
         loaded = load_config(*config_path(config))
         asked = (driver, "--driver") if driver is not None else None
         plan, _ = make_plan(loaded, build_request(device, capabilities, None), None, dry_run=False, driver=asked)
@@ -103,18 +102,6 @@ def list_paths(config: str | None, device: str, capabilities: str | None, driver
         click.echo(f"ponytail: {choice}", err=True)
     for path in plan.host_paths():
         click.echo(path)
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Our errors as one line on stderr with their exit status."""
-    from ponytail.errors import PonytailError
-
-    try:
-        yield
-    except PonytailError as e:
-        click.echo(f"ponytail: error: {e.message}", err=True)
-        sys.exit(e.exit_code)
 
 
 @cli.command("install-hook", context_settings=CONTEXT)
@@ -144,7 +131,7 @@ def install_hook(directory: str | None, config: str | None, write_config: bool, 
     from ponytail.errors import UsageError
 
     command = command or installed_command()
-    with _errors():
+    with one_line_errors():
         if command is None:
             raise UsageError("cannot find this install's ponytail command; pass --path CMD")
         wrote_config = _hook_config(config, write_config)
@@ -211,7 +198,7 @@ def install_docker_gpus(bin_dir: str | None, command: str | None, dry_run: bool,
     from ponytail.engines.command import installed_command
     from ponytail.errors import UsageError
 
-    with _errors():
+    with one_line_errors():
         command = command or installed_command()
         if command is None:
             raise UsageError("cannot find this install's ponytail command; pass --path CMD")
@@ -244,7 +231,7 @@ def dev_char_links(config: str | None, dev_root: str | None, dry_run: bool) -> N
     from ponytail.config import config_path, load_config
     from ponytail.engines.devchar import make_char_links
 
-    with _errors():
+    with one_line_errors():
         loaded = load_config(*config_path(config))
         lines, complete = make_char_links(dev_root or loaded.dev_root, loaded.proc_root, dry_run)
     for line in lines:
@@ -283,7 +270,7 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
     """
     from ponytail.engines.configure import configure as run_configure
 
-    with _errors():
+    with one_line_errors():
         lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall, state_dir)
     click.echo("\n".join(lines))
 
@@ -311,7 +298,7 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
     from ponytail.cli.check import run_check
     from ponytail.config import config_path, load_config
 
-    with _errors():
+    with one_line_errors():
         report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json, engines)
     click.echo(report, nl=False)
     sys.exit(status)

@@ -46,7 +46,7 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
         cuda = format_cuda_version(asked) if asked else None
         notes = found.notes
         if libcuda is None:
-            from ponytail.host.files import version_mismatch
+            from ponytail.host.driver_files import version_mismatch
 
             mismatch = version_mismatch(loaded.driver_root, found.driver_version)
             notes += (mismatch,) if mismatch else ()
@@ -64,13 +64,12 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
             }
             for g in found.gpus
         ]
-        from ponytail.container.umd import trees_json
+        from ponytail.host.driver_trees import trees_json
 
         document = {"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus, "notes": list(notes)}
         stdout.write(dumps({**document, "driver_trees": trees_json(loaded, found.driver_version)}, indent=2) + "\n")
     else:
-        from ponytail.container.umd import render_trees
-        from ponytail.plan.render import render_gpus
+        from ponytail.plan.render import render_gpus, render_trees
 
         stdout.write(render_gpus(found.driver_version, cuda, found.gpus, notes) + render_trees(loaded, found.driver_version))
     return 0

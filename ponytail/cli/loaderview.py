@@ -14,10 +14,10 @@ from __future__ import annotations
 import os
 import stat
 
-from ponytail.cli.check import FAIL, OK, WARN, Finding
+from ponytail.cli.findings import FAIL, OK, WARN, Finding
 from ponytail.config import Config
 from ponytail.fs.inroot import UnsafePath, read_file_in_root, real_path_in_root, resolve_in_root
-from ponytail.host.files import library_dirs, library_version
+from ponytail.host.driver_files import library_dirs, library_version
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 
 SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
@@ -25,10 +25,12 @@ MAX_CONF_FILES = 64
 
 
 def loader_view(config: Config, rootfs: str, env: dict[str, str], annotations: dict[str, str], privileged: bool = True) -> list[Finding]:
-    from ponytail.container.umd import choose_tree, refused_tree, requested_tree
+    from ponytail.container.driver_trees import refused_tree, requested_tree
+    from ponytail.container.image_compat import read_compat_dir
     from ponytail.host.driver import read_driver_version
+    from ponytail.host.driver_trees import choose_tree
     from ponytail.host.probe import probe_host
-    from ponytail.plan.compat import find_compat
+    from ponytail.plan.compat import choose_compat
 
     kernel = read_driver_version(config.proc_root)
     asked = requested_tree(env, annotations)
@@ -36,7 +38,7 @@ def loader_view(config: Config, rootfs: str, env: dict[str, str], annotations: d
     tree_config, tree = choose_tree(config, None if refusal else asked, kernel)
     expected = tree.version or kernel
     host = probe_host(tree_config, ("utility", "compute"), udev=False, library_version=tree.version)
-    compat = find_compat(rootfs, env, expected, config.cuda_compat)
+    compat = choose_compat(read_compat_dir(rootfs), env, expected, config.cuda_compat)
     out = [Finding("container", "driver", OK, f"the container gets the {tree.describe()}")]
     if refusal:
         out.append(Finding("container", "driver tree", WARN, refusal))

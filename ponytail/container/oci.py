@@ -167,8 +167,8 @@ def device_plugin_list(spec: Spec, annotations: dict[str, str] | None = None) ->
     to read (default: the spec's); whether the engine's CDI has injected the GPUs already is told
     by a GPU CDI spec's hook, or, in an unprivileged container (which gets only the devices it was
     given), by NVIDIA nodes in linux.devices."""
+    from ponytail.capabilities import NVIDIA_MAJOR
     from ponytail.container.deviceplugin import plugin_devices
-    from ponytail.host.driver import NVIDIA_MAJOR
 
     injected = spec.gpu_cdi_hook or (not spec.privileged and any(major == NVIDIA_MAJOR for major, _ in spec.char_devices))
     return plugin_devices(spec.mounts, spec.annotations if annotations is None else annotations, injected)

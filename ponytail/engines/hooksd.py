@@ -12,7 +12,7 @@ import json
 import os
 import re
 
-from ponytail.container.trigger import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
+from ponytail.container.gpu_markers import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
 from ponytail.errors import UsageError
 from ponytail.fs.atomic import replace_file
 

@@ -5,7 +5,7 @@ container (a registered driver tree) is only as trustworthy as whoever can write
 must belong to root (or to the user running ponytail, who trusts themselves) and be
 writable by no one else, and so must every directory above it, else it could be replaced
 by a rename. This module is that rule, used by the probe cache, the CUDA-version cache
-(ponytail.host.cuda) and the driver-tree check (ponytail.container.umd).
+(ponytail.host.cuda) and the driver-tree check (ponytail.host.driver_trees).
 
 Files are opened without following a link and without blocking (a FIFO never hangs a
 run), and checked again once open.

@@ -3,7 +3,7 @@
 the driver root or a registered driver tree, so it is never loaded into the hook's
 process nor with root's privileges: it is opened inside the driver root (no link leads
 out, no FIFO blocks, a regular file only) and that very file is loaded by a forked child
-that has given up root (ponytail.host.child: nobody, no capabilities, no_new_privs,
+that has given up root (ponytail.host.forked_call: nobody, no capabilities, no_new_privs,
 every mount read-only in a mount namespace of its own, killed at the deadline).
 
 The answer is cached in ``cuda-version.json`` in the cache directory (``[cache] dir``,
@@ -39,7 +39,7 @@ def cuda_driver_version(
     asked in an unprivileged child that is killed after ``timeout_s`` seconds. A cache
     file that is not believed is said in ``notes``."""
     from ponytail.fs.inroot import open_file_in_root
-    from ponytail.host.files import host_path
+    from ponytail.host.driver_files import host_path
 
     where = host_path(driver_root, libcuda)
     try:
@@ -68,7 +68,7 @@ def cuda_driver_version(
 
 
 def _ask_in_child(fd: int, where: str, timeout_s: float) -> int:
-    from ponytail.host.child import ChildTimeout, run_in_child
+    from ponytail.host.forked_call import ChildTimeout, run_in_child
 
     try:
         result = run_in_child(_ask_libcuda, fd, where, timeout_s=timeout_s, unprivileged=True)
@@ -104,7 +104,7 @@ def _ask_libcuda(fd: int, path: str) -> int | str:
     that could lead elsewhere by now) and ask it."""
     import ctypes
 
-    from ponytail.host.child import loadable
+    from ponytail.host.forked_call import loadable
 
     try:
         lib = ctypes.CDLL(loadable(fd, path))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
+from ponytail.capabilities import NVIDIA_MAJOR
 from ponytail.errors import ProbeError
 from ponytail.lite.records import record
 
-NVIDIA_MAJOR = 195
 PROC_FILES = ("params", "version", "registry")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 

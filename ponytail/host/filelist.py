@@ -29,7 +29,7 @@ _WHAT_KEYS = ("capability", "capabilities", "type", "category")
 def read_filelist(driver_root: str) -> tuple[list[tuple[str, str]], list[str]]:
     """(path, capability) for each usable entry of the driver root's file list, and what was
     skipped and why. Both empty when the driver ships no list."""
-    from ponytail.host.files import _open_root, host_path
+    from ponytail.host.driver_files import _open_root, host_path
 
     if not os.path.lexists(host_path(driver_root, FILELIST)):
         return [], []  # most drivers: one lstat, and the in-root resolution stays unimported on the hook's path

@@ -104,12 +104,12 @@ def mig_uuids(libnvidia_ml: str, timeout_s: float = 5.0) -> dict[str, tuple[int,
     package, loading the driver's own ``libnvidia-ml``) in a forked child, so that
     NVML's threads never exist in this process (which must stay single-threaded to
     enter the container's mount namespace). The child gives up root first (driver code
-    never runs as root, ponytail.host.child; NVML lists MIG devices as any user may) and
+    never runs as root, ponytail.host.forked_call; NVML lists MIG devices as any user may) and
     loads the file opened and checked here."""
     import stat
 
     import ponytail.host.elf  # noqa: F401 - imported here, as pynvml: the child, as nobody, may not be allowed to read Python's files
-    from ponytail.host.child import ChildTimeout, run_in_child
+    from ponytail.host.forked_call import ChildTimeout, run_in_child
 
     try:
         import pynvml  # noqa: F401
@@ -141,8 +141,8 @@ def _query_nvml(fd: int, libnvidia_ml: str) -> dict[str, list[int]] | str:
 
     import pynvml
 
-    from ponytail.host.child import loadable
     from ponytail.host.elf import NotElf, read_elf_info_file
+    from ponytail.host.forked_call import loadable
 
     try:
         with os.fdopen(fd, "rb", closefd=False) as f:

@@ -21,10 +21,10 @@ from ponytail.host.driver import (
     read_gpu_informations,
     read_proc_files,
 )
-from ponytail.host.filelist import FILELIST
-from ponytail.host.files import (
+from ponytail.host.driver_files import (
     BIN_DIRS,
     DriverFile,
+    FoundFiles,
     LibrarySearch,
     SearchReport,
     SkippedFile,
@@ -33,6 +33,7 @@ from ponytail.host.files import (
     find_libraries,
     host_path,
 )
+from ponytail.host.filelist import FILELIST
 from ponytail.host.mig import MigDevice, caps_dir, read_access_files, read_access_minor, read_mig_devices
 from ponytail.host.pci import PciFunction, nvidia_gpus
 from ponytail.lite.records import field, record
@@ -121,7 +122,7 @@ class Host:
     dri_nodes: dict[str, tuple[DeviceNode, ...]] = field(default_factory=dict)
     tree: str = ""  # the registered driver tree the files come from ("driver tree at ROOT, version V"); "": the driver root
     lost: tuple[str, ...] = ()  # Gpus.lost: GPUs may be named by UUID or bus id only
-    mismatch: str = ""  # the driver root's libraries are another version than the kernel module (host.files.version_mismatch)
+    mismatch: str = ""  # the driver root's libraries are another version than the kernel module (host.driver_files.version_mismatch)
 
     def caps_node(self, minor: int) -> DeviceNode:
         name = f"nvidia-caps/nvidia-cap{minor}"
@@ -222,7 +223,7 @@ def probe_host(
         else:
             control[name] = _node(config.dev_root, name, major, minor)
 
-    libraries, reports, skipped, binaries, files = _driver_files(config, capabilities, library_globs, files_version)
+    searched = _driver_files(config, capabilities, library_globs, files_version)
     ipc: dict[str, IpcPath] = {}
     for cap in capabilities:
         for path in CAPABILITIES[cap].ipc:
@@ -238,12 +239,12 @@ def probe_host(
         control_nodes=control,
         caps_major=majors.get("nvidia-caps"),
         mig_global_minors=_mig_global_minors(config.proc_root),
-        libraries=tuple(libraries),
-        binaries=tuple(binaries),
-        files=tuple(files),
+        libraries=searched.libraries,
+        binaries=searched.binaries,
+        files=searched.files,
         ipc=tuple(ipc.values()),
-        reports=tuple(reports),
-        skipped=tuple(skipped),
+        reports=searched.reports,
+        skipped=searched.skipped,
         notes=found.notes,
         proc_files=read_proc_files(config.proc_root),
         gpu_information=found.information,
@@ -253,16 +254,16 @@ def probe_host(
         dri_nodes=_dri_nodes(config, found.gpus) if any(CAPABILITIES[c].dri_nodes for c in capabilities) else {},
         tree=f"the driver tree at {config.driver_root}, version {library_version}," if library_version else "",
         lost=found.lost,
-        mismatch=_mismatch(config, libraries, library_version, found.driver_version),
+        mismatch=_mismatch(config, searched.libraries, library_version, found.driver_version),
     )
 
 
-def _mismatch(config: Config, libraries: list[DriverFile], library_version: str, kernel: str) -> str:
+def _mismatch(config: Config, libraries: tuple[DriverFile, ...], library_version: str, kernel: str) -> str:
     """Why the driver root has no libcuda.so.1 or libnvidia-ml.so.1 of the kernel module's
     version when that is an upgrade without a reboot; looked at only when one is missing."""
     if library_version or {"libcuda.so.1", "libnvidia-ml.so.1"} <= {lib.soname for lib in libraries if lib.bits == 64}:
         return ""
-    from ponytail.host.files import version_mismatch
+    from ponytail.host.driver_files import version_mismatch
 
     return version_mismatch(config.driver_root, kernel) or ""
 
@@ -382,7 +383,7 @@ def _any_minor(dev_root: str, name: str, major: int) -> DeviceNode:
 
 def _driver_files(
     config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None, files_version: str
-) -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]:
+) -> FoundFiles:
     """The driver root's libraries (with the searches' reports and what was skipped),
     binaries and other files for ``capabilities``: from the probe cache when nothing it
     depends on changed (ponytail.host.probecache), else searched."""
@@ -406,7 +407,7 @@ def _driver_files(
         else:
             patterns.append(((path,), why))
 
-    def search() -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]:
+    def search() -> FoundFiles:
         libraries, reports, skipped = find_libraries(config.driver_root, searches, files_version)
         skipped += [SkippedFile(FILELIST, note) for note in list_notes]
         binaries: list[DriverFile] = []
@@ -420,7 +421,7 @@ def _driver_files(
         for globs, why in patterns:
             for f in find_files(config.driver_root, globs, why):
                 files.setdefault(f.target, f)
-        return libraries, reports, skipped, binaries, list(files.values())
+        return FoundFiles(tuple(libraries), tuple(reports), tuple(skipped), tuple(binaries), tuple(files.values()))
 
     from ponytail.host.probecache import cached_search
 
@@ -458,13 +459,14 @@ def find_driver_file(config: Config, driver_version: str, name: str, soname: str
     if lib is None:
         search = LibrarySearch.for_name(name, "probe")
 
-        def run() -> tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]:
-            return (*find_libraries(config.driver_root, [search], driver_version), [], [])
+        def run() -> FoundFiles:
+            libraries, reports, skipped = find_libraries(config.driver_root, [search], driver_version)
+            return FoundFiles(tuple(libraries), tuple(reports), tuple(skipped))
 
         from ponytail.host.probecache import cached_search
 
         key = (driver_version, os.uname().machine, ((search.pattern, search.dirs, search.why, search.bits),), (), ())
-        found = cached_search(config.cache_dir, config.driver_root, key, search.dirs, run)[0]
+        found = cached_search(config.cache_dir, config.driver_root, key, search.dirs, run).libraries
         lib = next((f for f in found if f.soname == soname), None)
     if lib is None:
         raise ProbeError(f"no {soname} of driver {driver_version} under the driver root {config.driver_root}")

@@ -43,7 +43,7 @@ PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
 MAX_BYTES = 1 << 20
 # the modules whose code decides what a search finds, relative to the ponytail package
-SEARCH_CODE = ("host/files", "host/probe", "host/elf", "host/ldcache", "host/probecache", "fs/inroot", "capabilities")
+SEARCH_CODE = ("host/driver_files", "host/probe", "host/elf", "host/ldcache", "host/probecache", "fs/inroot", "capabilities")
 MAX_ENTRIES = 32  # the most recent keys remembered: driver roots × capability sets × ponytail installs (pip, binary)
 _PRIME = (1 << 61) - 1  # the file name's hash: the key's bytes as a number, modulo this
 _MAGIC = "*?["
@@ -55,14 +55,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ponytail.host.files import DriverFile, SearchReport, SkippedFile
-
-    Found = tuple[list[DriverFile], list[SearchReport], list[SkippedFile], list[DriverFile], list[DriverFile]]
+    from ponytail.host.driver_files import DriverFile, FoundFiles
 
 
 def cached_search(
-    cache_dir: str, driver_root: str, key: tuple, search_dirs: tuple[str, ...], search: Callable[[], Found]
-) -> Found:
+    cache_dir: str, driver_root: str, key: tuple, search_dirs: tuple[str, ...], search: Callable[[], FoundFiles]
+) -> FoundFiles:
     """``search()``'s result, from the cache when its key and witnesses still hold; else
     searched and remembered. ``search_dirs``: the in-root directories the search lists
     (and globs); ``key``: everything else the result depends on."""
@@ -75,10 +73,10 @@ def cached_search(
         return _decode(entry[2])
     started = time.time_ns()
     found = search()
-    libraries, reports, skipped, binaries, files = found
-    in_root = {"/etc/ld.so.cache", *search_dirs, *(f.path for f in (*libraries, *binaries, *files)), *(s.path for s in skipped)}
-    in_root.update(f.target for f in files)  # found by a glob: the path that matched
-    in_root.update(p for r in reports for p in (*r.matches, *r.from_cache))
+    in_root = {"/etc/ld.so.cache", *search_dirs, *(f.path for f in (*found.libraries, *found.binaries, *found.files))}
+    in_root.update(s.path for s in found.skipped)
+    in_root.update(f.target for f in found.files)  # found by a glob: the path that matched
+    in_root.update(p for r in found.reports for p in (*r.matches, *r.from_cache))
     paths: set[str] = set()
     for p in in_root:
         if p.startswith("/"):  # not a binary's bare name (not found: its directories are witnesses)
@@ -139,9 +137,9 @@ def _unchanged(witnesses: tuple) -> bool:
 def _code_identity() -> tuple:
     """The search code's own files (``SEARCH_CODE``; .py or the binary's .pyc): a ponytail
     upgrade or an edit never reads what an older search found."""
-    from ponytail.host import files
+    from ponytail.host import driver_files
 
-    package, extension = os.path.dirname(os.path.dirname(files.__file__)), os.path.splitext(files.__file__)[1]
+    package, extension = os.path.dirname(os.path.dirname(driver_files.__file__)), os.path.splitext(driver_files.__file__)[1]
     names = [f"{package}/{m}{extension}" for m in SEARCH_CODE]
     out: list = []
     for name in names:
@@ -237,14 +235,13 @@ def _unlink(name: str, dir_fd: int) -> None:
 # -- what is stored: plain tuples of strings and numbers, checked before use -------------
 
 
-def _encode(found: Found) -> tuple:
-    libraries, reports, skipped, binaries, files = found
+def _encode(found: FoundFiles) -> tuple:
     return (
-        tuple(_file(f) for f in libraries),
-        tuple((r.search, tuple(r.matches), tuple(r.from_cache)) for r in reports),
-        tuple((s.path, s.reason) for s in skipped),
-        tuple(_file(f) for f in binaries),
-        tuple(_file(f) for f in files),
+        tuple(_file(f) for f in found.libraries),
+        tuple((r.search, tuple(r.matches), tuple(r.from_cache)) for r in found.reports),
+        tuple((s.path, s.reason) for s in found.skipped),
+        tuple(_file(f) for f in found.binaries),
+        tuple(_file(f) for f in found.files),
     )
 
 
@@ -252,16 +249,16 @@ def _file(f: DriverFile) -> tuple:
     return (f.path, f.host_path, f.target, f.soname, f.found_by, f.bits)
 
 
-def _decode(payload: tuple) -> Found:
-    from ponytail.host.files import DriverFile, SearchReport, SkippedFile
+def _decode(payload: tuple) -> FoundFiles:
+    from ponytail.host.driver_files import DriverFile, FoundFiles, SearchReport, SkippedFile
 
     libraries, reports, skipped, binaries, files = payload
-    return (
-        [DriverFile(*f) for f in libraries],
-        [SearchReport(*r) for r in reports],
-        [SkippedFile(*s) for s in skipped],
-        [DriverFile(*f) for f in binaries],
-        [DriverFile(*f) for f in files],
+    return FoundFiles(
+        tuple(DriverFile(*f) for f in libraries),
+        tuple(SearchReport(*r) for r in reports),
+        tuple(SkippedFile(*s) for s in skipped),
+        tuple(DriverFile(*f) for f in binaries),
+        tuple(DriverFile(*f) for f in files),
     )
 
 

@@ -4,9 +4,9 @@ Images built on NVIDIA's ``cuda-compat`` package ship the user-mode driver of a 
 branch (libcuda.so.560.28.03, libnvidia-ptxjitcompiler.so.1, ...) so that a newer CUDA
 runs on an older kernel module. When that libcuda's major version is newer than the
 driver's, its directory is put first in the container's linker path (as NVIDIA's
-enable-cuda-compat hook does). The directory lies in the untrusted rootfs: it is resolved
-with ponytail.fs.inroot (a symlink never leads out), and versions come from file names and
-ELF headers only; nothing of the image is ever run. An image whose compat libcuda is as
+enable-cuda-compat hook does). The directory lies in the untrusted rootfs: it is read by
+ponytail.container.image_compat (resolved inside the rootfs, versions from file names and
+ELF headers only; nothing of the image is ever run), and decided on here. An image whose compat libcuda is as
 old as or older than the driver keeps the injected one (and the check that the image's
 copies do not shadow it). Opt out per container with PONYTAIL_DISABLE_CUDA_COMPAT=true,
 or for the host with ``[cuda] compat = false``.
@@ -14,20 +14,14 @@ or for the host with ``[cuda] compat = false``.
 
 from __future__ import annotations
 
-import os
-import stat
-import struct
-
 from ponytail.lite.records import record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from ponytail.plan.operations import Plan
 
-COMPAT_DIR = "/usr/local/cuda/compat"
 DISABLE_VAR = "PONYTAIL_DISABLE_CUDA_COMPAT"
 _TRUE = ("1", "true", "yes", "on")
-MAX_ENTRIES = 4096
 
 # The CUDA version each driver branch supports (NVIDIA's CUDA release notes, table 3): the
 # requirement check reads the compat libcuda's CUDA version from here, never by loading it.
@@ -49,37 +43,12 @@ class Compat:
     sonames: tuple[tuple[str, str], ...] = ()  # (SONAME, in-root path of its link in the directory)
 
 
-def find_compat(rootfs: str | None, env: dict[str, str] | None, driver_version: str, enabled: bool = True) -> Compat | None:
-    """The image's compat directory, or None when it has none (or no rootfs is known)."""
-    if rootfs is None:
-        return None
-    from ponytail.fs.inroot import UnsafePath, resolve_in_root
-
-    try:
-        root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        try:
-            resolved = resolve_in_root(root_fd, COMPAT_DIR)
-        except (UnsafePath, OSError):
-            return None
-        try:
-            if not resolved.exists or not stat.S_ISDIR(resolved.mode):
-                return None
-            directory = resolved.path
-            dir_fd = os.open(resolved.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
-        except OSError:
-            return None
-        finally:
-            resolved.close()
-        try:
-            version, sonames = _read_directory(dir_fd, directory)
-        finally:
-            os.close(dir_fd)
-    finally:
-        os.close(root_fd)
-    return decide(directory, version, sonames, driver_version, env, enabled)
+def choose_compat(
+    found: tuple[str, str, tuple[tuple[str, str], ...]] | None, env: dict[str, str] | None, driver_version: str, enabled: bool = True
+) -> Compat | None:
+    """What to do with the image's compat directory as ponytail.container.image_compat read it
+    (directory, version, SONAME links), or None when the image has none."""
+    return None if found is None else decide(*found, driver_version, env, enabled)
 
 
 def decide(
@@ -124,65 +93,6 @@ def cuda_version_of_driver(version: str) -> str | None:
     """The CUDA version a driver branch supports, e.g. '12.6' for 560.28.03."""
     major = _major(version)
     return next((cuda for branch, cuda in _CUDA_BY_DRIVER if major >= branch), None)
-
-
-def _read_directory(dir_fd: int, directory: str) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """The version of the libcuda that the directory's libcuda.so.1 names (a link to a
-    plain name beside it, or the file itself named by version) and the SONAME links of the
-    libraries of that version there."""
-    from ponytail.host.files import library_version
-
-    try:
-        names = sorted(os.listdir(dir_fd))[:MAX_ENTRIES]
-    except OSError:
-        return "", ()
-    version = ""
-    target = _link_beside(dir_fd, "libcuda.so.1")
-    if target is not None and _elf_soname(dir_fd, target) == "libcuda.so.1":
-        version = library_version(target) or ""
-    if not version:
-        return "", ()
-    sonames = []
-    for name in names:
-        if name.endswith(f".so.{version}"):
-            soname = _elf_soname(dir_fd, name)
-            if soname and soname != name and _link_beside(dir_fd, soname) == name:
-                sonames.append((soname, f"{directory}/{soname}"))
-    return version, tuple(sonames)
-
-
-def _link_beside(dir_fd: int, name: str) -> str | None:
-    """The plain file ``name`` leads to in the same directory (itself, or one symlink to a
-    name without '/'), or None."""
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISREG(st.st_mode):
-            return name
-        if not stat.S_ISLNK(st.st_mode):
-            return None
-        target = os.readlink(name, dir_fd=dir_fd)
-        if "/" in target or target in ("", ".", ".."):
-            return None
-        st = os.stat(target, dir_fd=dir_fd, follow_symlinks=False)
-        return target if stat.S_ISREG(st.st_mode) else None
-    except OSError:
-        return None
-
-
-def _elf_soname(dir_fd: int, name: str) -> str | None:
-    from ponytail.host.elf import NotElf, read_elf_info_file
-
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        try:
-            return read_elf_info_file(f).soname
-        except (NotElf, OSError, ValueError, struct.error):
-            return None
 
 
 def _major(version: str) -> int:

@@ -30,9 +30,9 @@ def make_plan(
     except in a dry run, which shows the problems instead. ``driver`` (name, who asked)
     selects a registered driver tree; ``rootfs`` is looked at for a CUDA compat directory;
     ``hide_other_gpus``: see build_plan."""
-    from ponytail.container.request import select_devices, select_gpus
     from ponytail.host.probe import find_ldconfig, probe_host
     from ponytail.plan.operations import build_plan
+    from ponytail.plan.select import select_devices, select_gpus
 
     config, tree_version, tree_line = _driver_tree(config, driver)
     host = probe_host(
@@ -42,7 +42,7 @@ def make_plan(
         _refuse_numbering(host, request)
     tree = driver[0] if driver is not None else ""
     if tree:
-        from ponytail.container.umd import refuse_untrusted_tree
+        from ponytail.host.driver_trees import refuse_untrusted_tree
 
         refuse_untrusted_tree(tree, config.driver_root, [f.path for f in (*host.libraries, *host.binaries, *host.files)])
     selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree, tree_version))
@@ -79,7 +79,7 @@ def make_plan(
 def _refuse_numbering(host: Host, request: Request) -> None:
     """With a GPU lost by the driver the indices are not the ones the container was given: a
     request by index, ``all`` or a MIG device by index fails; one by UUID or bus id starts."""
-    from ponytail.container.request import names_by_identity
+    from ponytail.plan.select import names_by_identity
 
     wanted = [request.devices] + [d for d in (request.mig_config, request.mig_monitor) if d is not None]
     if not all(names_by_identity(d) for d in wanted):
@@ -106,11 +106,11 @@ def pin_libraries(plan: Plan) -> Plan:
 
 def _driver_tree(config: Config, driver: tuple[str, str] | None) -> tuple[Config, str, str]:
     """The config to probe with (a registered tree's root as driver root), the tree's
-    version ("" for the host's driver root) and what was chosen and why (ponytail.container.umd)."""
+    version ("" for the host's driver root) and what was chosen and why (ponytail.host.driver_trees)."""
     if driver is None:
         return config, "", f"host driver root {config.driver_root} (no driver tree requested)"
-    from ponytail.container.umd import choose_tree
     from ponytail.host.driver import read_driver_version
+    from ponytail.host.driver_trees import choose_tree
 
     config, tree = choose_tree(config, driver, read_driver_version(config.proc_root))
     return config, tree.version, tree.describe()
@@ -125,9 +125,10 @@ def _cuda_compat(
 
     compat = None
     if rootfs is not None and host.library("libcuda.so.1") is not None and _may_have_cuda(rootfs):
-        from ponytail.plan.compat import apply_compat, find_compat  # resolves the path safely inside the rootfs
+        from ponytail.container.image_compat import read_compat_dir  # resolves the path safely inside the rootfs
+        from ponytail.plan.compat import apply_compat, choose_compat
 
-        compat = find_compat(rootfs, env, tree_version or host.driver_version, config.cuda_compat)
+        compat = choose_compat(read_compat_dir(rootfs), env, tree_version or host.driver_version, config.cuda_compat)
         plan = apply_compat(plan, compat)
     choices: tuple[str, ...] = (f"user-mode driver: {tree_line}",)
     if compat is not None:
@@ -186,7 +187,7 @@ def _unmet_requirement(
         version = tree_version or host.driver_version
         libcuda = find_driver_file(config, version, "libcuda", "libcuda.so.1", host).path
         if tree:  # not among the request's files when it does not ask for compute
-            from ponytail.container.umd import refuse_untrusted_tree
+            from ponytail.host.driver_trees import refuse_untrusted_tree
 
             refuse_untrusted_tree(tree, config.driver_root, [libcuda])
         return format_cuda_version(cuda_driver_version(config.driver_root, libcuda, config.cache_dir, config.timeout_probe, notes))
@@ -204,7 +205,7 @@ def _mig_uuids(config: Config, host: Host, tree: str, tree_version: str) -> dict
 
     nvml = find_driver_file(config, tree_version or host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host)
     if tree:  # not among the request's files when it does not ask for utility
-        from ponytail.container.umd import refuse_untrusted_tree
+        from ponytail.host.driver_trees import refuse_untrusted_tree
 
         refuse_untrusted_tree(tree, config.driver_root, [nvml.path])
     return mig_uuids(nvml.host_path, config.timeout_probe)

@@ -12,9 +12,10 @@ from ponytail.lite.records import field, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the operations need none of these at run time (a CDI hook loads no probe)
-    from ponytail.container.request import Request, Selection
-    from ponytail.host.files import SkippedFile
+    from ponytail.container.request import Request
+    from ponytail.host.driver_files import SkippedFile
     from ponytail.host.probe import DeviceNode, FeatureFinding, Gpu, Host
+    from ponytail.plan.select import Selection
 
 LD_CONF_FILE = "/etc/ld.so.conf.d/00-ponytail.conf"
 PROC_DRIVER_DIR = "/proc/driver/nvidia"
@@ -116,7 +117,7 @@ class Plan:
     skipped: tuple[SkippedFile, ...]
     warnings: tuple[str, ...]
     problems: tuple[str, ...]  # a real run refuses to start when any are present
-    choices: tuple[str, ...] = ()  # which driver tree and CUDA compat directory, and why (ponytail.container.umd, .compat)
+    choices: tuple[str, ...] = ()  # which driver tree and CUDA compat directory, and why (ponytail.host.driver_trees, ponytail.plan.compat)
     # warnings a run also says on stderr, not only in the log: what it injects will not work as it is
     said: tuple[str, ...] = ()
 

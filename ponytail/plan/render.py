@@ -7,6 +7,7 @@ from ponytail.plan.operations import AllowDevices, HideNode, LinkerCache, Mount,
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported by info and -debug: for type checkers only
+    from ponytail.config import Config
     from ponytail.container.request import Request
 
 _SECTIONS = (
@@ -94,4 +95,19 @@ def render_gpus(driver_version: str, cuda_version: str | None, gpus: tuple[Gpu, 
         for m in gpu.mig_devices:
             lines.append(f"    MIG {m.name}  gpu instance {m.gi}  compute instance {m.ci}")
     lines += [f"note: {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_trees(config: Config, kernel_version: str | None) -> str:
+    """The registered trees for ``info``: how a container selects each, and whether it can."""
+    from ponytail.container.gpu_markers import DRIVER_VAR
+    from ponytail.host.driver_trees import describe_trees
+
+    if not config.drivers:
+        return "driver trees: none registered (the host's driver root serves every container)\n"
+    lines = [f"driver trees: {len(config.drivers)} registered; a container selects one with {DRIVER_VAR}=NAME"]
+    for tree, version, problem in describe_trees(config, kernel_version):
+        state = f"not usable: {problem}" if problem else "usable"
+        about = f"  {tree.description}" if tree.description else ""
+        lines.append(f"  {tree.name}  {tree.root}  version {version or 'unknown'}  {state}{about}")
     return "\n".join(lines) + "\n"

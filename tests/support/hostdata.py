@@ -9,11 +9,12 @@ The shape follows the fake hosts of fakehost.py: driver 550.54.15, GPUs on PCI b
 from __future__ import annotations
 
 from ponytail.capabilities import CONTROL_NODES
-from ponytail.container.request import DeviceRequest, Request, Selection, build_request, select_devices
-from ponytail.host.files import DriverFile, SearchReport
+from ponytail.container.request import DeviceRequest, Request, build_request
+from ponytail.host.driver_files import DriverFile, SearchReport
 from ponytail.host.mig import MigDevice
 from ponytail.host.probe import DeviceNode, Gpu, Host, IpcPath
 from ponytail.lite.records import field, record
+from ponytail.plan.select import Selection, select_devices
 
 DRIVER = "550.54.15"
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"

@@ -31,10 +31,11 @@ def generate(
     config: Config, hook_command: str, strategy: str = DEFAULT_STRATEGY, capabilities: str = "all", version: str | None = None
 ) -> tuple[dict, list[str], dict[str, dict]]:
     """This host's spec, the plan's warnings, and the specs of the opt-in features it has (feature_specs)."""
-    from ponytail.container.request import Selection, build_request
+    from ponytail.container.request import build_request
     from ponytail.host.probe import find_ldconfig, probe_host
     from ponytail.lite.records import replace
     from ponytail.plan.operations import build_plan
+    from ponytail.plan.select import Selection
 
     if strategy not in STRATEGIES:
         raise UsageError(f"--device-name-strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
@@ -281,7 +282,7 @@ def _recorded(args: list, before: tuple[list[tuple[int, str, str]], dict[str, in
 
 def _device_drift(spec: dict, gpus: tuple, majors: dict[str, int]) -> list[str]:
     """Each device's GPU node is the minor its GPU (by index or UUID) has now."""
-    from ponytail.host.driver import NVIDIA_MAJOR
+    from ponytail.capabilities import NVIDIA_MAJOR
 
     gpu_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
     by_name = {str(g.index): g for g in gpus} | {g.uuid: g for g in gpus}

@@ -106,7 +106,7 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
                 "run 'ponytail cdi generate' again (see 'ponytail cdi check')"
             )
     _check_nodes(options, proc_root, container.char_devices)
-    from ponytail.plan.operations import LD_CONF_FILE, LinkerCache, Plan, Symlink
+    from ponytail.plan.operations import LD_CONF_FILE, LinkerCache, Symlink
 
     links: tuple[tuple[str, str, str], ...] = options.get("link") or ()  # type: ignore[assignment]  # OPTIONS' arities
     ops: list[Operation] = [Symlink(target, link_to, f"SONAME of {link_to}", library) for target, link_to, library in links]
@@ -118,11 +118,10 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
         directories: tuple[str, ...] = options.get("directory") or ()  # type: ignore[assignment]
         checks: tuple[tuple[str, str], ...] = options.get("check") or ()  # type: ignore[assignment]
         ops.append(LinkerCache(LD_CONF_FILE, directories, ldconfig, checks, "make the driver's libraries loadable by SONAME"))
-    from ponytail.apply.executor import apply_plan
+    from ponytail.apply.executor import apply_operations
 
-    plan = Plan(tuple(ops), (), None, (), (), ())  # type: ignore[arg-type]  # the executor reads the operations only
-    outcome = apply_plan(
-        plan, container.rootfs, None, config.timeout_ldconfig, config.timeout_lock, progress=lambda step: log.write("info", f"step: {step}")
+    outcome = apply_operations(
+        tuple(ops), container.rootfs, None, config.timeout_ldconfig, config.timeout_lock, progress=lambda step: log.write("info", f"step: {step}")
     )
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)

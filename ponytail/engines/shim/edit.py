@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import copy
 
+from ponytail.container.gpu_markers import asks_for_gpus
 from ponytail.container.oci import Spec
-from ponytail.container.trigger import asks_for_gpus
 from ponytail.errors import InputError
 
 
@@ -20,8 +20,8 @@ def spec_asks_for_gpus(spec: Spec, accept_env_when_unprivileged: bool = True) ->
     """The device plugin's list (volume mounts, CDI annotations; not when the engine's CDI has
     injected what the annotations name); else, unless the policy refuses an unprivileged
     container's env, NVIDIA_VISIBLE_DEVICES in process.env (set, not void/empty) or the GPU annotation."""
+    from ponytail.container.gpu_markers import is_void
     from ponytail.container.oci import device_plugin_list
-    from ponytail.container.trigger import is_void
 
     plugin = device_plugin_list(spec)
     if plugin is not None:

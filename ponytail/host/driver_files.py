@@ -85,6 +85,18 @@ class SearchReport:
     from_cache: tuple[str, ...] = ()
 
 
+@record(frozen=True)
+class FoundFiles:
+    """What one search of the driver root found: the probe's result, remembered as it is by
+    ponytail.host.probecache."""
+
+    libraries: tuple[DriverFile, ...] = ()
+    reports: tuple[SearchReport, ...] = ()
+    skipped: tuple[SkippedFile, ...] = ()
+    binaries: tuple[DriverFile, ...] = ()
+    files: tuple[DriverFile, ...] = ()
+
+
 @record
 class _Scan:
     """One pass over the driver root: directory listings and ELF checks are done once."""

@@ -1,8 +1,7 @@
 """Per-container user-mode drivers: driver trees the admin registers as ``[drivers.NAME]``.
 
-A container names one with ``PONYTAIL_DRIVER=NAME`` in its env (or the annotation
-``com.example.gpu.driver=NAME``); only registered names are accepted, never a path. The
-tree is then the driver root for this container: its libraries (found through its own
+The tree a container names (ponytail.container.driver_trees; only registered names, never a
+path) is the driver root for this container: its libraries (found through its own
 ld.so.cache and the usual directories, filtered to its version), binaries and firmware.
 Device nodes, /proc and /sys stay the host's. The tree's version is read from its
 libraries' file names (libcuda.so.560.28.03), never by loading them; it must equal the
@@ -12,9 +11,7 @@ A tree's libraries go into containers and its libcuda is asked for the CUDA vers
 the tree is held to ponytail.fs.trust's rule: every directory above it, its root and
 every directory and file down to each file used must be root's and writable by no one
 else, or the tree is refused with one line naming the path. Its files are read inside
-it (a link leading out of it leads nowhere; no read blocks). Under the strict Kubernetes
-policy (``[request] accept_env_when_unprivileged = false``) an unprivileged container's
-choice is refused like its NVIDIA_VISIBLE_DEVICES: it gets the host's driver root.
+it (a link leading out of it leads nowhere; no read blocks).
 """
 
 from __future__ import annotations
@@ -22,9 +19,8 @@ from __future__ import annotations
 import os
 
 from ponytail.config import Config, DriverTree
-from ponytail.container.trigger import DRIVER_ANNOTATION, DRIVER_VAR
 from ponytail.errors import InputError, ProbeError
-from ponytail.host.files import soname_state
+from ponytail.host.driver_files import soname_state
 from ponytail.lite.records import record, replace
 
 _VERSION_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
@@ -43,29 +39,6 @@ class TreeChoice:
         if not self.name:
             return f"host driver root {self.root} ({self.why})"
         return f"driver tree '{self.name}' at {self.root}, version {self.version} ({self.why})"
-
-
-def requested_tree(env: dict[str, str] | None, annotations: dict[str, str] | None, cli_name: str | None = None) -> tuple[str, str] | None:
-    """(name, who asked) of the tree a container or the command line asks for, or None.
-    The command line wins, then the annotation (set by the engine), then the env."""
-    if cli_name is not None:
-        return cli_name, "--driver"
-    if annotations and annotations.get(DRIVER_ANNOTATION, "").strip():
-        return annotations[DRIVER_ANNOTATION].strip(), f"annotation {DRIVER_ANNOTATION}"
-    if env and env.get(DRIVER_VAR, "").strip():
-        return env[DRIVER_VAR].strip(), DRIVER_VAR
-    return None
-
-
-def refused_tree(asked: tuple[str, str] | None, privileged: bool, accept_env_when_unprivileged: bool) -> str | None:
-    """Why the strict policy refuses a container's choice of tree, or None: an unprivileged
-    container under ``accept_env_when_unprivileged = false`` chooses no tree, by env or annotation."""
-    if asked is None or privileged or accept_env_when_unprivileged:
-        return None
-    return (
-        f"{asked[1]}={asked[0]!r} refused: unprivileged container and [request] accept_env_when_unprivileged = false; "
-        "the host's driver root serves it"
-    )
 
 
 def refuse_untrusted_tree(name: str, root: str, paths: list[str]) -> None:
@@ -158,15 +131,3 @@ def trees_json(config: Config, kernel_version: str | None) -> list[dict[str, obj
          "kernel_modules": list(t.kernel_modules), "usable": problem is None, "problem": problem}
         for t, version, problem in describe_trees(config, kernel_version)
     ]
-
-
-def render_trees(config: Config, kernel_version: str | None) -> str:
-    """The registered trees for ``info``: how a container selects each, and whether it can."""
-    if not config.drivers:
-        return "driver trees: none registered (the host's driver root serves every container)\n"
-    lines = [f"driver trees: {len(config.drivers)} registered; a container selects one with {DRIVER_VAR}=NAME"]
-    for tree, version, problem in describe_trees(config, kernel_version):
-        state = f"not usable: {problem}" if problem else "usable"
-        about = f"  {tree.description}" if tree.description else ""
-        lines.append(f"  {tree.name}  {tree.root}  version {version or 'unknown'}  {state}{about}")
-    return "\n".join(lines) + "\n"

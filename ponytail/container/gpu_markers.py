@@ -6,7 +6,7 @@ from __future__ import annotations
 GPU_ANNOTATION = "com.example.gpu"
 GPU_ANNOTATION_VALUE = "true"
 VISIBLE_DEVICES_VAR = "NVIDIA_VISIBLE_DEVICES"
-DRIVER_VAR = "PONYTAIL_DRIVER"  # a registered [drivers.NAME] tree (ponytail.container.umd)
+DRIVER_VAR = "PONYTAIL_DRIVER"  # a registered [drivers.NAME] tree (ponytail.container.driver_trees)
 DRIVER_ANNOTATION = "com.example.gpu.driver"
 
 
