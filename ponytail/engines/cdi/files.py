@@ -282,9 +282,9 @@ def _recorded(args: list, before: tuple[list[tuple[int, str, str]], dict[str, in
 
 def _device_drift(spec: dict, gpus: tuple, majors: dict[str, int]) -> list[str]:
     """Each device's GPU node is the minor its GPU (by index or UUID) has now."""
-    from ponytail.capabilities import NVIDIA_MAJOR
+    from ponytail.host.driver import nvidia_major
 
-    gpu_major = majors.get("nvidia-frontend", majors.get("nvidia", NVIDIA_MAJOR))
+    gpu_major = nvidia_major(majors)
     by_name = {str(g.index): g for g in gpus} | {g.uuid: g for g in gpus}
     found = []
     for device in spec["devices"]:
