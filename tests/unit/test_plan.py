@@ -34,8 +34,6 @@ from support.hostdata import (
     selection,
 )
 
-pytestmark = pytest.mark.unit
-
 MIG_GPUS = gpu_list(3, minors=[2, 0, 1], mig={2: [(1, 0), (2, 0)]})  # GPU 2 (/dev/nvidia1) has MIG devices 2:1:0, 2:2:0
 
 

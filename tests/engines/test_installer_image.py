@@ -20,7 +20,7 @@ from support.engines import TIMEOUT, unique
 
 pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed")
 
-BUILD = Path(__file__).parent.parent / "packaging" / "installer" / "build-image.sh"
+BUILD = Path(__file__).resolve().parents[2] / "packaging" / "installer" / "build-image.sh"
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import warnings
 
 import click
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ponytail.cli.cdigenerate import parse_generate_args, run_generate
@@ -36,9 +36,6 @@ def click_reads(args: list[str]) -> HookOptions | None:
         if ctx.protected_args or ctx.args:
             return None
     return HookOptions(**ctx.params)
-
-
-@settings(max_examples=3000, deadline=None, database=None)
 @given(args=st.lists(st.sampled_from(TOKENS), max_size=6))
 def test_what_the_plain_parser_reads_click_reads_alike(args: list[str]) -> None:
     ours = parse_hook_args(args)
@@ -87,26 +84,17 @@ GENERATE_DEFAULTS = {name: p.default for name, p in inspect.signature(run_genera
 CDI_HOOK_DEFAULTS = {
     "config": None, "driver_version": None, "major": (), "gpu": (), "link": (), "mask_proc": False, "ldconfig": None, "directory": (), "check": (),
 }
-
-
-@settings(max_examples=1500, deadline=None, database=None)
 @given(args=st.lists(st.sampled_from(INFO_TOKENS), max_size=5))
 def test_info_reads_what_click_reads(args: list[str]) -> None:
     ours = parse_info_args(["info", *args])
     if ours is not None:
         click_params = subcommand_reads(("info",), args)
         assert click_params is not None and (click_params["as_json"], click_params["config"]) == ours, args
-
-
-@settings(max_examples=1500, deadline=None, database=None)
 @given(args=st.lists(st.sampled_from(GENERATE_TOKENS), max_size=7))
 def test_cdi_generate_reads_what_click_reads(args: list[str]) -> None:
     ours = parse_generate_args(["cdi", "generate", *args])
     if ours is not None:
         assert subcommand_reads(("cdi", "generate"), args) == {**GENERATE_DEFAULTS, **ours}, args
-
-
-@settings(max_examples=1500, deadline=None, database=None)
 @given(args=st.lists(st.sampled_from(CDI_HOOK_TOKENS), max_size=9))
 def test_cdi_hook_reads_what_click_reads(args: list[str]) -> None:
     ours = parse_cdi_hook_args(args)

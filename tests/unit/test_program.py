@@ -116,6 +116,7 @@ print(os.stat("/proc/self/ns/mnt").st_ino == namespace, os.path.ismount(rootfs +
 """
 
 
+@pytest.mark.root
 def test_ldconfig_runs_without_the_kernel_filesystems_under_the_rootfs_and_the_hook_comes_back(tmp_path: Path) -> None:
     """ldconfig sees no proc under the rootfs (its magic links lead out of the chroot), and the
     rootfs only through a view mounted nodev, nosuid, noexec (no device node of the image can be

@@ -12,7 +12,7 @@ from ponytail.lite.records import replace
 
 
 def test_shipped_example_config_is_valid() -> None:
-    shipped = Path(__file__).parent.parent / "config" / "config.toml"
+    shipped = Path(__file__).resolve().parents[2] / "config" / "config.toml"
     config = load_config(str(shipped), required=True)
     # the example spells out the built-in defaults: a missing file means exactly these
     assert replace(config, path=None) == Config()

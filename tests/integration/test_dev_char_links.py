@@ -19,7 +19,7 @@ import pytest
 from support.commands import PONYTAIL
 from support.fakehost import CAPS_MAJOR, NVIDIA_MAJOR, UVM_MAJOR, FakeHost, gpus
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXPECTED = {
     f"{NVIDIA_MAJOR}:0": "../nvidia0", f"{NVIDIA_MAJOR}:3": "../nvidia3", f"{NVIDIA_MAJOR}:255": "../nvidiactl",
     f"{NVIDIA_MAJOR}:254": "../nvidia-modeset", f"{UVM_MAJOR}:0": "../nvidia-uvm", f"{UVM_MAJOR}:1": "../nvidia-uvm-tools",

@@ -8,11 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.unit
-
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "ponytail"
 # where a name of ponytail/ may be used: the package, its tests, its tools, the binary's spec, the entry points
 USERS = ("ponytail", "tests", "scripts", "bench", "packaging")

@@ -12,7 +12,7 @@ import pytest
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, Podman, console_script
 from support.fakehost import FakeHost, make_rootfs
 
-SHIPPED = Path(__file__).parent.parent / "hooks.d" / "ponytail.json"
+SHIPPED = Path(__file__).resolve().parents[2] / "hooks.d" / "ponytail.json"
 
 
 @pytest.fixture

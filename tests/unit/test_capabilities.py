@@ -8,8 +8,6 @@ import pytest
 
 from ponytail.capabilities import ALL, CAPABILITIES, CONTROL_NODES, DEFAULT, parse_capabilities
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(
     ("text", "capabilities", "unknown"),

@@ -13,7 +13,7 @@ import pytest
 
 from support.commands import PONYTAIL
 
-DEMO = Path(__file__).resolve().parent.parent / "scripts" / "demo.py"
+DEMO = Path(__file__).resolve().parents[2] / "scripts" / "demo.py"
 
 pytestmark = pytest.mark.skipif(Path("/proc/driver/nvidia/version").exists(), reason="a real driver: the demo uses it, not the simulated one")
 

@@ -26,7 +26,7 @@ from test_configure import CONTAINERD_V3, RUNTIME
 from support.containerd_cri import make_state_dir, remove_state_dir
 from support.engines import TIMEOUT, console_script, processes_naming, start_daemon, stop_daemon
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # ../shared beside the checkout (CI, /work/main), or beside the worktrees' folder (/work/wt/NAME)
 TARBALLS = [base / "shared" / "engines" / "current-engines-x86_64.tar.xz" for base in (REPO.parent, REPO.parent.parent)]
 

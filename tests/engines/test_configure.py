@@ -391,7 +391,7 @@ def test_a_custom_runc_binary_is_named_with_the_line_that_keeps_it(tmp_path: Pat
     assert plain.returncode == 0 and "[runtime] path = '/opt/runc/bin/runc'" in plain.stdout, plain.stdout
 
 
-INSTALLER = Path(__file__).parent.parent / "packaging" / "installer" / "installer.sh"
+INSTALLER = Path(__file__).resolve().parents[2] / "packaging" / "installer" / "installer.sh"
 
 
 @pytest.mark.parametrize("engine, path, text", [

@@ -39,9 +39,8 @@ from ponytail.options import HookOptions
 from support.fakehost import FakeHost, gpus
 from support.harness import tree_digest
 
-
-def fuzz(examples: int) -> settings:
-    return settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+# how many examples: the Hypothesis profile (tests/conftest.py); trees built on disk are slow examples
+fuzz = settings(suppress_health_check=list(HealthCheck))
 
 # -- the resolver ------------------------------------------------------------------
 NAMES = ("a", "b", "c")
@@ -109,7 +108,7 @@ def _has_openat2() -> bool:
 HAS_OPENAT2 = _has_openat2()
 
 
-@fuzz(1000)
+@fuzz
 @given(
     entries=st.lists(entry, max_size=10),
     paths=st.lists(st.tuples(lookup, st.booleans(), st.booleans()), min_size=1, max_size=4),
@@ -242,7 +241,7 @@ def fuzz_host(tmp_path_factory: pytest.TempPathFactory) -> tuple[FakeHost, Path]
     return host, base / "bundle"
 
 
-@fuzz(800)
+@fuzz
 @given(data=st.data())
 def test_state_parser_gives_a_container_or_an_input_error(fuzz_host, data) -> None:
     _, bundle = fuzz_host
@@ -256,7 +255,7 @@ def test_state_parser_gives_a_container_or_an_input_error(fuzz_host, data) -> No
     assert container.pid > 0 and container.rootfs == f"{bundle}/rootfs"
 
 
-@fuzz(800)
+@fuzz
 @given(data=st.data())
 def test_bundle_parser_gives_a_container_or_an_input_error(fuzz_host, data) -> None:
     _, bundle = fuzz_host
@@ -284,7 +283,7 @@ toml_line = st.one_of(
 )
 
 
-@fuzz(1000)
+@fuzz
 @given(lines=st.lists(toml_line, max_size=8), raw_tail=st.binary(max_size=8))
 def test_config_parser_gives_a_config_or_a_config_error(lines, raw_tail) -> None:
     raw = "\n".join(lines).encode() + (raw_tail if len(lines) % 3 == 0 else b"")
@@ -297,7 +296,7 @@ def test_config_parser_gives_a_config_or_a_config_error(lines, raw_tail) -> None
     assert all(v.startswith("/") for v in (config.driver_root, config.proc_root, config.sys_root, config.dev_root))
 
 
-@fuzz(300)
+@fuzz
 @given(data=st.data())
 def test_the_whole_hook_answers_every_input_with_one_line(fuzz_host, data) -> None:
     """State and bundle through run_hook with -debug: never a traceback, an internal error or a
@@ -319,7 +318,7 @@ cache_header = st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), s
 cache_entry = st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(0, 300), st.integers(0, 300), st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1))
 
 
-@fuzz(500)
+@fuzz
 @given(
     old=st.one_of(st.none(), st.integers(0, 2**32 - 1)),
     header=cache_header,
@@ -345,7 +344,7 @@ def probed(fuzz_host) -> Host:
     return probe_host(config, ("compute", "utility"))
 
 
-@fuzz(1000)
+@fuzz
 @given(env=st.lists(env_item.filter(lambda e: isinstance(e, str)), max_size=5), privileged=st.booleans())
 def test_the_nvidia_variables_give_a_request_or_an_input_error(probed: Host, env: list[str], privileged: bool) -> None:
     """NVIDIA_VISIBLE_DEVICES, _DRIVER_CAPABILITIES, _REQUIRE_*, MIG selectors: the image's own

@@ -9,12 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ponytail.lite.plainjson import MAX_DEPTH, loads_plain
-
-pytestmark = pytest.mark.unit
 
 
 def json_or_error(raw: bytes) -> object:
@@ -115,15 +113,9 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
     max_leaves=30,
 )
-
-
-@settings(max_examples=400, deadline=None)
 @given(value=json_values, indent=st.sampled_from([None, 0, 2, "\t"]), ascii_only=st.booleans())
 def test_generated_documents_agree(value: object, indent: object, ascii_only: bool) -> None:
     agrees(json.dumps(value, indent=indent, ensure_ascii=ascii_only).encode())  # type: ignore[arg-type]
-
-
-@settings(max_examples=600, deadline=None)
 @given(value=json_values, data=st.data())
 def test_damaged_documents_agree(value: object, data: st.DataObject) -> None:
     raw = bytearray(json.dumps({"k": value}).encode())
@@ -140,9 +132,6 @@ def test_damaged_documents_agree(value: object, data: st.DataObject) -> None:
         else:
             del raw[at:]
     agrees(bytes(raw))
-
-
-@settings(max_examples=300, deadline=None)
 @given(raw=st.binary(max_size=64))
 def test_arbitrary_bytes_agree(raw: bytes) -> None:
     agrees(raw)
@@ -156,9 +145,6 @@ plain_values = st.recursive(
     | st.dictionaries(st.text(max_size=6), children, max_size=4),
     max_leaves=25,
 )
-
-
-@settings(max_examples=500, deadline=None)
 @given(value=plain_values, indent=st.sampled_from([None, 0, 1, 2, 4]))
 def test_plain_values_are_written_as_json_dumps_writes_them(value: object, indent: int | None) -> None:
     from ponytail.lite.plainjson import dumps, dumps_plain

@@ -13,7 +13,7 @@ from ponytail.engines.hooksd import hook_file_text
 
 from support.engines import console_script
 
-SHIPPED = Path(__file__).parent.parent / "hooks.d" / "ponytail.json"
+SHIPPED = Path(__file__).resolve().parents[2] / "hooks.d" / "ponytail.json"
 SHIPPED_COMMAND = "/usr/local/bin/ponytail"  # where docs/engines.md installs the binary, and `pip install` as root puts the command
 
 

@@ -60,6 +60,7 @@ def test_a_new_file_gets_the_asked_mode_whatever_the_umask(tmp_path: Path) -> No
     assert (tmp_path / "f.json").read_bytes() == b"{}" and leftovers(tmp_path, "f.json") == []
 
 
+@pytest.mark.root
 def test_the_replaced_file_keeps_its_mode_and_owner_when_asked(tmp_path: Path) -> None:
     target = tmp_path / "daemon.json"
     target.write_bytes(OLD)

@@ -12,8 +12,6 @@ from ponytail.errors import InputError
 
 from support.hostdata import gpu_list, uuid
 
-pytestmark = pytest.mark.unit
-
 # 3 GPUs in bus order 0000:18, 0000:28, 0000:38 with minors 2, 0, 1; GPU 2 has MIG devices 2:1:0 and 2:2:0
 GPUS = gpu_list(3, minors=[2, 0, 1], mig={2: [(1, 0), (2, 0)]})
 MIG_UUIDS = {"MIG-aaaa": (1, 1, 0), "MIG-bbbb": (1, 2, 0), "MIG-elsewhere": (7, 1, 0)}  # NVML's: UUID -> (minor, gi, ci)

@@ -96,6 +96,7 @@ def test_pyudev_and_sysfs_see_the_same_pci_bus_on_this_machine() -> None:
     assert by_udev == by_sysfs
 
 
+@pytest.mark.root
 def test_the_hook_s_gpu_scan_finds_what_a_scan_of_every_function_finds(tmp_path: Path) -> None:
     # the hook (udev=False) reads a function's class and driver only when its vendor is NVIDIA's
     from ponytail.host.pci import nvidia_gpus

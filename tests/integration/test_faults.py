@@ -423,7 +423,7 @@ def test_soak_many_runs_at_once_with_sigkills_and_a_flapping_gpu(tmp_path: Path)
     file of one GPU going and coming back all along."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     from soak import soak
 
     report = soak(tmp_path, console_script("ponytail"), runs=120, concurrency=16, kill_rate=0.2)

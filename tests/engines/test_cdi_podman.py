@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_hostile_images import CASES, WORKS, Case
 
+from security.test_hostile_images import CASES, WORKS, Case
 from support.cdi_support import CdiPodman, generate
 from support.engines import console_script
 from support.fakehost import FakeHost, gpus, make_rootfs
@@ -109,7 +109,7 @@ def test_podman_never_starts_a_container_with_a_spec_whose_gpus_were_renumbered(
     """Same driver, but the two GPUs traded minors since the spec was written: gpu=0's node
     (/dev/nvidia0) is GPU 1 now. The hook stops the start, and the program never runs (before:
     it ran with the other GPU's node, exit 0)."""
-    from test_cdi_hook import _renumber
+    from integration.test_cdi_hook import _renumber
 
     host = FakeHost(tmp_path / "host", gpu_list=gpus(2))
     spec = tmp_path / "nvidia.yaml"
