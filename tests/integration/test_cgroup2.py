@@ -21,14 +21,11 @@ from ponytail.errors import InjectionError
 from ponytail.fs.libc import syscall
 from ponytail.plan.devicefilter import (
     AND32_K,
-    CALL,
     EXIT,
     JNE_K,
     LDX_W,
-    MOV32_X,
     MOV64_K,
     NEUTRAL_DEVICE,
-    RSH32_K,
     allow_block,
     denied_on_purpose,
     extend,
@@ -37,6 +34,7 @@ from ponytail.plan.devicefilter import (
     why_not_extensible,
 )
 
+from support.bpfprograms import allow_all, calls_a_helper, deny_all, runc_style
 from support.commands import PONYTAIL
 from support.fakehost import FakeHost, make_rootfs
 from support.harness import Sleeper, bundle_for, run_ponytail, state_for
@@ -123,40 +121,6 @@ def test_programs_that_cannot_be_extended_are_named() -> None:
     assert "map" in (why_not_extensible(insn(0x18, 1, 1, 0, 5) + insn(0) + deny_all()) or "")
     blinded = insn(0xB4, 11, 0, 0, 0x1234) + deny_all()  # w11 = ...: the blinding scratch register
     assert "blinded" in (why_not_extensible(blinded) or "")
-
-
-# --- programs as engines build them -----------------------------------------------------------
-
-def deny_all() -> bytes:
-    return insn(MOV64_K, 0, imm=0) + insn(EXIT)
-
-
-def allow_all() -> bytes:
-    return insn(MOV64_K, 0, imm=1) + insn(EXIT)
-
-
-def calls_a_helper() -> bytes:
-    return insn(CALL, imm=15) + allow_all()  # bpf_get_current_uid_gid
-
-
-def runc_style(*allowed: tuple[int, int]) -> bytes:
-    """An allow list the way runc lays it out: type, access, major, minor in r2-r5, one block per
-    rule (c MAJOR:MINOR rwm), deny at the end."""
-    head = [
-        insn(LDX_W, 2, 1, 0), insn(AND32_K, 2, imm=0xFFFF),
-        insn(LDX_W, 3, 1, 0), insn(RSH32_K, 3, imm=16),
-        insn(LDX_W, 4, 1, 4), insn(LDX_W, 5, 1, 8),
-    ]
-    body = []
-    for major, minor in allowed:
-        body += [
-            insn(JNE_K, 2, off=7, imm=2),  # not a character device
-            insn(MOV32_X, 1, 3), insn(AND32_K, 1, imm=~7), insn(JNE_K, 1, off=4, imm=0),  # access not within rwm
-            insn(JNE_K, 4, off=3, imm=major),
-            insn(JNE_K, 5, off=2, imm=minor),
-            insn(MOV64_K, 0, imm=1), insn(EXIT),
-        ]
-    return b"".join(head + body) + deny_all()
 
 
 # --- real programs on a real cgroup --------------------------------------------------------------

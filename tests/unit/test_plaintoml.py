@@ -135,7 +135,7 @@ def test_on_garbage_it_agrees_with_tomllib_or_gives_up(text: str) -> None:
 
 def test_an_integer_longer_than_int_converts_is_left_to_tomllib() -> None:
     text = "[a]\nk = " + "1" * 4301 + "\n"
-    with pytest.raises(ValueError):  # not a TOMLDecodeError: ponytail.config words it (tests/test_bad_input.py)
+    with pytest.raises(ValueError):  # not a TOMLDecodeError: ponytail.config words it (tests/integration/test_bad_input.py)
         tomllib.loads(text)
     assert loads_plain(text) is None
     assert loads_plain("[a]\nk = " + "1" * 4000 + "\n") == tomllib.loads("[a]\nk = " + "1" * 4000 + "\n")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from ponytail.host.probe import Gpu, Host
 from ponytail.plan.operations import (
     LD_CONF_FILE,
     MOUNT_OPTIONS,
@@ -17,7 +16,6 @@ from ponytail.plan.operations import (
     Plan,
     ProcMask,
     Symlink,
-    build_plan,
 )
 
 from support.hostdata import (
@@ -27,25 +25,11 @@ from support.hostdata import (
     LIBCUDA,
     LIBNVML,
     MAJORS,
-    env_request,
-    gpu_list,
+    MIG_GPUS,
     library,
     make_host,
-    selection,
+    plan_for,
 )
-
-MIG_GPUS = gpu_list(3, minors=[2, 0, 1], mig={2: [(1, 0), (2, 0)]})  # GPU 2 (/dev/nvidia1) has MIG devices 2:1:0, 2:2:0
-
-
-def plan_for(
-    selector: str = "0", capabilities: str = "utility,compute", host: Host | None = None,
-    mig_gpus: dict[str, tuple[Gpu, ...]] | None = None, ldconfig: str | None = LDCONFIG,
-) -> Plan:
-    """The plan for a container with NVIDIA_VISIBLE_DEVICES=selector and
-    NVIDIA_DRIVER_CAPABILITIES=capabilities on ``host`` (by default 3 GPUs, minors [2, 0, 1])."""
-    host = host if host is not None else make_host()
-    request = env_request({"NVIDIA_VISIBLE_DEVICES": selector, "NVIDIA_DRIVER_CAPABILITIES": capabilities})
-    return build_plan(host, request, selection(host, selector), mig_gpus or {}, ldconfig)
 
 
 def device_targets(plan: Plan) -> list[str]:
