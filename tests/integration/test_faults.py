@@ -70,6 +70,7 @@ def run_runc(bundle: Path, timeout: int = 60) -> subprocess.CompletedProcess:
 # -- 1. deadlines ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_wedged_libcuda_fails_the_start_within_the_probe_deadline(tmp_path: Path, reaper) -> None:
     """cuDriverGetVersion never returns (and its library started a helper process): the
     requirement check's child is killed with its process group at [timeouts] probe (5 s
@@ -417,6 +418,7 @@ def test_a_failing_run_never_takes_back_mounts_a_concurrent_run_relies_on(host: 
 # -- the soak -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_soak_many_runs_at_once_with_sigkills_and_a_flapping_gpu(tmp_path: Path) -> None:
     """bench/soak.py, shortened: 120 runs, 16 at once, 24 containers of which every 3 share
     a rootfs directory, a fifth of the runs SIGKILLed at a random moment, the information

@@ -45,6 +45,7 @@ def swap_pairs(stage: Stage) -> list[str]:
     return pairs
 
 
+@pytest.mark.slow
 def test_swapping_directories_for_symlinks_during_many_runs_never_reaches_the_host(stage: Stage) -> None:
     swapper = subprocess.Popen([str(compile_program("swapper.c")), *swap_pairs(stage)], stdout=subprocess.PIPE, text=True)
     outcomes: dict[int, int] = {}
