@@ -1,4 +1,5 @@
-# ponytail: `make demo` sets up and runs the main job, `make test` sets up and runs every test,
+# ponytail: `make demo` sets up and runs the main job, `make test` sets up and runs every test (Hypothesis's
+# thorough `ci` profile), `make test-unit` the pure tests of tests/unit (seconds, any user),
 # `make lint` checks style, types and spelling (ruff, mypy, shellcheck, codespell; CI runs it before the tests), `make test-engines` runs
 # the end-to-end tests against current engine releases (CI runs it when ../shared/engines is there),
 # `make binary` builds the self-contained executable dist/ponytail/ponytail, `make fresh-check` runs
@@ -8,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BINARY := dist/ponytail/ponytail
 
-.PHONY: setup system-packages test test-engines lint demo binary bench bench-nvidia clean fresh-check gpu-check
+.PHONY: setup system-packages test test-unit test-engines lint demo binary bench bench-nvidia clean fresh-check gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +22,11 @@ system-packages:
 setup: system-packages $(VENV)/.installed
 
 test: setup binary
-	$(PY) -m pytest -q
+	HYPOTHESIS_PROFILE=ci $(PY) -m pytest -q
+
+# tests/unit only (pytest -m unit): no root, no engines, no binary; what to run while editing
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest -q -m unit
 
 demo: setup
 	$(PY) scripts/demo.py

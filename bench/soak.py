@@ -17,7 +17,7 @@ Counts, and exits 1 unless all are zero:
 - leaks: mounts left in this mount namespace, processes or descriptors left on the
   fake host or the rootfs directories, temporary files in the rootfs directories or
   in /run/ponytail.
-tests/test_faults.py runs a shorter soak; the README (Reliability) has the numbers of a full one.
+tests/integration/test_faults.py runs a shorter soak; the README (Reliability) has the numbers of a full one.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 # one cannot hide a missing install step: a clean clone of what is committed (uncommitted
 # changes are not in it), a new venv made by the system's python3, a scrubbed environment
 # (no PATH entries but the system's, no user site-packages, an empty HOME and pip cache),
-# and pytest started from outside the checkout. Debian packages are installed as `make
+# and pytest started from outside the checkout: first the unit tests as nobody, then every test
+# as root (Hypothesis's ci profile, as make test). Debian packages are installed as `make
 # test` installs them. Usage: make fresh-check  (or scripts/fresh-machine-check.sh [REV])
 set -euo pipefail
 repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
@@ -18,4 +19,8 @@ clean_env=(env -i HOME="$work/home" PATH=/usr/local/sbin:/usr/local/bin:/usr/sbi
 echo "fresh-check: $(git -C "$work/ponytail" log -1 --format='%h %s') in $work/ponytail, python3 = $("${clean_env[@]}" sh -c 'command -v python3')"
 "${clean_env[@]}" make -C "$work/ponytail" setup binary
 cd /
-"${clean_env[@]}" "$work/ponytail/.venv/bin/python" -m pytest -q -p no:cacheprovider "$work/ponytail/tests"
+# the unit tests as an ordinary user (nobody): they need no root; the clone is made readable to it
+chmod -R a+rX "$work"
+"${clean_env[@]}" GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0="$work/ponytail" \
+  setpriv --reuid 65534 --regid 65534 --clear-groups "$work/ponytail/.venv/bin/python" -m pytest -q -p no:cacheprovider -m unit "$work/ponytail/tests"
+"${clean_env[@]}" HYPOTHESIS_PROFILE=ci "$work/ponytail/.venv/bin/python" -m pytest -q -p no:cacheprovider "$work/ponytail/tests"

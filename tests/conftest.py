@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers: tests/support (import them as support.<module>)
 
@@ -15,6 +17,31 @@ from support.guard import guard_against_bare_python  # noqa: E402
 from support.harness import Sleeper  # noqa: E402
 
 PYTHON_GUARD = guard_against_bare_python()  # for the whole run: a bare python3 from PATH fails loudly
+
+# Hypothesis: the default profile keeps a run quick; `ci` (HYPOTHESIS_PROFILE=ci or --hypothesis-profile=ci,
+# what make test and .ci/run use) tries ten times as many examples. No database: runs leave no .hypothesis/
+# behind and do not depend on one another; no deadline: a loaded 2-core machine is no finding.
+settings.register_profile("default", max_examples=100, deadline=None, database=None)
+settings.register_profile("ci", max_examples=1000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+TESTS = Path(__file__).resolve().parent
+KIND_MARKERS = {"unit": "unit", "engines": "engine"}  # folder under tests/ -> marker (integration and security: root)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Markers by folder: tests/unit gets `unit`, tests/engines `engine`, and every test that is not a unit test
+    `root` (it builds fake hosts with mknod, mounts, or starts containers). A unit test that needs root carries
+    `root` itself; without root such tests are skipped with that reason, rather than failing."""
+    not_root = os.geteuid() != 0
+    for item in items:
+        kind = item.path.resolve().relative_to(TESTS).parts[0]
+        if kind in KIND_MARKERS:
+            item.add_marker(KIND_MARKERS[kind])
+        if item.get_closest_marker("unit") is None:
+            item.add_marker("root")
+        if not_root and item.get_closest_marker("root") is not None:
+            item.add_marker(pytest.mark.skip(reason="needs root (marked root): run the suite as root"))
 
 
 @pytest.fixture(scope="session")

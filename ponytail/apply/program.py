@@ -23,7 +23,7 @@ import time
 MAX_OUTPUT_BYTES = 64 << 10
 # Linux's numbers (asm-generic/signal.h: x86_64, aarch64, ppc64le), not imported from
 # ``signal``, whose enums would bring enum, functools and collections onto the hook's path;
-# tests/test_program.py holds them to the signal module's
+# tests/unit/test_program.py holds them to the signal module's
 SIGKILL, SIGPIPE, SIGXFSZ = 9, 13, 25
 
 

@@ -32,7 +32,7 @@ import time
 from ponytail.lite.plainjson import loads
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # not imported on the hook's path (tests/test_hook_imports.py)
+if TYPE_CHECKING:  # not imported on the hook's path (tests/integration/test_hook_imports.py)
     from collections.abc import Callable
     from typing import Any
 

@@ -9,7 +9,7 @@ an option of arity N > 1 takes the N words after it; each option once, unless re
 (then its values in order); a value with choices must be one of them. Anything else (help,
 an unknown, repeated or malformed option, a value not among the choices, a word that is not
 an option) gives None, and the click command (ponytail.cli.commands), which takes the same
-options, parses it and words the error. tests/test_lite_argv.py holds each of them to click.
+options, parses it and words the error. tests/unit/test_lite_argv.py holds each of them to click.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ None byte for byte as ``json.dumps(value, indent=...)`` does (ASCII only, ``\\uX
 anything else (a float, another key type or object) returns None, and ``dumps`` hands it to
 ``json.dumps``.
 
-Held to ``json.loads`` and ``json.dumps`` by tests/test_plainjson.py."""
+Held to ``json.loads`` and ``json.dumps`` by tests/unit/test_plainjson.py."""
 
 from __future__ import annotations
 

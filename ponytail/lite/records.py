@@ -9,7 +9,7 @@ construction, ``repr``, ``==`` (same class, equal compared fields),
 ``frozen=True`` (assignment raises FrozenInstanceError; instances hash by their
 compared fields) and inheritance; ``fields()`` and ``replace()`` as in dataclasses.
 A class with ``__post_init__`` is refused (a TypeError), not built without calling it.
-tests/test_records.py holds it to dataclasses.
+tests/unit/test_records.py holds it to dataclasses.
 """
 
 from __future__ import annotations

@@ -405,7 +405,7 @@ def proc_mask(
 
 
 def _no_device_file_changes(params: bytes) -> bytes:
-    """The driver's params with ``ModifyDeviceFiles: 0`` (no regex: a hook does not import ``re``, tests/test_hook_imports.py)."""
+    """The driver's params with ``ModifyDeviceFiles: 0`` (no regex: a hook does not import ``re``, tests/integration/test_hook_imports.py)."""
     lines = params.split(b"\n")
     for i, line in enumerate(lines):
         key, colon, value = line.partition(b":")

@@ -10,6 +10,6 @@
 - ``hostile``: the stage for hostile-image tests
 - ``cdi_support``: CDI specs and podman reading them
 - ``containerd_cri``: a private containerd and a small CRI client
-- ``hostdata``: host data for the pure core's unit tests (tests/test_unit_*.py), built as the
+- ``hostdata``: host data for the pure core's unit tests (tests/unit/), built as the
   probe's plain records: no root, no files
 """

@@ -14,6 +14,7 @@ from ponytail.host.driver_files import DriverFile, SearchReport
 from ponytail.host.mig import MigDevice
 from ponytail.host.probe import DeviceNode, Gpu, Host, IpcPath
 from ponytail.lite.records import field, record
+from ponytail.plan.operations import Plan, build_plan
 from ponytail.plan.select import Selection, select_devices
 
 DRIVER = "550.54.15"
@@ -138,3 +139,17 @@ def selection(host: Host, selector: str) -> Selection:
 def env_request(env: dict[str, str], privileged: bool = True) -> Request:
     """What a container with ``env`` asks for."""
     return build_request(None, None, env, privileged=privileged)
+
+
+MIG_GPUS = gpu_list(3, minors=[2, 0, 1], mig={2: [(1, 0), (2, 0)]})  # GPU 2 (/dev/nvidia1) has MIG devices 2:1:0, 2:2:0
+
+
+def plan_for(
+    selector: str = "0", capabilities: str = "utility,compute", host: Host | None = None,
+    mig_gpus: dict[str, tuple[Gpu, ...]] | None = None, ldconfig: str | None = LDCONFIG,
+) -> Plan:
+    """The plan for a container with NVIDIA_VISIBLE_DEVICES=selector and
+    NVIDIA_DRIVER_CAPABILITIES=capabilities on ``host`` (by default 3 GPUs, minors [2, 0, 1])."""
+    host = host if host is not None else make_host()
+    request = env_request({"NVIDIA_VISIBLE_DEVICES": selector, "NVIDIA_DRIVER_CAPABILITIES": capabilities})
+    return build_plan(host, request, selection(host, selector), mig_gpus or {}, ldconfig)

@@ -1,0 +1,94 @@
+"""The node installer image: built with podman offline (FROM scratch + the binary + busybox),
+run against a fake host root as the DaemonSet runs it; a second run changes nothing;
+uninstall puts the engine's config back as it was."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from support.engines import TIMEOUT, unique
+
+pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed")
+
+BUILD = Path(__file__).resolve().parents[2] / "packaging" / "installer" / "build-image.sh"
+
+
+@pytest.fixture(scope="module")
+def podman(binary: Path):  # type: ignore[no-untyped-def]
+    """podman with private storage, and the installer image built into it."""
+    state = Path(tempfile.mkdtemp(prefix="ponytail-installer-"))
+    base = ["podman", "--root", str(state / "root"), "--runroot", str(state / "run"), "--tmpdir", str(state / "tmp"),
+            "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--runtime", "runc"]
+    image = f"localhost/{unique('ponytail-installer')}:test"
+    try:
+        built = subprocess.run(["sh", str(BUILD), image], env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PODMAN": " ".join(base)},
+                               capture_output=True, text=True, timeout=600)
+        assert built.returncode == 0, built.stderr[-3000:]
+        yield base, image
+    finally:
+        subprocess.run(base + ["rmi", "-f", image], capture_output=True, timeout=TIMEOUT)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def installer(podman, host_root: Path, *args: str) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    base, image = podman
+    command = base + [
+        "run", "--rm", "--network=none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096",
+        "-v", f"{host_root}:/host", "-e", "ENGINE=containerd", "-e", "RESTART_MODE=none", image, *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+
+
+def test_installer_installs_configures_and_second_run_is_a_no_op(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    host = tmp_path / "host"
+    config = host / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    original = subprocess.run(["containerd", "config", "default"], capture_output=True, text=True, check=True).stdout
+    config.write_text(original)
+
+    first = installer(podman, host, "install")
+    assert first.returncode == 0, first.stderr
+    assert "installed ponytail in /usr/local/ponytail" in first.stdout
+    assert "restart containerd on the node to apply" in first.stdout
+    entry = tomllib.loads(config.read_text())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["ponytail"]
+    assert entry["options"]["BinaryName"] == "/usr/local/ponytail/ponytail-runtime"
+    assert (host / "usr/local/ponytail/ponytail-runtime").is_symlink()
+    assert sorted(p.name for p in (host / "etc/containerd").iterdir()) == ["config.toml"]  # the original is kept elsewhere
+    assert len(list((host / "var/lib/ponytail/configure").iterdir())) == 1
+    assert "accept_env_when_unprivileged = false" in (host / "etc/ponytail/config.toml").read_text()
+    # the installed binary runs on the host, as the engine will run it
+    info = subprocess.run([str(host / "usr/local/ponytail/ponytail"), "--version"], capture_output=True, text=True, timeout=60)
+    assert info.returncode == 0 and "ponytail" in info.stdout
+
+    configured = config.read_text()
+    second = installer(podman, host, "install")
+    assert second.returncode == 0, second.stderr
+    assert "is up to date" in second.stdout and "nothing changed" in second.stdout, second.stdout
+    assert "restart" not in second.stdout
+    assert config.read_text() == configured
+
+    removed = installer(podman, host, "uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert config.read_text() == original
+    assert not (host / "usr/local/ponytail").exists() and not (host / "var/lib/ponytail").exists()
+
+
+def test_installer_refuses_an_engine_config_it_cannot_parse(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    host = tmp_path / "host"
+    config = host / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("version = 2\n[plugins\n")
+    result = installer(podman, host, "install")
+    assert result.returncode != 0
+    assert "is not valid TOML" in result.stderr
+    assert config.read_text() == "version = 2\n[plugins\n"

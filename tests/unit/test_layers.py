@@ -1,0 +1,200 @@
+"""The architecture of docs/architecture.md holds in the code: imports point one way down the layers (entry ->
+cli -> engines -> hook -> apply -> plan -> container -> host -> fs, the shared modules below them
+all), and no two modules import each other, counting every import of a module: those made when it
+loads and those made inside a function (the lazy imports of the fast paths). Only imports under
+`if TYPE_CHECKING:` are not counted: they never run."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+# lowest first: a module may import its own layer or a lower one
+LAYERS: list[tuple[str, ...]] = [
+    ("ponytail.lite", "ponytail.errors"),
+    ("ponytail.fs", "ponytail.capabilities"),
+    ("ponytail.config", "ponytail.logfile", "ponytail.options"),
+    ("ponytail.host",),
+    ("ponytail.container",),
+    ("ponytail.plan",),
+    ("ponytail.apply",),
+    ("ponytail.hook",),
+    ("ponytail.engines",),
+    ("ponytail.cli",),
+    ("ponytail.__main__", "ponytail.entry"),
+]
+# What a container asks for does not depend on what the host has: of the host's modules, the container's
+# read only the file formats (an image's ELF headers, a library's version in its file name).
+CONTAINER_MAY_USE_OF_HOST = ("ponytail.host.elf", "ponytail.host.driver_files")
+# The plan is plain data made from plain data: its modules read nothing, but the one that probes the
+# host and reads the image for one request and plans it.
+PLAN_MAY_READ = ("ponytail.plan.make",)
+_READS = {"open", "listdir", "scandir", "stat", "lstat", "readlink", "read", "walk", "fdopen"}
+
+
+def modules(root: Path) -> dict[str, Path]:
+    found = {}
+    for path in sorted(root.glob("ponytail/**/*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (never run)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (
+            (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+            or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+        ):
+            for statement in node.body:
+                skipped |= {id(inner) for inner in ast.walk(statement)}
+    return skipped
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the ponytail modules it imports, wherever in the module the import is."""
+    known = modules(root)
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skipped = _type_checking_only(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parent + ([base] if base else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+            for target in targets:
+                while target not in known and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in known and target != name and target.startswith("ponytail"):
+                    edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def layer(module: str) -> int:
+    best, rank = -1, -1
+    for i, names in enumerate(LAYERS):
+        for prefix in names:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), i
+    return rank
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, successors = work[-1]
+            w = next(successors, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{source} -> {target}" for source, targets in sorted(graph.items())
+            for target in sorted(targets) if layer(target) > layer(source) >= 0]
+
+
+def reads_files(path: Path) -> list[str]:
+    """The calls of ``path`` that read the file system: open(...), os.open/listdir/stat/... ."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        if isinstance(function, ast.Name) and function.id == "open":
+            found.append(f"{path.name}:{node.lineno} open()")
+        elif (isinstance(function, ast.Attribute) and function.attr in _READS
+              and isinstance(function.value, ast.Name) and function.value.id == "os"):
+            found.append(f"{path.name}:{node.lineno} os.{function.attr}()")
+    return found
+
+
+def test_every_module_is_in_a_layer() -> None:
+    assert [m for m in modules(REPO) if m != "ponytail" and layer(m) < 0] == []
+
+
+def test_imports_point_down_the_layers() -> None:
+    assert upward(import_graph(REPO)) == []
+
+
+def test_no_import_cycle_counting_imports_inside_functions() -> None:
+    assert find_cycles(import_graph(REPO)) == []
+
+
+def test_the_container_does_not_depend_on_what_the_host_has() -> None:
+    graph = import_graph(REPO)
+    assert [f"{source} -> {target}" for source, targets in sorted(graph.items()) if source.startswith("ponytail.container")
+            for target in sorted(targets) if target.startswith("ponytail.host") and target not in CONTAINER_MAY_USE_OF_HOST] == []
+
+
+def test_the_plan_reads_nothing_but_in_the_module_that_probes_and_plans_one_request() -> None:
+    graph = import_graph(REPO)
+    plan = {name: path for name, path in modules(REPO).items() if name.startswith("ponytail.plan") and name not in PLAN_MAY_READ}
+    assert [f"{name} -> {target}" for name in sorted(plan) for target in sorted(graph[name]) if target.startswith("ponytail.fs")] == []
+    assert [call for name in sorted(plan) for call in reads_files(plan[name])] == []
+
+
+def test_the_check_sees_imports_inside_functions_and_relative_ones(tmp_path: Path) -> None:
+    package = tmp_path / "ponytail"
+    for folder in ("host", "plan"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "host/a.py").write_text("def f():\n    from ponytail.plan import b\n")
+    (package / "plan/b.py").write_text("from ..host import a\n")
+    (package / "plan/c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ponytail.plan import b\n")
+    graph = import_graph(tmp_path)
+    assert graph["ponytail.host.a"] == {"ponytail.plan.b"} and graph["ponytail.plan.c"] == set()
+    assert upward(graph) == ["ponytail.host.a -> ponytail.plan.b"]
+    assert find_cycles(graph) == [["ponytail.host.a", "ponytail.plan.b"]]
