@@ -64,10 +64,13 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
             }
             for g in found.gpus
         ]
-        from ponytail.host.driver_trees import trees_json
+        trees: list[dict[str, object]] = []
+        if loaded.drivers:  # ponytail.host.driver_trees only where trees are registered
+            from ponytail.host.driver_trees import trees_json
 
+            trees = trees_json(loaded, found.driver_version)
         document = {"driver_version": found.driver_version, "cuda_version": cuda, "gpus": gpus, "notes": list(notes)}
-        stdout.write(dumps({**document, "driver_trees": trees_json(loaded, found.driver_version)}, indent=2) + "\n")
+        stdout.write(dumps({**document, "driver_trees": trees}, indent=2) + "\n")
     else:
         from ponytail.plan.render import render_gpus, render_trees
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 
 from ponytail.errors import ProbeError
-from ponytail.fs.atomic import replace_file
 from ponytail.lite.plainjson import loads
 
 TYPE_CHECKING = False
@@ -145,6 +144,8 @@ def _write_cache(path: str, data: dict) -> None:
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         import json  # writing: a cache miss only
+
+        from ponytail.fs.atomic import replace_file
 
         replace_file(path, json.dumps(data).encode(), 0o600)
     except OSError:

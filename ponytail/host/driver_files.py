@@ -18,6 +18,7 @@ from ponytail.lite.records import field, record
 
 BIN_DIRS = ("/usr/bin", "/usr/local/nvidia/bin", "/usr/local/bin", "/bin", "/usr/sbin", "/sbin", "/opt/nvidia/bin")
 CONTAINER_BIN_DIR = "/usr/bin"
+FILELIST = "/usr/share/nvidia/files.d/sandboxutils-filelist.json"  # the driver's own list (ponytail.host.filelist)
 _TRIPLET = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}
 _GLOB_MAGIC = "*?["
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 
-FILELIST = "/usr/share/nvidia/files.d/sandboxutils-filelist.json"
+from ponytail.host.driver_files import FILELIST, _open_root, host_path
+
 MAX_BYTES = 1 << 20
 _LIST_KEYS = ("files", "entries", "filelist")
 _PATH_KEYS = ("path", "file", "name")
@@ -29,8 +30,6 @@ _WHAT_KEYS = ("capability", "capabilities", "type", "category")
 def read_filelist(driver_root: str) -> tuple[list[tuple[str, str]], list[str]]:
     """(path, capability) for each usable entry of the driver root's file list, and what was
     skipped and why. Both empty when the driver ships no list."""
-    from ponytail.host.driver_files import _open_root, host_path
-
     if not os.path.lexists(host_path(driver_root, FILELIST)):
         return [], []  # most drivers: one lstat, and the in-root resolution stays unimported on the hook's path
     from ponytail.fs.inroot import real_path_in_root

@@ -23,6 +23,7 @@ from ponytail.host.driver import (
 )
 from ponytail.host.driver_files import (
     BIN_DIRS,
+    FILELIST,
     DriverFile,
     FoundFiles,
     LibrarySearch,
@@ -33,7 +34,6 @@ from ponytail.host.driver_files import (
     find_libraries,
     host_path,
 )
-from ponytail.host.filelist import FILELIST
 from ponytail.host.mig import MigDevice, caps_dir, read_access_files, read_access_minor, read_mig_devices
 from ponytail.host.pci import PciFunction, nvidia_gpus
 from ponytail.lite.records import field, record
@@ -398,7 +398,7 @@ def _driver_files(
     ]
     if capabilities:
         patterns.append((tuple(f"{d}/gsp*.bin" for d in firmware_dirs(config.sys_root, files_version)), "GSP firmware"))
-    listed, list_notes = _from_filelist(config, capabilities, library_globs)
+    listed, list_skipped = _from_filelist(config, capabilities, library_globs)
     for path, why in listed:
         if os.path.dirname(path) in BIN_DIRS:
             wanted_binaries.append((os.path.basename(path), why))
@@ -409,7 +409,7 @@ def _driver_files(
 
     def search() -> FoundFiles:
         libraries, reports, skipped = find_libraries(config.driver_root, searches, files_version)
-        skipped += [SkippedFile(FILELIST, note) for note in list_notes]
+        skipped += list_skipped
         binaries: list[DriverFile] = []
         for name, cap in wanted_binaries:
             binary = find_binary(config.driver_root, name, cap)
@@ -435,16 +435,17 @@ def _driver_files(
 
 def _from_filelist(
     config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None
-) -> tuple[list[tuple[str, str]], list[str]]:
+) -> tuple[list[tuple[str, str]], list[SkippedFile]]:
     """The files of the driver's own list (ponytail.host.filelist) for ``capabilities`` that the
     tables miss, each with why it is there, and what was skipped in the list; none with -libs."""
-    if not capabilities or library_globs is not None:
-        return [], []
+    if not capabilities or library_globs is not None or not os.path.lexists(host_path(config.driver_root, FILELIST)):
+        return [], []  # most drivers ship no list: one lstat, and ponytail.host.filelist stays unimported
     from ponytail.host.filelist import missing_from_tables, read_filelist
 
     entries, notes = read_filelist(config.driver_root)
     wanted = [(path, cap) for path, cap in missing_from_tables(entries) if cap in capabilities]
-    return [(path, f"{cap}, from the driver's file list {FILELIST}") for path, cap in wanted], notes
+    listed = [(path, f"{cap}, from the driver's file list {FILELIST}") for path, cap in wanted]
+    return listed, [SkippedFile(FILELIST, note) for note in notes]
 
 
 def find_driver_library(config: Config, driver_version: str, name: str, soname: str, host: Host | None = None) -> str:

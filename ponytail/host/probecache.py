@@ -37,8 +37,6 @@ import os
 import stat
 import time
 
-from ponytail.fs.atomic import replace_file, writer_pid
-
 PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
 MAX_BYTES = 1 << 20
@@ -183,6 +181,8 @@ def _read(cache_dir: str, name: str) -> tuple | None:
 
 def _write(cache_dir: str, name: str, entry: tuple) -> None:
     """Replace the cache file atomically; any failure (not root, a full /run) leaves no trace."""
+    from ponytail.fs.atomic import replace_file  # a cache miss only: a warm start never writes
+
     try:
         os.mkdir(cache_dir, 0o700)
     except OSError:
@@ -202,6 +202,8 @@ def _write(cache_dir: str, name: str, entry: tuple) -> None:
 def _tidy(dir_fd: int) -> None:
     """The MAX_ENTRIES newest cache files kept, and no temporary file of a writer killed
     before its rename (a SIGKILLed hook)."""
+    from ponytail.fs.atomic import writer_pid
+
     caches = []
     for name in os.listdir(dir_fd):
         if name.startswith(PREFIX) and name.endswith(SUFFIX):

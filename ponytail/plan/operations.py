@@ -131,7 +131,7 @@ class Plan:
 
 def build_plan(
     host: Host, request: Request, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]], ldconfig: str | None,
-    hide_other_gpus: bool = False,
+    hide_other_gpus: bool = False, nodes_only: bool = False,
 ) -> Plan:
     """Every operation that gives the container what ``request`` asks for on ``host``, family
     by family: device nodes, libraries with their SONAME links, binaries and files, the masked
@@ -140,11 +140,16 @@ def build_plan(
 
     ``mig_gpus`` holds the GPUs named by NVIDIA_MIG_CONFIG_DEVICES / _MONITOR_DEVICES
     ("config", "monitor"), already resolved. ``hide_other_gpus`` (a privileged container under
-    ``[request] isolate_privileged``): the GPU nodes not injected are hidden (HideNode)."""
+    ``[request] isolate_privileged``): the GPU nodes not injected are hidden (HideNode).
+    ``nodes_only``: the device nodes alone, with their problems and warnings (a CDI spec's device
+    entry, ponytail.engines.cdi.files: the libraries, files, masked /proc and linker cache are the
+    shared plan's, and their problems are that plan's too, found with at least these capabilities)."""
     plan = _Draft(warnings=list(host.notes))
     plan.warnings += [f"unknown driver capability {c!r} in {request.capabilities_source} ignored" for c in request.unknown_capabilities]
     caps = request.capabilities
     _device_nodes(plan, host, caps, selection, mig_gpus)
+    if nodes_only:
+        return Plan(tuple(plan.ops), _gpus(host, selection), selection, host.skipped, tuple(plan.warnings), tuple(plan.problems))
     if hide_other_gpus:
         _hide_other_gpus(plan, host)
     sonames = _libraries(plan, host, caps)
@@ -163,9 +168,13 @@ def build_plan(
     if nodes:
         rules = tuple(op.rdev for op in nodes if op.rdev is not None)
         plan.ops.append(AllowDevices(rules, "let the container open exactly the injected device nodes", tuple(op.target for op in nodes)))
+    return Plan(tuple(plan.ops), _gpus(host, selection), selection, host.skipped, tuple(plan.warnings), tuple(plan.problems), said=tuple(said))
+
+
+def _gpus(host: Host, selection: Selection) -> tuple[Gpu, ...]:
+    """The GPUs ``selection`` gives the container, whole or by a MIG device of theirs."""
     by_index = {g.index: g for g in host.gpus}
-    gpus = tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
-    return Plan(tuple(plan.ops), gpus, selection, host.skipped, tuple(plan.warnings), tuple(plan.problems), said=tuple(said))
+    return tuple(dict.fromkeys(selection.gpus + tuple(by_index[m.gpu_index] for m in selection.migs)))
 
 
 @record

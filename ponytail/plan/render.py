@@ -100,11 +100,11 @@ def render_gpus(driver_version: str, cuda_version: str | None, gpus: tuple[Gpu, 
 
 def render_trees(config: Config, kernel_version: str | None) -> str:
     """The registered trees for ``info``: how a container selects each, and whether it can."""
+    if not config.drivers:
+        return "driver trees: none registered (the host's driver root serves every container)\n"
     from ponytail.container.gpu_markers import DRIVER_VAR
     from ponytail.host.driver_trees import describe_trees
 
-    if not config.drivers:
-        return "driver trees: none registered (the host's driver root serves every container)\n"
     lines = [f"driver trees: {len(config.drivers)} registered; a container selects one with {DRIVER_VAR}=NAME"]
     for tree, version, problem in describe_trees(config, kernel_version):
         state = f"not usable: {problem}" if problem else "usable"

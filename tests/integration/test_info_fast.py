@@ -45,6 +45,10 @@ def test_plain_info_does_not_import_click(host: FakeHost, args: list[str]) -> No
     # writes it; nor typing (the text rendering's type hints are for type checkers only)
     heavy = {"json", "re", "enum", "typing"}
     assert not modules & heavy, modules & heavy
+    # a warm run writes no cache (ponytail.fs.atomic), the fake driver ships no file list and no
+    # driver tree is registered: what serves those is not imported either
+    idle = {"ponytail.fs.atomic", "ponytail.host.filelist", "ponytail.host.driver_trees"}
+    assert not modules & idle, modules & idle
 
 
 def test_info_answers_the_same_with_and_without_click(host: FakeHost) -> None:

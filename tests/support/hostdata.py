@@ -146,10 +146,10 @@ MIG_GPUS = gpu_list(3, minors=[2, 0, 1], mig={2: [(1, 0), (2, 0)]})  # GPU 2 (/d
 
 def plan_for(
     selector: str = "0", capabilities: str = "utility,compute", host: Host | None = None,
-    mig_gpus: dict[str, tuple[Gpu, ...]] | None = None, ldconfig: str | None = LDCONFIG,
+    mig_gpus: dict[str, tuple[Gpu, ...]] | None = None, ldconfig: str | None = LDCONFIG, nodes_only: bool = False,
 ) -> Plan:
     """The plan for a container with NVIDIA_VISIBLE_DEVICES=selector and
     NVIDIA_DRIVER_CAPABILITIES=capabilities on ``host`` (by default 3 GPUs, minors [2, 0, 1])."""
     host = host if host is not None else make_host()
     request = env_request({"NVIDIA_VISIBLE_DEVICES": selector, "NVIDIA_DRIVER_CAPABILITIES": capabilities})
-    return build_plan(host, request, selection(host, selector), mig_gpus or {}, ldconfig)
+    return build_plan(host, request, selection(host, selector), mig_gpus or {}, ldconfig, nodes_only=nodes_only)

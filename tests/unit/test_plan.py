@@ -267,3 +267,18 @@ def test_a_tree_missing_a_library_is_named_with_its_version_not_the_hosts_driver
     none = plan_for("0", host=replace(make_host(libraries=()), tree=tree))
     assert none.problems[0].startswith(f"no library of {tree} found") and "reinstall the tree" in none.problems[0]
     assert "[host] driver_root" not in none.problems[0]
+
+
+@pytest.mark.parametrize("selector", ["0", "2,0", "all", "none"])
+@pytest.mark.parametrize("capabilities", ["utility,compute", "graphics,display", "all"])
+@pytest.mark.parametrize("host_change", [{}, {"node_problems": {"nvidia2": "not a character device"}}, {"libraries": ()}])
+def test_a_nodes_only_plan_is_the_full_plans_device_nodes(selector: str, capabilities: str, host_change: dict) -> None:
+    # what a CDI spec's device entry is planned with (ponytail.engines.cdi.files): the same nodes, and
+    # the problems and warnings of the nodes, which come first in the full plan's
+    host = make_host(**host_change)
+    full = plan_for(selector, capabilities, host=host)
+    nodes = plan_for(selector, capabilities, host=host, nodes_only=True)
+    assert nodes.operations == tuple(op for op in full.operations if isinstance(op, Mount) and op.kind == "device")
+    assert nodes.problems == full.problems[: len(nodes.problems)] and nodes.warnings == full.warnings[: len(nodes.warnings)]
+    assert nodes.gpus == full.gpus and nodes.selection == full.selection
+    assert not of_type(nodes, ProcMask) and not of_type(nodes, LinkerCache)

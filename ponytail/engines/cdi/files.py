@@ -58,14 +58,15 @@ def generate(
         devices += [(name, Selection((), (mig,))) for name in _names(strategy, mig.name, mig_uuid.get(mig.name))]
     devices.append(("all", Selection(host.gpus, tuple(migs))))
     planned = []
-    # a device's entry is the nodes its plan adds to the shared ones: planned without the capabilities it
-    # skips their nodes (shared anyway) and the masked /proc (an 18-GPU spec plans 20 times), but keeps
-    # those that bring each GPU's own nodes (graphics, display: its /dev/dri nodes)
+    # a device's entry is the nodes its plan adds to the shared ones: only its nodes are planned (nodes_only:
+    # no libraries, files, masked /proc or linker cache, which are the shared plan's; an 18-GPU spec plans
+    # 37 devices), without the capabilities that bring no node of a GPU's own (theirs are shared anyway) but
+    # with those that do (graphics, display: its /dev/dri nodes)
     from ponytail.capabilities import CAPABILITIES
 
-    nodes_only = replace(request, capabilities=tuple(c for c in request.capabilities if CAPABILITIES[c].dri_nodes))
+    own_nodes = replace(request, capabilities=tuple(c for c in request.capabilities if CAPABILITIES[c].dri_nodes))
     for name, selection in devices:
-        plan = build_plan(host, nodes_only, selection, {}, ldconfig)
+        plan = build_plan(host, own_nodes, selection, {}, ldconfig, nodes_only=True)
         if plan.problems:
             raise ProbeError(f"device {name}: {plan.problems[0]}")
         planned.append((name, plan))
