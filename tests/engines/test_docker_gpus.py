@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.commands import PONYTAIL
-from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, Dockerd, current_engines
+from support.engines import CUDACHECK_GPU0, DOCKER_RELEASES, EXPECTED_GPU0, Dockerd, engines_for
 from support.fakehost import FakeHost, gpus, make_rootfs
 
 HOOK = "nvidia-container-runtime-hook"
@@ -36,15 +36,11 @@ class GpuDocker:
         return self.daemon.docker("run", "--rm", "--network=none", *args)
 
 
-@pytest.fixture(scope="module", params=["debian", pytest.param("current", marks=pytest.mark.current_engines)])
+@pytest.fixture(scope="module", params=DOCKER_RELEASES)
 def gpu_docker(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """A private dockerd that finds the hook on its PATH: Debian's 20.10, and the current release
     (29.x, with containerd 2.x and runc 1.5) under ``make test-engines``."""
-    engines_dir = None
-    if request.param == "current":
-        engines_dir = current_engines()
-        if engines_dir is None:
-            pytest.skip("current engines: run make test-engines (ENGINES_DIR)")
+    engines_dir = engines_for(request.param)
     base = tmp_path_factory.mktemp("docker-gpus")
     host = FakeHost(base / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
     bin_dir = base / "bin"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, Dockerd, current_engines, unique
+from support.engines import CUDACHECK_GPU0, DOCKER_RELEASES, EXPECTED_GPU0, Dockerd, engines_for, unique
 from support.fakehost import FakeHost, gpus, make_rootfs
 
 UNKNOWN_GPU = "ponytail: error: unknown GPU '7' in NVIDIA_VISIBLE_DEVICES='7': this host has 3 GPUs"
@@ -35,15 +35,11 @@ class Docker:
         return self.log.read_text() if self.log.exists() else ""
 
 
-@pytest.fixture(scope="module", params=["debian", pytest.param("current", marks=pytest.mark.current_engines)])
+@pytest.fixture(scope="module", params=DOCKER_RELEASES)
 def docker(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """A private dockerd with the shim registered: Debian's 20.10, and the current release (29.x, with
     containerd 2.x and runc 1.5) under ``make test-engines``."""
-    engines_dir = None
-    if request.param == "current":
-        engines_dir = current_engines()
-        if engines_dir is None:
-            pytest.skip("current engines: run make test-engines (ENGINES_DIR)")
+    engines_dir = engines_for(request.param)
     base = tmp_path_factory.mktemp("docker")
     host = FakeHost(base / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
     daemon = Dockerd({"PONYTAIL_CONFIG": str(host.write_config())}, engines_dir=engines_dir)  # the shim reads its config from there

@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
+
 from support.commands import installed
 from support.fakehost import make_rootfs
 
@@ -196,6 +198,21 @@ class PrivateContainerd:
 
     def close(self) -> None:
         stop_daemon(self.process)
+
+
+# a module fixture's params for "Debian's engines, and the current releases under make test-engines"
+DOCKER_RELEASES = ["debian", pytest.param("current", marks=pytest.mark.current_engines)]
+
+
+def engines_for(release: str) -> Path | None:
+    """The engines of ``release`` (a DOCKER_RELEASES param): None for Debian's (on PATH), the
+    current releases' directory for "current" (the test is skipped without $ENGINES_DIR)."""
+    if release != "current":
+        return None
+    engines_dir = current_engines()
+    if engines_dir is None:
+        pytest.skip("current engines: run make test-engines (ENGINES_DIR)")
+    return engines_dir
 
 
 def current_engines() -> Path | None:
