@@ -310,6 +310,8 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
 @click.option("--major", "major", nargs=2, multiple=True, metavar="MODULE N", help="A module's major the spec's nodes were made with.")
 @click.option("--gpu", "gpu", nargs=3, multiple=True, metavar="MINOR BUS-ID UUID", help="A GPU the spec's nodes were made for.")
 @click.option("--link", "link", nargs=3, multiple=True, metavar="PATH TARGET LIBRARY", help="A SONAME link to make in the rootfs.")
+@click.option("--device-link", "device_link", nargs=2, multiple=True, metavar="PATH TARGET",
+              help="A device node's link (a GPU's /dev/dri/by-path link) to make in the rootfs.")
 @click.option("--mask-proc", "mask_proc", is_flag=True, help="Mask /proc/driver/nvidia to the GPUs whose nodes the engine created.")
 @click.option("--ldconfig", "ldconfig", metavar="PATH", help="Refresh the rootfs's linker cache with the host's ldconfig.")
 @click.option("--directory", "directory", multiple=True, metavar="DIR", help="A directory for the linker cache.")
