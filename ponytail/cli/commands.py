@@ -14,6 +14,7 @@ from typing import TypeVar
 import click
 
 from ponytail import __version__
+from ponytail.capabilities import FEATURES, IMEX_FEATURE
 from ponytail.cli.clickclasses import CONTEXT, Group, OneLineErrors, one_line_errors, remember_options_before
 from ponytail.options import HOOK_OPTIONS, HookOptions
 
@@ -86,18 +87,22 @@ def info(as_json: bool, config: str | None) -> None:
 @click.option("-device", "--device", "device", metavar="SEL", default="all", show_default=True, help="GPUs, as for the hook.")
 @click.option("-capabilities", "--capabilities", "capabilities", metavar="LIST", help="Driver capabilities (default utility,compute).")
 @click.option("-driver", "--driver", "driver", metavar="NAME", help="A registered [drivers.NAME] tree, as PONYTAIL_DRIVER=NAME selects it.")
-def list_paths(config: str | None, device: str, capabilities: str | None, driver: str | None) -> None:
+@click.option("-feature", "--feature", "features", metavar="NAME[=SEL]", multiple=True,
+              help=f"An opt-in feature, as its variable asks for it (repeatable): {IMEX_FEATURE}[=all|0,1] ({FEATURES[IMEX_FEATURE].variable}), "
+                   + ", ".join(f"{name} ({f.variable}=enabled)" for name, f in FEATURES.items() if name != IMEX_FEATURE) + ".")
+def list_paths(config: str | None, device: str, capabilities: str | None, driver: str | None, features: tuple[str, ...]) -> None:
     """Every host path that would be injected, one per line: device nodes, libraries,
     binaries, driver files and firmware, daemons' sockets (like nvidia-container-cli list).
     Which driver tree they come from, and why, is said on stderr."""
     from ponytail.config import config_path, load_config
-    from ponytail.container.request import build_request
+    from ponytail.container.request import build_request, feature_options
     from ponytail.plan.make import make_plan
 
     with one_line_errors():
+        request = build_request(device, capabilities, feature_options(features))
         loaded = load_config(*config_path(config))
         asked = (driver, "--driver") if driver is not None else None
-        plan, _ = make_plan(loaded, build_request(device, capabilities, None), None, dry_run=False, driver=asked)
+        plan, _ = make_plan(loaded, request, None, dry_run=False, driver=asked)
     for choice in plan.choices:
         click.echo(f"ponytail: {choice}", err=True)
     for path in plan.host_paths():
@@ -310,6 +315,8 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
 @click.option("--major", "major", nargs=2, multiple=True, metavar="MODULE N", help="A module's major the spec's nodes were made with.")
 @click.option("--gpu", "gpu", nargs=3, multiple=True, metavar="MINOR BUS-ID UUID", help="A GPU the spec's nodes were made for.")
 @click.option("--link", "link", nargs=3, multiple=True, metavar="PATH TARGET LIBRARY", help="A SONAME link to make in the rootfs.")
+@click.option("--device-link", "device_link", nargs=2, multiple=True, metavar="PATH TARGET",
+              help="A device node's link (a GPU's /dev/dri/by-path link) to make in the rootfs.")
 @click.option("--mask-proc", "mask_proc", is_flag=True, help="Mask /proc/driver/nvidia to the GPUs whose nodes the engine created.")
 @click.option("--ldconfig", "ldconfig", metavar="PATH", help="Refresh the rootfs's linker cache with the host's ldconfig.")
 @click.option("--directory", "directory", multiple=True, metavar="DIR", help="A directory for the linker cache.")

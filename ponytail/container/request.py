@@ -118,6 +118,30 @@ def unknown_capabilities_message(unknown: tuple[str, ...], source: str, text: st
 ENABLED = ("enabled", "true", "yes", "1")
 
 
+def feature_options(options: tuple[str, ...], option: str = "--feature") -> dict[str, str]:
+    """``option NAME[=SELECTOR]`` (repeatable: ``ponytail list``) as the variables a container
+    would set (``imex-channel=0,1`` -> NVIDIA_IMEX_CHANNELS=0,1; ``gds`` -> NVIDIA_GDS=enabled), for
+    requested_features to read. An IMEX channel list's default is ``all``; the other features take
+    no selector. An unknown name is a usage error naming the known ones."""
+    from ponytail.capabilities import FEATURES, IMEX_FEATURE
+
+    env: dict[str, str] = {}
+    for text in options:
+        name, eq, selector = text.partition("=")
+        feature = FEATURES.get(name.strip())
+        if feature is None:
+            raise UsageError(f"{option} {quoted(text)}: unknown feature {quoted(name)}; the features are {', '.join(FEATURES)}")
+        if name.strip() == IMEX_FEATURE:
+            if eq and not selector.strip():
+                raise UsageError(f"{option} {quoted(text)}: name the IMEX channels (all, or numbers such as 0,1)")
+            env[feature.variable] = selector if eq else "all"
+        elif eq and selector.strip().lower() not in ENABLED:
+            raise UsageError(f"{option} {quoted(text)}: {name.strip()} takes no selector (use {option} {name.strip()})")
+        else:
+            env[feature.variable] = "enabled"
+    return env
+
+
 def requested_features(env: dict[str, str], plugin_features: tuple[tuple[str, str, str], ...] = ()) -> tuple[tuple[str, str, str], ...]:
     """The opt-in features asked for: the device plugin's (ponytail.container.deviceplugin) first,
     then each feature's variable (``enabled``; NVIDIA_IMEX_CHANNELS: ``all`` or channel numbers;

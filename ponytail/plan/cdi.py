@@ -24,21 +24,31 @@ HOOK_NAMES = ("prestart", "createRuntime", "createContainer", "startContainer", 
 DEVICE_PERMISSIONS = "rw"  # as the plan's AllowDevices rules
 
 
-def build_spec(shared: Plan, devices: list[tuple[str, Plan]], hook_command: str, hook_options: list[str], kind: str = KIND) -> dict:
+def build_spec(
+    shared: Plan, devices: list[tuple[str, Plan]], hook_command: str, hook_options: list[str], device_hook_options: list[str] | None = None,
+    kind: str = KIND,
+) -> dict:
     """The spec of ``kind`` offering ``devices`` (name, the plan for that device alone) beside
-    the ``shared`` plan (for no device); its hook runs ``hook_command cdi-hook *hook_options``."""
+    the ``shared`` plan (for no device); its hook runs ``hook_command cdi-hook *hook_options``.
+    A device whose plan links its nodes (a GPU's /dev/dri/by-path links) has a hook of its own,
+    ``hook_command cdi-hook *device_hook_options --device-link ...``: a container given that
+    device gets its links and no other's."""
     shared_nodes = _device_nodes(shared.operations)
     shared_paths = {node["path"] for node in shared_nodes}
     entries = []
     for name, plan in devices:
         nodes = [node for node in _device_nodes(plan.operations) if node["path"] not in shared_paths]
-        entries.append({"name": name, "containerEdits": {"deviceNodes": nodes}})
+        device_edits: dict = {"deviceNodes": nodes}
+        device_hooks = _hooks(plan, hook_command, device_hook_options or [])
+        if device_hooks:
+            device_edits["hooks"] = device_hooks
+        entries.append({"name": name, "containerEdits": device_edits})
     edits: dict = {"env": [VOID_ENV]}
     edits["deviceNodes"] = shared_nodes
     edits["mounts"] = [_mount(op) for op in shared.operations if isinstance(op, Mount) and op.kind != "device"]
-    args = hook_arguments(shared, hook_options)
-    if args:
-        edits["hooks"] = [{"hookName": HOOK_STAGE, "path": hook_command, "args": ["ponytail", "cdi-hook", *args]}]
+    hooks = _hooks(shared, hook_command, hook_options)
+    if hooks:
+        edits["hooks"] = hooks
     spec = {"cdiVersion": "", "kind": kind, "devices": entries, "containerEdits": edits}
     spec["cdiVersion"] = required_version(spec)
     return spec
@@ -59,13 +69,20 @@ def build_feature_spec(kind: str, devices: list[tuple[str, list[Mount]]]) -> dic
     return spec
 
 
+def _hooks(plan: Plan, hook_command: str, options: list[str]) -> list[dict]:
+    """The createContainer hook doing ``plan``'s in-container work, if it has any."""
+    args = hook_arguments(plan, options)
+    return [{"hookName": HOOK_STAGE, "path": hook_command, "args": ["ponytail", "cdi-hook", *args]}] if args else []
+
+
 def hook_arguments(plan: Plan, options: list[str]) -> list[str]:
-    """The plan's in-container work (SONAME links, the masked /proc/driver/nvidia, the linker
-    cache) as ``ponytail cdi-hook`` arguments; empty when there is none."""
+    """The plan's in-container work (SONAME links, a device node's links, the masked
+    /proc/driver/nvidia, the linker cache) as ``ponytail cdi-hook`` arguments; empty when there
+    is none."""
     args: list[str] = []
     for op in plan.operations:
         if isinstance(op, Symlink):
-            args += ["--link", op.target, op.link_to, op.library]
+            args += ["--link", op.target, op.link_to, op.library] if op.library else ["--device-link", op.target, op.link_to]
         elif isinstance(op, ProcMask):
             args.append("--mask-proc")
         elif isinstance(op, LinkerCache):

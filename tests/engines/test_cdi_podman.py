@@ -126,3 +126,26 @@ def test_podman_never_starts_a_container_with_a_spec_whose_gpus_were_renumbered(
         engine.close()
     assert stale.returncode != 0 and "cuDriverGetVersion" not in stale.stdout, stale.stdout
     assert "the CDI spec is stale: GPU 0000:18:00.0" in stale.stderr and "has minor 1 now, not 0" in stale.stderr, stale.stderr
+
+
+def test_a_cdi_gpu_gets_its_own_dri_by_path_links_and_no_others(tmp_path: Path) -> None:
+    """graphics: podman given GPU 1 by CDI creates its /dev/dri nodes, and its device's hook links
+    /dev/dri/by-path/pci-<bus>-card and -render to them; GPU 0's nodes and links are absent
+    (before: no by-path link at all under CDI)."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2), dri=True)
+    spec = tmp_path / "nvidia.yaml"
+    generate(host, spec)
+    (tmp_path / "hooks.d").mkdir()
+    engine = CdiPodman(spec, tmp_path / "hooks.d")
+    show = "for f in /dev/dri/* /dev/dri/by-path/*; do test -c $f && echo chr $f $(readlink $f); done; true"
+    try:
+        result = engine.run(make_rootfs(tmp_path / "rootfs"), ["sh", "-c", show], devices=["nvidia.com/gpu=1"])
+    finally:
+        engine.close()
+    assert result.returncode == 0, result.stderr
+    bus0, bus1 = (g.bus_id for g in host.gpu_list)
+    assert sorted(result.stdout.splitlines()) == sorted([
+        "chr /dev/dri/card2", "chr /dev/dri/renderD129",
+        f"chr /dev/dri/by-path/pci-{bus1}-card ../card2", f"chr /dev/dri/by-path/pci-{bus1}-render ../renderD129",
+    ]), result.stdout
+    assert bus0 not in result.stdout

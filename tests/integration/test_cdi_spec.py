@@ -293,3 +293,32 @@ def test_check_calls_a_spec_without_the_node_record_stale(tmp_path: Path) -> Non
     path.write_text(json.dumps(spec))
     result = run_ponytail(["cdi", "check", "-config", str(host.write_config()), str(path)])
     assert result.returncode == 1 and "records no GPU minors or majors" in result.stdout.decode(), result.stdout
+
+
+def test_each_gpu_device_makes_its_own_dri_by_path_links(tmp_path: Path) -> None:
+    """graphics/display: a GPU's device entry has its /dev/dri nodes and a hook of its own that
+    makes that GPU's /dev/dri/by-path links (and no other's); 'all' makes every GPU's; the
+    shared hook makes none. Before, the by-path links of the plan were left out of the spec."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2), dri=True)
+    path = tmp_path / "nvidia.json"
+    spec = generate(host, path)
+    devices = {d["name"]: d["containerEdits"] for d in spec["devices"]}
+    config = str(host.write_config())
+
+    def links(edits: dict) -> list[list[str]]:
+        args = [a for hook in edits.get("hooks", []) for a in hook["args"]]
+        return [args[i + 1:i + 3] for i, a in enumerate(args) if a == "--device-link"]
+
+    bus = [g.bus_id for g in host.gpu_list]
+    for index, (card, render) in enumerate([("card1", "renderD128"), ("card2", "renderD129")]):
+        edits = devices[str(index)]
+        assert set(nodes(edits)) == {f"/dev/nvidia{index}", f"/dev/dri/{card}", f"/dev/dri/{render}"}
+        assert links(edits) == [[f"/dev/dri/by-path/pci-{bus[index]}-card", f"../{card}"], [f"/dev/dri/by-path/pci-{bus[index]}-render", f"../{render}"]]
+        [hook] = edits["hooks"]
+        assert hook["hookName"] == "createContainer" and hook["args"][:4] == ["ponytail", "cdi-hook", "-config", config]
+        assert devices[host.gpu_list[index].uuid]["hooks"] == edits["hooks"]
+    assert len(links(devices["all"])) == 4
+    assert links(spec["containerEdits"]) == []
+    assert spec["cdiVersion"] == "0.5.0" and problems(spec) == []  # a device's hooks are CDI from 0.3.0 on
+    checked = run_ponytail(["cdi", "check", "-config", config, str(path)])  # the device hooks record no GPUs: still not stale
+    assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()

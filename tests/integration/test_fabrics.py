@@ -260,3 +260,44 @@ def test_ponytail_runtime_allows_the_imex_channels_in_the_bundle_it_hands_to_run
         assert [r for r in rules if r.get("major") == 237 and r.get("minor") != 1] == []
     finally:
         shim(["--root", str(state), "delete", "-f", container_id], fabric_host.write_config())
+
+
+def listed(host: FakeHost, *args: str) -> tuple[int, list[str], str]:
+    result = run_ponytail(["list", "-config", str(host.write_config()), *args])
+    return result.returncode, result.stdout.decode().splitlines(), result.stderr.decode()
+
+
+def test_list_shows_the_nodes_and_files_of_the_features_asked_for(fabric_host: FakeHost) -> None:
+    """``ponytail list --feature``: each feature's nodes and files, as its variable would bring
+    them; only those asked; an IMEX channel list gives exactly those channels."""
+    status, paths, err = listed(fabric_host, "--feature", "imex-channel", "-feature", "gds", "--feature=mofed", "--feature", "gdrcopy=enabled",
+                                "--feature", "nvswitch")
+    assert status == 0, err
+    dev = str(fabric_host.dev)
+    for fabric, nodes in NODES.items():
+        for node in nodes:
+            assert f"{dev}/{node.split(' (')[0]}" in paths, (fabric, node, paths)
+    assert str(fabric_host.driver / "etc/cufile.json") in paths and any(p.endswith("/run/udev") for p in paths), paths
+    status, paths, err = listed(fabric_host, "--feature", "imex-channel=2")
+    assert status == 0, err
+    assert f"{dev}/nvidia-caps-imex-channels/channel2" in paths
+    assert not any(word in p for p in paths for word in ("channel0", "channel1", "nvidia-fs", "infiniband", "gdrdrv", "nvswitch", "cufile"))
+    status, paths, _ = listed(fabric_host)  # none asked: none listed
+    assert status == 0 and not any(word in p for p in paths for word in ("imex-channels", "nvidia-fs", "infiniband", "gdrdrv", "nvswitch"))
+
+
+@pytest.mark.parametrize("option, message", [
+    ("infiniband", "unknown feature 'infiniband'; the features are imex-channel, gds, mofed, gdrcopy, nvswitch"),
+    ("gds=0", "gds takes no selector"),
+    ("imex-channel=", "name the IMEX channels"),
+    ("imex-channel=x", "'x' is not an IMEX channel number"),
+])
+def test_list_refuses_a_feature_it_does_not_know_in_one_line(fabric_host: FakeHost, option: str, message: str) -> None:
+    status, paths, err = listed(fabric_host, "--feature", option)
+    assert status == 2 and paths == [] and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_list_refuses_a_feature_the_host_lacks_in_one_line(shared_host: FakeHost) -> None:
+    status, paths, err = listed(shared_host, "--feature", "gds")
+    assert status == 1 and paths == [] and len(err.splitlines()) == 1, err
+    assert "NVIDIA_GDS=enabled: GPUDirect Storage asked, but" in err

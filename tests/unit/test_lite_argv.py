@@ -79,10 +79,11 @@ CDI_HOOK_TOKENS = (
     "libcuda.so.550", "/usr/lib/libcuda.so.550", "--mask-proc", "-mask-proc", "--mask-proc=1", "--ldconfig", "-ldconfig=/sbin/ldconfig",
     "--directory", "/usr/lib", "-directory=/lib", "--check", "libcuda.so.1", "-h", "--bogus", "--", "",
     "--major", "nvidia-frontend", "195", "--gpu", "2", "0000:3b:00.0", "GPU-1",
+    "--device-link", "/dev/dri/by-path/pci-0000:3b:00.0-card", "../card1",
 )
 GENERATE_DEFAULTS = {name: p.default for name, p in inspect.signature(run_generate).parameters.items()}
 CDI_HOOK_DEFAULTS = {
-    "config": None, "driver_version": None, "major": (), "gpu": (), "link": (), "mask_proc": False, "ldconfig": None, "directory": (), "check": (),
+    "config": None, "driver_version": None, "major": (), "gpu": (), "link": (), "device_link": (), "mask_proc": False, "ldconfig": None, "directory": (), "check": (),
 }
 @given(args=st.lists(st.sampled_from(INFO_TOKENS), max_size=5))
 def test_info_reads_what_click_reads(args: list[str]) -> None:

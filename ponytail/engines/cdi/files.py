@@ -71,9 +71,9 @@ def generate(
             raise ProbeError(f"device {name}: {plan.problems[0]}")
         planned.append((name, plan))
     # absolute: the hook runs with the rootfs as its working directory (runc), where a relative path is the image's
-    options = (["-config", os.path.abspath(config.path)] if config.path else []) + ["--driver-version", host.driver_version]
-    options += node_arguments(config, host)
-    spec = build_spec(shared, planned, hook_command, options)
+    config_option = ["-config", os.path.abspath(config.path)] if config.path else []
+    options = config_option + ["--driver-version", host.driver_version] + node_arguments(config, host)
+    spec = build_spec(shared, planned, hook_command, options, config_option)
     if version is not None:
         if version not in VERSIONS:
             raise UsageError(f"--spec-version {version}: not a released CDI version ({', '.join(VERSIONS)})")
@@ -278,7 +278,8 @@ def _recorded(args: list, before: tuple[list[tuple[int, str, str]], dict[str, in
         options = parse_args(args[2:])
     except UsageError:
         return before
-    return recorded_nodes(options) if options else before
+    recorded = recorded_nodes(options) if options else before
+    return recorded if recorded[0] or recorded[1] else before  # a device's own hook (its links) records none
 
 
 def _device_drift(spec: dict, gpus: tuple, majors: dict[str, int]) -> list[str]:

@@ -3,7 +3,8 @@
 The engine has already created the device nodes and bind-mounted the driver's files (the
 spec's edits); what is left is the plan's in-container work, which the spec passes as
 arguments: the SONAME links (with the image-shadowing protection: a library the image ships
-at a SONAME path is mounted over), the masked /proc/driver/nvidia (only the GPUs whose nodes
+at a SONAME path is mounted over), a device's /dev/dri/by-path links (``--device-link``, in
+that device's own hook, so a container gets only its GPUs' links), the masked /proc/driver/nvidia (only the GPUs whose nodes
 the engine created, ModifyDeviceFiles: 0) and the linker-cache refresh with the host's
 ldconfig. The executor applies them with the same rules as the prestart hook: every path
 resolved inside the rootfs, nothing from the image run, nothing from the container's
@@ -30,10 +31,12 @@ if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checker
     from ponytail.plan.operations import Operation, ProcMask
 
 # each option's arity (ponytail.lite.argv); the click command in ponytail.cli.commands takes the same
-OPTIONS = {"config": 1, "driver-version": 1, "major": 2, "gpu": 3, "link": 3, "mask-proc": 0, "ldconfig": 1, "directory": 1, "check": 2}
-REPEATABLE = ("major", "gpu", "link", "directory", "check")
+OPTIONS = {
+    "config": 1, "driver-version": 1, "major": 2, "gpu": 3, "link": 3, "device-link": 2, "mask-proc": 0, "ldconfig": 1, "directory": 1, "check": 2,
+}
+REPEATABLE = ("major", "gpu", "link", "device-link", "directory", "check")
 # the values that must be absolute paths: the working directory is the rootfs, a relative path would be the image's
-_ABSOLUTE = {"config": (0,), "link": (0, 2), "ldconfig": (0,), "directory": (0,), "check": (1,)}
+_ABSOLUTE = {"config": (0,), "link": (0, 2), "device-link": (0,), "ldconfig": (0,), "directory": (0,), "check": (1,)}
 _NUMBERS = {"major": 1, "gpu": 0}  # the position of a value that must be a decimal number
 
 
@@ -110,6 +113,8 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
 
     links: tuple[tuple[str, str, str], ...] = options.get("link") or ()  # type: ignore[assignment]  # OPTIONS' arities
     ops: list[Operation] = [Symlink(target, link_to, f"SONAME of {link_to}", library) for target, link_to, library in links]
+    device_links: tuple[tuple[str, str], ...] = options.get("device_link") or ()  # type: ignore[assignment]
+    ops += [Symlink(target, link_to, f"device link to {link_to}") for target, link_to in device_links]  # no library: a node's link
     mask = _proc_mask(proc_root, container.char_devices) if options.get("mask_proc") else None
     if mask is not None:
         ops.append(mask)
