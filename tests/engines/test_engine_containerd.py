@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from support.containerd_cri import Containerd, Pods, gpu_node_files, make_state_dir, oci_archive, private_config, remove_state_dir
+from support.containerd_cri import Containerd, Pods, configured_private_config, gpu_node_files, make_state_dir, node_daemon
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script
 from support.fakehost import FakeHost
 
@@ -50,35 +49,15 @@ def node(tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("node")
     host, ponytail_config, rootfs, image = gpu_node_files(base, 'env_namespaces = ["gpu-operator"]\ncri = "containerd"\n')
     state = make_state_dir()
-    daemon = pods = None
-    try:
-        default = subprocess.run(["containerd", "config", "default"], capture_output=True, text=True, check=True).stdout
-        config = state / "config.toml"
-        config.write_text(private_config(default, state, image))
-        configured = subprocess.run(
-            [console_script("ponytail"), "configure", "--runtime", "containerd", "--config-file", str(config),
-             "--set-as-default", "--path", console_script("ponytail-runtime"), "--state-dir", str(state / "ponytail")],
-            capture_output=True, text=True, timeout=60,
-        )
-        assert configured.returncode == 0, configured.stderr
-        # the widest pass-through an operator could set: every pod annotation reaches the runtime (patterns
-        # are filepath.Match: "*" stops at "/")
-        text, count = re.subn(r"(?m)(^\s*\[plugins\.\"io\.containerd\.grpc\.v1\.cri\"\.containerd\.runtimes\.ponytail\]\n(?:.*\n)*?)\s*pod_annotations = \[\]\n",
-                              r'\1pod_annotations = ["*", "*/*"]\n', config.read_text())
-        assert count == 1
-        config.write_text(text)
-        daemon = Containerd(config, state, {"PONYTAIL_CONFIG": str(ponytail_config)})
-        imported = daemon.ctr("-n", "k8s.io", "images", "import",
-                              str(oci_archive(rootfs, image, ["/bin/sleep", "100000"], base / "image.tar")))
-        assert imported.returncode == 0, imported.stderr
-        pods = Pods(daemon, image, base / "stubs")
+    config, _ = configured_private_config("containerd", state, image, "--set-as-default")
+    # the widest pass-through an operator could set: every pod annotation reaches the runtime (patterns
+    # are filepath.Match: "*" stops at "/")
+    text, count = re.subn(r"(?m)(^\s*\[plugins\.\"io\.containerd\.grpc\.v1\.cri\"\.containerd\.runtimes\.ponytail\]\n(?:.*\n)*?)\s*pod_annotations = \[\]\n",
+                          r'\1pod_annotations = ["*", "*/*"]\n', config.read_text())
+    assert count == 1
+    config.write_text(text)
+    with node_daemon(config, state, {"PONYTAIL_CONFIG": str(ponytail_config)}, rootfs, image, base) as (daemon, pods):
         yield Node(daemon, pods, host, config)
-    finally:
-        if pods is not None:
-            pods.close()
-        if daemon is not None:
-            daemon.close()
-        remove_state_dir(state)
 
 
 def test_cri_plugin_loads_with_the_configured_runtime_as_default(node: Node) -> None:

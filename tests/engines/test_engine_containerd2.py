@@ -32,7 +32,7 @@ from test_engine_containerd import CUDACHECK_GPU1, DEVICES, EXPECTED_GPU1
 from test_engine_containerd import Node as ContainerdNode
 
 from support.cdi_support import generate
-from support.containerd_cri import Containerd, Pods, gpu_node_files, make_state_dir, oci_archive, private_config, remove_state_dir
+from support.containerd_cri import configured_private_config, gpu_node_files, make_state_dir, node_daemon
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, TIMEOUT, console_script, current_engines
 
 pytestmark = pytest.mark.current_engines
@@ -61,39 +61,18 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     base = tmp_path_factory.mktemp("node2")
     host, ponytail_config, rootfs, image = gpu_node_files(base)
     state = make_state_dir()
-    daemon = pods = None
-    try:
-        default = subprocess.run([str(engines / "containerd"), "config", "default"], capture_output=True, text=True, check=True).stdout
-        config = state / "config.toml"
-        config.write_text(private_config(default, state, image))
-        configured = subprocess.run(
-            [console_script("ponytail"), "configure", "--runtime", "containerd", "--config-file", str(config),
-             "--path", console_script("ponytail-runtime"), "--state-dir", str(state / "ponytail")],
-            capture_output=True, text=True, timeout=60,
-        )
-        assert configured.returncode == 0, configured.stderr
-        configure_said = configured.stdout
-        # a handler that does pass the annotations to ponytail-runtime, as configure wrote it for containerd 1.x
-        # (a config migrated from 1.x keeps it): ponytail-runtime must see that CDI has injected the devices
-        with config.open("a") as f:
-            f.write(f"\n[plugins.'{RUNTIME_PLUGIN}'.containerd.runtimes.{PASSING}]\n  runtime_type = 'io.containerd.runc.v2'\n"
-                    f"  container_annotations = ['cdi.k8s.io/*']\n  [plugins.'{RUNTIME_PLUGIN}'.containerd.runtimes.{PASSING}.options]\n"
-                    f"    BinaryName = '{console_script('ponytail-runtime')}'\n")
-        (state / "cdi").mkdir()
-        spec = generate(host, state / "cdi" / "ponytail.yaml", "-config", str(ponytail_config))
-        assert spec["kind"] == "nvidia.com/gpu"
-        daemon = Containerd(config, state, {"PONYTAIL_CONFIG": str(ponytail_config)}, engines_dir=engines)
-        imported = daemon.ctr("-n", "k8s.io", "images", "import",
-                              str(oci_archive(rootfs, image, ["/bin/sleep", "100000"], base / "image.tar")))
-        assert imported.returncode == 0, imported.stderr
-        pods = Pods(daemon, image, base / "stubs")
+    config, configure_said = configured_private_config(str(engines / "containerd"), state, image)
+    # a handler that does pass the annotations to ponytail-runtime, as configure wrote it for containerd 1.x
+    # (a config migrated from 1.x keeps it): ponytail-runtime must see that CDI has injected the devices
+    with config.open("a") as f:
+        f.write(f"\n[plugins.'{RUNTIME_PLUGIN}'.containerd.runtimes.{PASSING}]\n  runtime_type = 'io.containerd.runc.v2'\n"
+                f"  container_annotations = ['cdi.k8s.io/*']\n  [plugins.'{RUNTIME_PLUGIN}'.containerd.runtimes.{PASSING}.options]\n"
+                f"    BinaryName = '{console_script('ponytail-runtime')}'\n")
+    (state / "cdi").mkdir()
+    spec = generate(host, state / "cdi" / "ponytail.yaml", "-config", str(ponytail_config))
+    assert spec["kind"] == "nvidia.com/gpu"
+    with node_daemon(config, state, {"PONYTAIL_CONFIG": str(ponytail_config)}, rootfs, image, base, engines) as (daemon, pods):
         yield Node(daemon, pods, host, config, engines, image, configure_said)
-    finally:
-        if pods is not None:
-            pods.close()
-        if daemon is not None:
-            daemon.close()
-        remove_state_dir(state)
 
 
 def mounted(lines: list[str]) -> collections.Counter:

@@ -337,34 +337,31 @@ def test_a_program_that_cannot_be_edited_stops_the_start_and_undoes_the_mounts(a
     assert "nvidia" not in mountinfo and str(rootfs) not in mountinfo
 
 
-def test_an_odd_cgroup_name_is_handled(host: FakeHost, tmp_path: Path) -> None:
-    odd = Cgroup(f"ponytail-test odd:name é {uuid.uuid4().hex[:8]}")
+def _hook_into_a_cgroup_named(name: str, host: FakeHost, tmp_path: Path) -> Cgroup:
+    """GPU 0 injected into a container whose process is in a fresh cgroup ``name`` under a deny-all
+    program; the cgroup (removed again), after the run succeeded."""
+    cgroup = Cgroup(name)
     sleeper = Sleeper()
     try:
-        odd.join(sleeper.pid)
-        odd.attach(deny_all())
+        cgroup.join(sleeper.pid)
+        cgroup.attach(deny_all())
         rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
         result = hook(host, bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=0"]), sleeper.pid)
         assert result.returncode == 0, result.stderr
-        assert f"of cgroup {odd.path} atomically" in host.log.read_text()
+        return cgroup
     finally:
         sleeper.stop()
-        odd.remove()
+        cgroup.remove()
+
+
+def test_an_odd_cgroup_name_is_handled(host: FakeHost, tmp_path: Path) -> None:
+    odd = _hook_into_a_cgroup_named(f"ponytail-test odd:name é {uuid.uuid4().hex[:8]}", host, tmp_path)
+    assert f"of cgroup {odd.path} atomically" in host.log.read_text()
 
 
 def test_a_systemd_scope_gets_a_warning_that_daemon_reload_drops_the_edit(host: FakeHost, tmp_path: Path) -> None:
-    scope = Cgroup(f"ponytail-test-{uuid.uuid4().hex[:8]}.scope")
-    sleeper = Sleeper()
-    try:
-        scope.join(sleeper.pid)
-        scope.attach(deny_all())
-        rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
-        result = hook(host, bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=0"]), sleeper.pid)
-        assert result.returncode == 0, result.stderr
-        assert f"warning container=test-ctr cgroup {scope.path} is a systemd scope" in host.log.read_text()
-    finally:
-        sleeper.stop()
-        scope.remove()
+    scope = _hook_into_a_cgroup_named(f"ponytail-test-{uuid.uuid4().hex[:8]}.scope", host, tmp_path)
+    assert f"warning container=test-ctr cgroup {scope.path} is a systemd scope" in host.log.read_text()
 
 
 def test_a_cgroup_outside_the_hooks_cgroup_namespace_is_refused(host: FakeHost, cgroup: Cgroup, container) -> None:

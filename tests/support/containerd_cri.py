@@ -22,8 +22,11 @@ import tarfile
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from support.commands import installed
 from support.engines import TIMEOUT, processes_naming, start_daemon, stop_daemon
 from support.fakehost import FakeHost, gpus, make_rootfs
 
@@ -278,3 +281,40 @@ def make_state_dir() -> Path:
 
 def remove_state_dir(state: Path) -> None:
     shutil.rmtree(state, ignore_errors=True)
+
+
+def configured_private_config(containerd: str, state: Path, image: str, *configure_args: str) -> tuple[Path, str]:
+    """``containerd config default`` of the ``containerd`` binary made private (private_config) as
+    ``state``/config.toml, then ``ponytail configure --runtime containerd`` run on it with
+    ``configure_args`` (ponytail-runtime as the handler's runtime, records in ``state``/ponytail):
+    the config file, and what configure said."""
+    default = subprocess.run([containerd, "config", "default"], capture_output=True, text=True, check=True).stdout
+    config = state / "config.toml"
+    config.write_text(private_config(default, state, image))
+    configured = subprocess.run(
+        [installed("ponytail"), "configure", "--runtime", "containerd", "--config-file", str(config),
+         "--path", installed("ponytail-runtime"), "--state-dir", str(state / "ponytail"), *configure_args],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert configured.returncode == 0, configured.stderr
+    return config, configured.stdout
+
+
+@contextmanager
+def node_daemon(config: Path, state: Path, env: dict[str, str], rootfs: Path, image: str, base: Path,
+                engines_dir: Path | None = None) -> Iterator[tuple[Containerd, Pods]]:
+    """A private containerd on ``config`` with ``rootfs`` imported as ``image`` (running sleep) and
+    pods to make in it; both stopped, and ``state`` removed, on the way out."""
+    daemon = pods = None
+    try:
+        daemon = Containerd(config, state, env, engines_dir=engines_dir)
+        imported = daemon.ctr("-n", "k8s.io", "images", "import", str(oci_archive(rootfs, image, ["/bin/sleep", "100000"], base / "image.tar")))
+        assert imported.returncode == 0, imported.stderr
+        pods = Pods(daemon, image, base / "stubs")
+        yield daemon, pods
+    finally:
+        if pods is not None:
+            pods.close()
+        if daemon is not None:
+            daemon.close()
+        remove_state_dir(state)
