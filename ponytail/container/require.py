@@ -56,7 +56,8 @@ def check_requirements(requirements: tuple[tuple[str, str], ...], facts: Facts) 
     that does not meet it), its failed constraints and the driver's values; InputError for an
     expression that cannot be parsed."""
     cache: dict[str, str] = {}
-    for models in [(model,) for model in facts.models] or [()]:
+    per_gpu: list[tuple[str, ...]] = [(model,) for model in facts.models]
+    for models in per_gpu or [()]:
         one = Facts(facts.driver, facts.cuda, models)
         for var, expression in requirements:
             failures = _unmet(var, expression, one, cache)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ponytail.host.driver_files import SkippedFile
 from ponytail.lite.records import replace
 from ponytail.plan.render import render_plan
+
 from support.hostdata import env_request, make_host, plan_for
 
 WANTED_32 = "built for another architecture (ELF machine 62, 64-bit; wanted 32-bit)"

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ponytail.container.request import requirements_from_env
 from ponytail.container.require import Facts, RequirementNotMet, arch_of, brand_of, check_requirements
 from ponytail.errors import InputError
+
 from support.cudaimages import CUDA_11_8, CUDA_12_2, CUDA_12_2_SBSA
 
 DRIVER = "550.54.15"
