@@ -69,8 +69,8 @@ def _lacking(rootfs: str, host: Host) -> list[Finding]:
     from ponytail.container.image_libs import lacking_dependencies, lacking_message
 
     provided = {lib.soname for lib in host.libraries if lib.soname}
-    files = [(soname, lib.host_path) for soname in SONAMES if (lib := host.library(soname)) is not None]
-    files += [(binary.target, binary.host_path) for binary in host.binaries]
+    files = [(soname, lib.needed) for soname in SONAMES if (lib := host.library(soname)) is not None]
+    files += [(binary.target, binary.needed) for binary in host.binaries]
     return [Finding("container", name, FAIL, lacking_message(name, lacking)) for name, lacking in lacking_dependencies(rootfs, files, provided)]
 
 

@@ -14,21 +14,13 @@ LIBC = "libc.so.6"
 
 
 def lacking_dependencies(
-    rootfs: str, files: list[tuple[str, str]], provided: set[str]
+    rootfs: str, files: list[tuple[str, tuple[str, ...]]], provided: set[str]
 ) -> list[tuple[str, tuple[str, ...]]]:
-    """For each (name, host path) of an injected file, the libraries it links against (DT_NEEDED)
-    that the image lacks and the injection does not bring (``provided``); files lacking none are
-    left out."""
-    from ponytail.host.elf import NotElf, read_elf_info
-
-    needs: list[tuple[str, tuple[str, ...]]] = []
-    for name, path in files:
-        try:
-            needed = read_elf_info(path).needed
-        except (NotElf, OSError):
-            continue
-        needs.append((name, tuple(n for n in needed if n not in provided)))
-    missing = set(missing_in_image(rootfs, tuple(n for _, names in needs for n in names))) if needs else set()
+    """For each (name, the libraries it links against) of an injected file, those the image lacks
+    and the injection does not bring (``provided``); files lacking none are left out."""
+    needs = [(name, tuple(n for n in needed if n not in provided)) for name, needed in files]
+    wanted = tuple(n for _, names in needs for n in names)
+    missing = set(missing_in_image(rootfs, wanted)) if wanted else set()
     return [(name, lacking) for name, names in needs if (lacking := tuple(n for n in names if n in missing))]
 
 

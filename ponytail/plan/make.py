@@ -170,9 +170,9 @@ def _image_dependencies(plan: Plan, host: Host, rootfs: str) -> Plan:
 
     mounted = {op.source for op in plan.operations if isinstance(op, Mount) and op.kind in ("library", "binary")}
     provided = {lib.soname for lib in host.libraries if lib.host_path in mounted and lib.soname}
-    files = [(lib.soname or lib.target, lib.host_path) for lib in host.libraries
+    files = [(lib.soname or lib.target, lib.needed) for lib in host.libraries
              if lib.soname in CORE_SONAMES and lib.bits == 64 and lib.host_path in mounted]
-    files += [(binary.target, binary.host_path) for binary in host.binaries if binary.host_path in mounted]
+    files += [(binary.target, binary.needed) for binary in host.binaries if binary.host_path in mounted]
     warnings = tuple(lacking_message(name, lacking) for name, lacking in lacking_dependencies(rootfs, files, provided))
     return replace(plan, warnings=plan.warnings + warnings, said=plan.said + warnings) if warnings else plan
 

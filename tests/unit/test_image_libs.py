@@ -8,8 +8,6 @@ from pathlib import Path
 
 from ponytail.container.image_libs import lacking_dependencies, missing_in_image
 
-from support.fakehost import compile_library
-
 LIBS = "usr/lib/x86_64-linux-gnu"
 DEPS = ("libdl.so.2", "libpthread.so.0", "librt.so.1")
 
@@ -43,7 +41,13 @@ def test_an_image_without_glibc_is_not_judged(tmp_path: Path) -> None:
 
 
 def test_each_injected_file_is_named_with_what_it_lacks(tmp_path: Path) -> None:
-    image = _image(tmp_path / "trimmed", ("libc.so.6",))
-    lib = compile_library("fake_libcuda.c", "libcuda.so.1", "libcuda.so.550.54.15", "550.54.15")
-    assert lacking_dependencies(str(image), [("libcuda.so.1", str(lib))], set()) == []  # it needs libc only
-    assert lacking_dependencies(str(_image(tmp_path / "none", ())), [("libcuda.so.1", str(lib))], set()) == []
+    image = _image(tmp_path / "trimmed", ("libc.so.6", "libm.so.6"))
+    files = [
+        ("libcuda.so.1", ("libm.so.6", "libc.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1")),  # as the real one
+        ("libnvidia-ml.so.1", ("libc.so.6",)),
+        ("/usr/bin/nvidia-smi", ("libnvidia-ml.so.1", "libdl.so.2")),  # libnvidia-ml.so.1 comes with the injection
+    ]
+    assert lacking_dependencies(str(image), files, {"libnvidia-ml.so.1"}) == [
+        ("libcuda.so.1", DEPS), ("/usr/bin/nvidia-smi", ("libdl.so.2",)),
+    ]
+    assert lacking_dependencies(str(_image(tmp_path / "full", ("libc.so.6", "libm.so.6", *DEPS))), files, {"libnvidia-ml.so.1"}) == []
