@@ -74,6 +74,11 @@ class DriverRoot:
         """``path`` inside the root, its links resolved inside the root."""
         return _in_root(self.path, path)
 
+    def real(self, path: str) -> str:
+        """Where ``path`` leads inside the root, as a path of the root (Debian's alternatives
+        followed): /usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.309.01."""
+        return "/" + str(self.file(path).relative_to(self.path))
+
 
 def _in_root(root: Path, path: str) -> Path:
     """Resolve ``path`` inside ``root`` (Debian's alternatives links are absolute)."""
