@@ -26,6 +26,7 @@ FILELIST = "/usr/share/nvidia/files.d/sandboxutils-filelist.json"  # the driver'
 _TRIPLET = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}
 _GLOB_MAGIC = "*?["
 OTHER_VERSION = "driver version"  # how a skipped file of another driver's version is said
+OTHER_ARCHITECTURE = "built for another architecture"  # and one of another architecture
 
 
 def library_dirs(bits: int = 64) -> tuple[str, ...]:
@@ -284,7 +285,7 @@ def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[ElfInfo | None, str]:
         return None, problem
     expected = EM_386 if bits == 32 else MACHINE_BY_UNAME.get(os.uname().machine)
     if expected is not None and info.machine != expected:
-        return None, f"built for another architecture (ELF machine {info.machine}, {info.bits}-bit; wanted {bits}-bit)"
+        return None, f"{OTHER_ARCHITECTURE} (ELF machine {info.machine}, {info.bits}-bit; wanted {bits}-bit)"
     return info, ""
 
 

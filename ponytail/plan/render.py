@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ponytail.host.driver_files import SkippedFile
+from ponytail.host.driver_files import OTHER_ARCHITECTURE, SkippedFile
 from ponytail.host.probe import Gpu, Host
 from ponytail.plan.operations import AllowDevices, HideNode, LinkerCache, Mount, Plan, ProcMask, Symlink
 
@@ -82,9 +82,6 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
     return "\n".join(out) + "\n"
 
 
-_OTHER_ARCHITECTURE = "built for another architecture"
-
-
 def _skip_lines(skipped: tuple[SkippedFile, ...]) -> list[str]:
     """One line per skipped file, but one line for all the files skipped for the same other
     architecture: a 32-bit search (compat32) meets every 64-bit library of the driver root in
@@ -92,7 +89,7 @@ def _skip_lines(skipped: tuple[SkippedFile, ...]) -> list[str]:
     lines: list[str] = []
     other: dict[str, list[str]] = {}
     for skip in skipped:
-        if skip.reason.startswith(_OTHER_ARCHITECTURE):
+        if skip.reason.startswith(OTHER_ARCHITECTURE):
             if skip.reason not in other:
                 lines.append(skip.reason)  # its place, filled in below
             other.setdefault(skip.reason, []).append(skip.path)
