@@ -4,26 +4,35 @@ module, which the tests only read (the not-rebooted host and the mixed-brand one
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from support.realdriver import DriverRoot, RealDriverHost, driver_root, mixed_gpus, real_host
+from support.realdriver import DriverRoot, RealDriverHost, driver_root, mixed_gpus, real_host, snapshot
+
+
+def _untouched(name: str) -> Iterator[DriverRoot]:
+    """The cached root ``name``, which must be exactly as it was when the tier ends."""
+    root = driver_root(name)
+    before = snapshot(root.path)
+    yield root
+    assert snapshot(root.path) == before, f"the tier changed the cached root {root.path}"
 
 
 @pytest.fixture(scope="session")
-def root535() -> DriverRoot:
-    return driver_root("driver-535")
+def root535() -> Iterator[DriverRoot]:
+    yield from _untouched("driver-535")
 
 
 @pytest.fixture(scope="session")
-def root470() -> DriverRoot:
-    return driver_root("driver-470")
+def root470() -> Iterator[DriverRoot]:
+    yield from _untouched("driver-470")
 
 
 @pytest.fixture(scope="session")
-def wide() -> DriverRoot:
-    return driver_root("driver-535-wide")
+def wide() -> Iterator[DriverRoot]:
+    yield from _untouched("driver-535-wide")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +54,8 @@ def wide_host(wide: DriverRoot, tmp_path_factory: pytest.TempPathFactory) -> Rea
 @pytest.fixture(params=["driver-535", "driver-470"])
 def either(request: pytest.FixtureRequest, host535: RealDriverHost, host470: RealDriverHost) -> tuple[DriverRoot, RealDriverHost]:
     """Each real driver with its host."""
-    return driver_root(request.param), {"driver-535": host535, "driver-470": host470}[request.param]
+    roots = {"driver-535": request.getfixturevalue("root535"), "driver-470": request.getfixturevalue("root470")}
+    return roots[request.param], {"driver-535": host535, "driver-470": host470}[request.param]
 
 
 @pytest.fixture

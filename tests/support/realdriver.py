@@ -9,6 +9,7 @@ name, the package's version, the CUDA versions Debian's libcuda package provides
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -78,6 +79,18 @@ class DriverRoot:
         """Where ``path`` leads inside the root, as a path of the root (Debian's alternatives
         followed): /usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.309.01."""
         return "/" + str(self.file(path).relative_to(self.path))
+
+
+def snapshot(root: Path) -> str:
+    """Names, types, modes, sizes and mtimes of everything in a root (without following links):
+    a cached root must be the same after the tier as before it."""
+    h = hashlib.sha256()
+    for directory, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in sorted(dirs + names):
+            st = os.lstat(os.path.join(directory, name))
+            h.update(f"{directory}/{name}:{st.st_mode}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
 
 
 def _in_root(root: Path, path: str) -> Path:
