@@ -9,7 +9,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BINARY := dist/ponytail/ponytail
 
-.PHONY: setup system-packages test test-unit test-engines lint demo binary bench bench-nvidia clean fresh-check gpu-check
+.PHONY: setup system-packages test test-unit test-engines test-real-driver lint demo binary bench bench-nvidia clean fresh-check gpu-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,13 @@ test-engines: setup
 	  mkdir -p "$(ENGINES_DIR)" && tar -xJf "$(CURRENT_ENGINES_TARBALL)" -C "$(ENGINES_DIR)"; \
 	fi
 	ENGINES_DIR="$(abspath $(ENGINES_DIR))" $(PY) -m pytest -q -m current_engines
+
+# the real-driver tier (tests/realdriver, pytest -m real_driver): NVIDIA's user-mode drivers from Debian's
+# non-free archive, in Debian 12 roots that scripts/debian-root.sh builds once and caches under
+# $PONYTAIL_ROOT_CACHE (default /var/cache/ponytail-test-roots); skipped, saying why, where Debian's
+# archive cannot be reached. Root, debootstrap, runc and podman (make system-packages).
+test-real-driver: setup
+	$(PY) -m pytest -q -m real_driver --durations=5 tests/realdriver
 
 # ruff (style, bugs, security, imports) over the repository and mypy over ponytail/, both configured in
 # pyproject.toml; shellcheck over the shell scripts (Debian's, from make system-packages) and codespell

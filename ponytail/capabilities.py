@@ -84,6 +84,7 @@ CAPABILITIES: dict[str, Capability] = {
             # {machine} and {version} are the machine (os.uname) and the driver's version (ponytail.host.probe)
             "/usr/share/vulkan/icd.d/nvidia_icd.{machine}.json",
             "/etc/vulkan/icd.d/nvidia_icd.{machine}.json",
+            "/usr/share/nvidia/nvoptix.bin",  # OptiX's precompiled kernels, read by libnvoptix
         ),
         dri_nodes=True,
     ),
@@ -93,6 +94,10 @@ CAPABILITIES: dict[str, Capability] = {
         files=(  # the Xorg driver and GLX server module (loaded by Xorg: mounted without noexec), xorg.conf.d snippets
             "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
             "/usr/lib64/xorg/modules/drivers/nvidia_drv.so",
+            # Xorg loads the GLX module by its plain name: NVIDIA's installer links it to the
+            # versioned file (one mount, at the plain name), Debian ships the plain file alone
+            "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so",
+            "/usr/lib64/xorg/modules/extensions/libglxserver_nvidia.so",
             "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
             "/usr/lib64/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
             "/usr/share/X11/xorg.conf.d/*nvidia*.conf",

@@ -26,7 +26,7 @@ settings.register_profile("ci", max_examples=1000, deadline=None, database=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 TESTS = Path(__file__).resolve().parent
-KIND_MARKERS = {"unit": "unit", "engines": "engine"}  # folder under tests/ -> marker (integration and security: root)
+KIND_MARKERS = {"unit": "unit", "engines": "engine", "realdriver": "real_driver"}  # folder -> marker (integration and security: root)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,12 +34,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     `root` (it builds fake hosts with mknod, mounts, or starts containers). A unit test that needs root carries
     `root` itself; without root such tests are skipped with that reason, rather than failing."""
     not_root = os.geteuid() != 0
+    # the real-driver tier builds Debian roots (minutes, Debian's archive): only when asked for by its marker
+    real_driver = "real_driver" in (config.getoption("markexpr", "") or "")
     for item in items:
         kind = item.path.resolve().relative_to(TESTS).parts[0]
         if kind in KIND_MARKERS:
             item.add_marker(KIND_MARKERS[kind])
         if item.get_closest_marker("unit") is None:
             item.add_marker("root")
+        if item.get_closest_marker("real_driver") is not None and not real_driver:
+            item.add_marker(pytest.mark.skip(reason="the real-driver tier: run it with make test-real-driver (pytest -m real_driver)"))
         if not_root and item.get_closest_marker("root") is not None:
             item.add_marker(pytest.mark.skip(reason="needs root (marked root): run the suite as root"))
 

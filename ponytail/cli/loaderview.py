@@ -20,6 +20,10 @@ from ponytail.fs.inroot import UnsafePath, read_file_in_root, real_path_in_root,
 from ponytail.host.driver_files import library_dirs, library_version
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ponytail.host.probe import Host
+
 SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 MAX_CONF_FILES = 64
 
@@ -56,7 +60,18 @@ def loader_view(config: Config, rootfs: str, env: dict[str, str], annotations: d
             out += _image_copies(root_fd, soname, cache, image_dirs, compat_path, expected)
     finally:
         os.close(root_fd)
-    return out
+    return out + _lacking(rootfs, host)
+
+
+def _lacking(rootfs: str, host: Host) -> list[Finding]:
+    """A failure for each injected libcuda, libnvidia-ml and binary that links against a library
+    the image lacks: the container starts, and the driver then fails to load inside."""
+    from ponytail.container.image_libs import lacking_dependencies, lacking_message
+
+    provided = {lib.soname for lib in host.libraries if lib.soname}
+    files = [(soname, lib.needed) for soname in SONAMES if (lib := host.library(soname)) is not None]
+    files += [(binary.target, binary.needed) for binary in host.binaries]
+    return [Finding("container", name, FAIL, lacking_message(name, lacking)) for name, lacking in lacking_dependencies(rootfs, files, provided)]
 
 
 def _picked(

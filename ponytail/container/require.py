@@ -1,7 +1,9 @@
 """NVIDIA_REQUIRE_* constraints: ``cuda``, ``driver``, ``arch`` and ``brand`` compared
 with ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``. Within one variable a space means OR
-and a comma means AND; several variables are ANDed. ``arch`` and ``brand`` must hold
-for every selected GPU.
+and a comma means AND; several variables are ANDed. As NVIDIA's libnvidia-container does
+(src/cli/configure.c), the requirements are evaluated once per selected GPU, with that GPU's
+``arch`` and ``brand``: each GPU must meet them, by any alternative of its own (an nvidia/cuda
+11.8 image lists one alternative per brand, so a Tesla and a GeForce card pass together).
 
 Example (every nvidia/cuda image has one):
     NVIDIA_REQUIRE_CUDA="cuda>=12.4 brand=tesla,driver>=470,driver<471"
@@ -50,24 +52,34 @@ MAX_VERSION_DIGITS = 18  # per part: int() of an image's 5,000-digit "version" w
 
 
 def check_requirements(requirements: tuple[tuple[str, str], ...], facts: Facts) -> None:
-    """Raise RequirementNotMet naming the first unmet variable, its failed constraints and
-    the driver's values; InputError for an expression that cannot be parsed."""
+    """Raise RequirementNotMet naming the first unmet variable (and, with several GPUs, the GPU
+    that does not meet it), its failed constraints and the driver's values; InputError for an
+    expression that cannot be parsed."""
     cache: dict[str, str] = {}
-    for var, expression in requirements:
-        alternatives = [alt for alt in expression.split() if alt]
-        failures = []
-        for alternative in alternatives:
-            failed = [c for c in alternative.split(",") if c and not _holds(var, c, facts, cache)]
-            if not failed:
-                break
-            failures.append(failed[0])
-        else:
-            if alternatives:
+    per_gpu: list[tuple[str, ...]] = [(model,) for model in facts.models]
+    for models in per_gpu or [()]:
+        one = Facts(facts.driver, facts.cuda, models)
+        for var, expression in requirements:
+            failures = _unmet(var, expression, one, cache)
+            if failures:
                 values = f"driver {facts.driver}" + (f", CUDA {cache['cuda']}" if "cuda" in cache else "")
+                gpu = f" for its {models[0]} GPU" if len(facts.models) > 1 else ""
                 raise RequirementNotMet(
-                    f"this host does not meet {var}={quoted(expression)}: unmet {' or '.join(failures)} "
+                    f"this host does not meet {var}={quoted(expression)}{gpu}: unmet {' or '.join(failures)} "
                     f"({values}); use a matching image, or set NVIDIA_DISABLE_REQUIRE=true to skip the check"
                 )
+
+
+def _unmet(var: str, expression: str, facts: Facts, cache: dict[str, str]) -> list[str]:
+    """The first failed constraint of each alternative of ``expression``, or [] when one holds
+    (or there is none)."""
+    failures = []
+    for alternative in (alt for alt in expression.split() if alt):
+        failed = [c for c in alternative.split(",") if c and not _holds(var, c, facts, cache)]
+        if not failed:
+            return []
+        failures.append(failed[0])
+    return failures
 
 
 def _holds(var: str, constraint: str, facts: Facts, cache: dict[str, str]) -> bool:

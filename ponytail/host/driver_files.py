@@ -12,6 +12,10 @@ import stat
 
 from ponytail.lite.records import field, record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
+    from ponytail.host.elf import ElfInfo
+
 # glob, fnmatch, bisect, ponytail.host.elf, .ldcache and ponytail.fs.inroot are imported where
 # a search runs: a hook served from the probe cache (ponytail.host.probecache) needs only
 # the records below
@@ -21,6 +25,8 @@ CONTAINER_BIN_DIR = "/usr/bin"
 FILELIST = "/usr/share/nvidia/files.d/sandboxutils-filelist.json"  # the driver's own list (ponytail.host.filelist)
 _TRIPLET = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}
 _GLOB_MAGIC = "*?["
+OTHER_VERSION = "driver version"  # how a skipped file of another driver's version is said
+OTHER_ARCHITECTURE = "built for another architecture"  # and one of another architecture
 
 
 def library_dirs(bits: int = 64) -> tuple[str, ...]:
@@ -69,6 +75,7 @@ class DriverFile:
     soname: str | None
     found_by: str
     bits: int = 64
+    needed: tuple[str, ...] = ()  # the libraries it links against (DT_NEEDED), for the image's check
 
 
 @record(frozen=True)
@@ -142,7 +149,9 @@ def find_binary(driver_root: str, name: str, why: str) -> DriverFile | None:
         for directory in BIN_DIRS:
             real = real_path_in_root(root_fd, f"{directory}/{name}")
             if real is not None:
-                return DriverFile(real, host_path(driver_root, real), f"{CONTAINER_BIN_DIR}/{name}", None, f"{why}, in {directory}")
+                info, _ = _read_elf(root_fd, real)  # a script has no libraries to need
+                needed = info.needed if info is not None else ()
+                return DriverFile(real, host_path(driver_root, real), f"{CONTAINER_BIN_DIR}/{name}", None, f"{why}, in {directory}", 64, needed)
     finally:
         os.close(root_fd)
     return None
@@ -197,13 +206,13 @@ def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
         return
     version = _library_version(real)
     if version is not None and version != scan.version and _driver_like(version):
-        scan.skipped[key] = SkippedFile(real, f"driver version {version}, but the running driver is {scan.version}")
+        scan.skipped[key] = SkippedFile(real, f"{OTHER_VERSION} {version}, but the running driver is {scan.version}")
         return
-    soname, problem = _check_elf(scan, real, search.bits)
-    if problem:
+    info, problem = _check_elf(scan, real, search.bits)
+    if info is None:
         scan.skipped[key] = SkippedFile(real, problem)
         return
-    scan.found[key] = DriverFile(real, host_path(scan.root, real), real, soname, f"{search.why}{how}", search.bits)
+    scan.found[key] = DriverFile(real, host_path(scan.root, real), real, info.soname, f"{search.why}{how}", search.bits, info.needed)
 
 
 def _library_version(path: str) -> str | None:
@@ -267,24 +276,33 @@ def _real_path(scan: _Scan, path: str) -> str | None:
     return real
 
 
-def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[str | None, str | None]:
-    from ponytail.fs.inroot import open_file_in_root
-    from ponytail.host.elf import EM_386, MACHINE_BY_UNAME, NotElf, read_elf_info_file
+def _check_elf(scan: _Scan, real: str, bits: int) -> tuple[ElfInfo | None, str]:
+    """The library's ELF header, or None and why it is not one of this architecture."""
+    from ponytail.host.elf import EM_386, MACHINE_BY_UNAME
 
-    fd = open_file_in_root(scan.root_fd, real)  # like an image's file: a FIFO or a device there is never opened for reading
+    info, problem = _read_elf(scan.root_fd, real)
+    if info is None:
+        return None, problem
+    expected = EM_386 if bits == 32 else MACHINE_BY_UNAME.get(os.uname().machine)
+    if expected is not None and info.machine != expected:
+        return None, f"{OTHER_ARCHITECTURE} (ELF machine {info.machine}, {info.bits}-bit; wanted {bits}-bit)"
+    return info, ""
+
+
+def _read_elf(root_fd: int, real: str) -> tuple[ElfInfo | None, str]:
+    from ponytail.fs.inroot import open_file_in_root
+    from ponytail.host.elf import NotElf, read_elf_info_file
+
+    fd = open_file_in_root(root_fd, real)  # like an image's file: a FIFO or a device there is never opened for reading
     if fd is None:
         return None, "not a regular file inside the driver root"
     try:
         with os.fdopen(fd, "rb") as f:
-            info = read_elf_info_file(f)
+            return read_elf_info_file(f), ""
     except NotElf:
         return None, "not an ELF shared library"
     except OSError as e:
         return None, f"cannot read: {e.strerror}"
-    expected = EM_386 if bits == 32 else MACHINE_BY_UNAME.get(os.uname().machine)
-    if expected is not None and info.machine != expected:
-        return None, f"built for another architecture (ELF machine {info.machine}, {info.bits}-bit; wanted {bits}-bit)"
-    return info.soname, None
 
 
 def _expand_dirs(root: str, directory: str) -> list[str]:
@@ -366,10 +384,11 @@ def soname_version(root: str, soname: str) -> tuple[str, str] | None:
     return (version, real) if version is not None and real is not None else None
 
 
-def version_mismatch(driver_root: str, kernel: str) -> str | None:
+def version_mismatch(driver_root: str, kernel: str, sonames: tuple[str, ...] = ("libcuda.so.1", "libnvidia-ml.so.1")) -> str | None:
     """NVML's 'Driver/library version mismatch' (libraries upgraded, the old module still
-    loaded), said the one way every entry point says it; None when there is none."""
-    for soname in ("libcuda.so.1", "libnvidia-ml.so.1"):
+    loaded), said the one way every entry point says it, of the first of ``sonames`` that
+    shows it; None when there is none."""
+    for soname in sonames:
         found = soname_version(driver_root, soname)
         if found is not None and found[0] != kernel:
             return mismatch_message(driver_root, soname, *found, kernel)

@@ -23,6 +23,7 @@ MACHINE_BY_UNAME = {"x86_64": EM_X86_64, "aarch64": EM_AARCH64, "ppc64le": EM_PP
 PT_LOAD = 1
 PT_DYNAMIC = 2
 DT_NULL = 0
+DT_NEEDED = 1
 DT_STRTAB = 5
 DT_SONAME = 14
 
@@ -32,6 +33,10 @@ class ElfInfo:
     machine: int
     bits: int
     soname: str | None
+    needed: tuple[str, ...] = ()  # DT_NEEDED: the libraries it links against, by SONAME
+
+
+MAX_NEEDED = 64
 
 
 class NotElf(ValueError):
@@ -91,6 +96,7 @@ def _parse(f: BinaryIO) -> ElfInfo:
     raw = f.read(dynamic[1])
     size = struct.calcsize(dyn_fmt)
     strtab = soname = None
+    needed: list[int] = []
     for pos in range(0, len(raw) - size + 1, size):
         tag, value = struct.unpack_from(dyn_fmt, raw, pos)
         if tag == DT_NULL:
@@ -99,14 +105,19 @@ def _parse(f: BinaryIO) -> ElfInfo:
             strtab = value
         elif tag == DT_SONAME:
             soname = value
-    if strtab is None or soname is None:
-        return ElfInfo(machine, bits, None)
-    offset = _vaddr_to_offset(loads, strtab)
+        elif tag == DT_NEEDED and len(needed) < MAX_NEEDED:
+            needed.append(value)
+    offset = _vaddr_to_offset(loads, strtab) if strtab is not None else None
     if offset is None:
         return ElfInfo(machine, bits, None)
-    f.seek(offset + soname)
+    names = tuple(n for n in (_string(f, offset + value) for value in needed) if n)
+    return ElfInfo(machine, bits, _string(f, offset + soname) if soname is not None else None, names)
+
+
+def _string(f: BinaryIO, offset: int) -> str | None:
+    f.seek(offset)
     name = f.read(256).split(b"\0", 1)[0]
-    return ElfInfo(machine, bits, name.decode("utf-8", "replace") or None)
+    return name.decode("utf-8", "replace") or None
 
 
 def _vaddr_to_offset(loads: list[tuple[int, int, int]], vaddr: int) -> int | None:

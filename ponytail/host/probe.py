@@ -254,18 +254,21 @@ def probe_host(
         dri_nodes=_dri_nodes(config, found.gpus) if any(CAPABILITIES[c].dri_nodes for c in capabilities) else {},
         tree=f"the driver tree at {config.driver_root}, version {library_version}," if library_version else "",
         lost=found.lost,
-        mismatch=_mismatch(config, searched.libraries, library_version, found.driver_version),
+        mismatch=_mismatch(config, capabilities, searched.libraries, library_version, found.driver_version),
     )
 
 
-def _mismatch(config: Config, libraries: tuple[DriverFile, ...], library_version: str, kernel: str) -> str:
+def _mismatch(config: Config, capabilities: tuple[str, ...], libraries: tuple[DriverFile, ...], library_version: str, kernel: str) -> str:
     """Why the driver root has no libcuda.so.1 or libnvidia-ml.so.1 of the kernel module's
-    version when that is an upgrade without a reboot; looked at only when one is missing."""
-    if library_version or {"libcuda.so.1", "libnvidia-ml.so.1"} <= {lib.soname for lib in libraries if lib.bits == 64}:
+    version when that is an upgrade without a reboot; looked at only when one the request
+    needs is missing, and said of that one (libnvidia-ml.so.1 for utility alone)."""
+    sonames = tuple(s for s in ("libcuda.so.1", "libnvidia-ml.so.1") if any(s in CAPABILITIES[c].required_libraries for c in capabilities))
+    sonames = sonames or ("libcuda.so.1", "libnvidia-ml.so.1")
+    if library_version or set(sonames) <= {lib.soname for lib in libraries if lib.bits == 64}:
         return ""
     from ponytail.host.driver_files import version_mismatch
 
-    return version_mismatch(config.driver_root, kernel) or ""
+    return version_mismatch(config.driver_root, kernel, sonames) or ""
 
 
 def _feature(config: Config, majors: dict[str, int], name: str, selector: str, source: str, driver_version: str) -> FeatureFinding:
@@ -314,27 +317,43 @@ def _daemon_mismatch(driver_root: str, daemon: str, driver_version: str) -> str 
     binary = find_binary(driver_root, daemon, "check")
     if binary is None:
         return None
-    wanted, tail = driver_version.encode(), b""
-    try:
-        fd = os.open(binary.host_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        return f"{binary.host_path} cannot be read to check its version: {e.strerror}"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return f"{binary.host_path} is not a regular file"
-        for _ in range(DAEMON_READ_LIMIT >> 20):
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            if wanted in tail + chunk:
-                return None
-            tail = chunk[-len(wanted):]
-    finally:
-        os.close(fd)
+    named = versions_named(binary.host_path, (driver_version,))
+    if isinstance(named, str):
+        return named
+    if named:
+        return None
     return (
         f"{binary.host_path} is not of the running driver {driver_version} (it does not name that version; CUDA would "
         f"fail with error 802): install the {daemon} of driver {driver_version} and restart it"
     )
+
+
+def versions_named(path: str, versions: tuple[str, ...]) -> set[str] | str:
+    """Which of ``versions`` the program at ``path`` names (NVIDIA's programs carry their driver's
+    version as a string), read in chunks up to DAEMON_READ_LIMIT; a string says why it cannot be read."""
+    wanted = {v: v.encode() for v in versions}
+    longest = max((len(w) for w in wanted.values()), default=0)
+    found: set[str] = set()
+    tail = b""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        return f"{path} cannot be read to check its version: {e.strerror}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return f"{path} is not a regular file"
+        for _ in range(DAEMON_READ_LIMIT >> 20):
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            window = tail + chunk
+            found |= {v for v, w in wanted.items() if w in window}
+            if len(found) == len(wanted):
+                break
+            tail = chunk[-longest:]
+    finally:
+        os.close(fd)
+    return found
 
 
 def _feature_paths(config: Config, feature: Feature, why: str) -> tuple[IpcPath, ...]:
@@ -411,12 +430,17 @@ def _driver_files(
         libraries, reports, skipped = find_libraries(config.driver_root, searches, files_version)
         skipped += list_skipped
         binaries: list[DriverFile] = []
+        others = _other_versions(skipped)
         for name, cap in wanted_binaries:
             binary = find_binary(config.driver_root, name, cap)
             if binary is None:
                 skipped.append(SkippedFile(name, f"{cap}: binary not found in the driver root's bin directories"))
             elif binary.target not in {b.target for b in binaries}:
-                binaries.append(binary)
+                other = _binary_of_another_driver(binary, others, files_version)
+                if other:
+                    skipped.append(SkippedFile(binary.path, other))
+                else:
+                    binaries.append(binary)
         files: dict[str, DriverFile] = {}  # by target: the tables' find first, the driver's file list after them
         for globs, why in patterns:
             for f in find_files(config.driver_root, globs, why):
@@ -431,6 +455,26 @@ def _driver_files(
     )
     dirs = {d for s in searches for d in s.dirs} | set(BIN_DIRS) | {os.path.dirname(g) for globs, _ in patterns for g in globs}
     return cached_search(config.cache_dir, config.driver_root, key, tuple(sorted(dirs)), search)
+
+
+def _other_versions(skipped: list[SkippedFile]) -> tuple[str, ...]:
+    """The driver versions of the libraries the search skipped for being of another driver (an
+    upgrade not yet rebooted into, a leftover): the versions a binary beside them may be of."""
+    from ponytail.host.driver_files import OTHER_VERSION, library_version
+
+    return tuple(dict.fromkeys(v for s in skipped if s.reason.startswith(OTHER_VERSION) and (v := library_version(s.path))))
+
+
+def _binary_of_another_driver(binary: DriverFile, others: tuple[str, ...], version: str) -> str:
+    """Why ``binary`` is another driver's (it names one of ``others``, not ``version``), or "".
+    Read only where the driver root holds another driver's libraries: NVIDIA's programs name
+    their driver's version, and an upgraded node's new nvidia-smi fails against the old module."""
+    if not others:
+        return ""
+    named = versions_named(binary.host_path, (version, *others))
+    if isinstance(named, str) or version in named or not named:
+        return ""
+    return f"driver version {', '.join(v for v in others if v in named)} (named in the program), but the running driver is {version}"
 
 
 def _from_filelist(

@@ -58,6 +58,8 @@ def make_plan(
         plan = replace(plan, warnings=plan.warnings + tuple(f"{m.partition('; ')[0]}: GPUs named by UUID or bus id only" for m in host.lost))
     plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
     plan = _mps_pipe_directory(plan, config, request, env)
+    if rootfs is not None:
+        plan = _image_dependencies(plan, host, rootfs)
     notes: list[str] = []
     unmet = _unmet_requirement(config, host, request, plan, tree, tree_version, compat, notes)
     if notes:
@@ -151,6 +153,28 @@ def _mps_pipe_directory(plan: Plan, config: Config, request: Request, env: dict[
         "or set it to that path"
     )
     return replace(plan, warnings=plan.warnings + (warning,))
+
+
+# the injected files whose dependencies the image must have: the libraries a capability cannot
+# work without, and the binaries
+CORE_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
+
+
+def _image_dependencies(plan: Plan, host: Host, rootfs: str) -> Plan:
+    """A warning (said on stderr too) naming each injected core library or binary that links
+    against a library the image lacks (libdl.so.2, libpthread.so.0, librt.so.1 of glibc): the
+    start would succeed and the program then fail inside the container."""
+    from ponytail.container.image_libs import lacking_dependencies, lacking_message
+    from ponytail.lite.records import replace
+    from ponytail.plan.operations import Mount
+
+    mounted = {op.source for op in plan.operations if isinstance(op, Mount) and op.kind in ("library", "binary")}
+    provided = {lib.soname for lib in host.libraries if lib.host_path in mounted and lib.soname}
+    files = [(lib.soname or lib.target, lib.needed) for lib in host.libraries
+             if lib.soname in CORE_SONAMES and lib.bits == 64 and lib.host_path in mounted]
+    files += [(binary.target, binary.needed) for binary in host.binaries if binary.host_path in mounted]
+    warnings = tuple(lacking_message(name, lacking) for name, lacking in lacking_dependencies(rootfs, files, provided))
+    return replace(plan, warnings=plan.warnings + warnings, said=plan.said + warnings) if warnings else plan
 
 
 def _may_have_cuda(rootfs: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ponytail.host.driver_files import OTHER_ARCHITECTURE, SkippedFile
 from ponytail.host.probe import Gpu, Host
 from ponytail.plan.operations import AllowDevices, HideNode, LinkerCache, Mount, Plan, ProcMask, Symlink
 
@@ -45,8 +46,7 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
             out += [f"    {m}  (from the driver root's ld.so.cache)" for m in report.from_cache]
     if empty:
         out.append(f"  no match for {len(empty)} name(s): {', '.join(empty)}")
-    for skipped in plan.skipped:
-        out.append(f"  skip {skipped.path}: {skipped.reason}")
+    out += _skip_lines(plan.skipped)
     for title, kinds in _SECTIONS:
         out.append(title)
         for op in plan.operations:
@@ -80,6 +80,33 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
     else:
         out.append(f"result: a real run would make {len(plan.operations)} change(s)")
     return "\n".join(out) + "\n"
+
+
+def _skip_lines(skipped: tuple[SkippedFile, ...]) -> list[str]:
+    """One line per skipped file, but one line for all the files skipped for the same other
+    architecture: a 32-bit search (compat32) meets every 64-bit library of the driver root in
+    its ld.so.cache, and those are never candidates (27 lines for Debian's full driver)."""
+    lines: list[str] = []
+    other: dict[str, list[str]] = {}
+    for skip in skipped:
+        if skip.reason.startswith(OTHER_ARCHITECTURE):
+            if skip.reason not in other:
+                lines.append(skip.reason)  # its place, filled in below
+            other.setdefault(skip.reason, []).append(skip.path)
+        else:
+            lines.append(f"  skip {skip.path}: {skip.reason}")
+    for reason, paths in other.items():
+        if len(paths) == 1:
+            line = f"  skip {paths[0]}: {reason}"
+        else:
+            per_dir: dict[str, int] = {}
+            for path in paths:
+                directory = path.rpartition("/")[0] or "/"
+                per_dir[directory] = per_dir.get(directory, 0) + 1
+            where = ", ".join(f"{d} ({n})" for d, n in per_dir.items())
+            line = f"  skip {len(paths)} files {reason}: in {where}"
+        lines[lines.index(reason)] = line
+    return lines
 
 
 def _gpu_line(gpu: Gpu) -> str:

@@ -14,7 +14,7 @@ from ponytail.host.elf import EM_X86_64, NotElf, read_elf_info
 from ponytail.host.ldcache import NEW_MAGIC, parse_ld_cache, read_ld_cache
 from ponytail.host.pci import PciFunction, is_nvidia_gpu, pci_functions_pyudev, pci_functions_sysfs
 
-from support.fakehost import FakeHost, compile_library, gpus
+from support.fakehost import FakeHost, compile_library, compile_program, gpus
 
 
 @pytest.mark.parametrize(
@@ -112,6 +112,13 @@ def test_elf_soname_of_a_gcc_built_library() -> None:
     lib = compile_library("fake_libcuda.c", "libcuda.so.1", "libcuda.so.550.54.15", "550.54.15")
     info = read_elf_info(str(lib))
     assert (info.soname, info.machine, info.bits) == ("libcuda.so.1", EM_X86_64, 64)
+
+
+def test_elf_needed_of_a_library_and_of_a_program() -> None:
+    lib = compile_library("fake_libcuda.c", "libcuda.so.1", "libcuda.so.550.54.15", "550.54.15")
+    assert "libc.so.6" in read_elf_info(str(lib)).needed
+    program = read_elf_info(str(compile_program("cudacheck.c")))  # -ldl; no SONAME: its needed libraries still read
+    assert program.soname is None and "libc.so.6" in program.needed
 
 
 def test_elf_rejects_non_elf(tmp_path: Path) -> None:

@@ -30,8 +30,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ponytail.__main__", "ponytail.entry"),
 ]
 # What a container asks for does not depend on what the host has: of the host's modules, the container's
-# read only the file formats (an image's ELF headers, a library's version in its file name).
-CONTAINER_MAY_USE_OF_HOST = ("ponytail.host.elf", "ponytail.host.driver_files")
+# read only the file formats (an image's ELF headers, a library's version in its file name, its linker cache).
+CONTAINER_MAY_USE_OF_HOST = ("ponytail.host.elf", "ponytail.host.driver_files", "ponytail.host.ldcache")
 # The plan is plain data made from plain data: its modules read nothing, but the one that probes the
 # host and reads the image for one request and plans it.
 PLAN_MAY_READ = ("ponytail.plan.make",)

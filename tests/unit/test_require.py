@@ -15,6 +15,8 @@ from ponytail.container.request import requirements_from_env
 from ponytail.container.require import Facts, RequirementNotMet, arch_of, brand_of, check_requirements
 from ponytail.errors import InputError
 
+from support.cudaimages import CUDA_11_8, CUDA_12_2, CUDA_12_2_SBSA
+
 DRIVER = "550.54.15"
 CUDA = "12.4"
 
@@ -94,6 +96,43 @@ def test_a_constraint_is_met_or_not(expression: str, met: bool) -> None:
 )
 def test_arch_and_brand_hold_for_every_selected_gpu(models: tuple[str, ...], expression: str, met: bool) -> None:
     assert meets(expression, models) is met
+
+
+@pytest.mark.parametrize(
+    ("driver", "cuda", "models", "expression", "met"),
+    [
+        # a 470 driver (CUDA 11.4) meets an 11.8 image by the brand rows, each GPU by its own row
+        ("470.256.02", "11.4", ("Tesla T4",), CUDA_11_8, True),
+        ("470.256.02", "11.4", ("NVIDIA GeForce RTX 3090",), CUDA_11_8, True),
+        ("470.256.02", "11.4", ("Tesla T4", "NVIDIA GeForce RTX 3090"), CUDA_11_8, True),  # as NVIDIA: per GPU
+        ("470.256.02", "11.4", ("Tesla T4", "NVIDIA GeForce RTX 3090"), CUDA_12_2, True),
+        ("470.256.02", "11.4", ("Tesla T4", "NVIDIA GeForce RTX 3090"), CUDA_12_2_SBSA, False),
+        ("535.309.01", "12.2", ("Tesla T4", "NVIDIA GeForce RTX 3090"), CUDA_11_8, True),  # by cuda>=11.8
+        ("535.309.01", "12.2", ("Tesla T4", "NVIDIA GeForce RTX 3090"), CUDA_12_2, True),
+        ("525.147.05", "12.0", ("Tesla T4", "NVIDIA GeForce RTX 3090"), CUDA_12_2, True),  # by the 525 rows
+        ("525.147.05", "12.0", ("Tesla T4", "NVIDIA GeForce RTX 3090"), CUDA_11_8, True),
+        # every GPU must meet it: an arch row that only one GPU meets is not met
+        ("535.309.01", "12.2", ("Tesla T4", "Tesla V100-SXM2-16GB"), "arch>=7.5", False),
+        ("535.309.01", "12.2", ("Tesla T4", "Tesla V100-SXM2-16GB"), "arch>=7.5 driver>=535", True),
+    ],
+)
+def test_real_images_requirements_are_met_per_gpu_as_nvidia_evaluates_them(
+    driver: str, cuda: str, models: tuple[str, ...], expression: str, met: bool
+) -> None:
+    try:
+        check_requirements((("NVIDIA_REQUIRE_CUDA", expression),), Facts(driver, lambda: cuda, models))
+    except RequirementNotMet:
+        assert not met
+    else:
+        assert met
+
+
+def test_with_several_gpus_the_error_names_the_gpu_that_does_not_meet_it() -> None:
+    with pytest.raises(RequirementNotMet) as raised:
+        check_requirements((("NVIDIA_REQUIRE_CUDA", "brand=tesla"),), facts(("Tesla T4", "NVIDIA GeForce RTX 3090")))
+    assert raised.value.message.startswith(
+        "this host does not meet NVIDIA_REQUIRE_CUDA='brand=tesla' for its NVIDIA GeForce RTX 3090 GPU: unmet brand=tesla"
+    )
 
 
 @pytest.mark.parametrize(
