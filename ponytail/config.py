@@ -37,6 +37,8 @@ class Config:
     # the CRI implementation whose namespace annotation is read (ponytail.container.deviceplugin)
     env_namespaces: tuple[str, ...] = ()
     cri: str = ""
+    # Docker Swarm's generic-resource variables read as a GPU request (DOCKER_RESOURCE_GPU); none: off
+    swarm_resource: tuple[str, ...] = ()
     # true: a privileged container's GPU nodes that were not allotted are hidden inside it (ponytail.plan.operations.HideNode)
     isolate_privileged: bool = False
     # deadlines, in seconds: a forked probe (libcuda's cuDriverGetVersion, NVML), the host's
@@ -103,6 +105,13 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
             "`accept_env_when_unprivileged = false`: the management pods that need GPUs without asking the scheduler "
             "(the device plugin itself, dcgm-exporter, GPU feature discovery), e.g. `[\"gpu-operator\"]`. Needs `cri`. "
             "Only someone allowed to create pods in these namespaces gets the GPUs this way.",
+        ),
+        "swarm_resource": (
+            "swarm_resource", list,
+            "The Docker Swarm generic-resource variables read as a GPU request, e.g. `[\"DOCKER_RESOURCE_GPU\"]` (Swarm "
+            "sets `DOCKER_RESOURCE_<KIND>` from the node's `node-generic-resources`); empty: none is read (an image's "
+            "`DOCKER_RESOURCE_*` is ignored). They never widen `NVIDIA_VISIBLE_DEVICES`: they replace it only when it is "
+            "unset or `all`, and two lists neither of which holds the other stop the start.",
         ),
         "isolate_privileged": (
             "isolate_privileged", bool,
@@ -361,6 +370,11 @@ def _check_type(path: str, key: str, value: object, expected: type) -> object:
         raise ConfigError(f"config file {path}: '{key}' must be a list of strings")
     if key == "request.env_namespaces":
         return tuple(value)  # checked with request.cri (_check_namespaces)
+    if key == "request.swarm_resource":
+        for v in value:
+            if not v or not set(v) <= _NAME_CHARS or v[0].isdigit():
+                raise ConfigError(f"config file {path}: '{key}' entry {v!r} is not an environment variable name (e.g. \"DOCKER_RESOURCE_GPU\")")
+        return tuple(value)
     for v in value:
         if not v.startswith("/") or "\0" in v:
             raise ConfigError(f"config file {path}: '{key}' entry {v!r} must be an absolute path or glob")
