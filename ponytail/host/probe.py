@@ -302,10 +302,10 @@ def _feature(config: Config, majors: dict[str, int], name: str, selector: str, s
         problems.append(f"{why} asked, but {mismatch}")
     paths = _feature_paths(config, feature, why)
     for path in paths:
-        channel = _channel_inside(path.host_path) if path.is_dir else None
-        if channel is not None:
+        inside = _channel_inside(path.host_path) if path.is_dir else None
+        if inside is not None:
             problems.append(
-                f"{why} asked, but {path.host_path} holds {channel}: ponytail never mounts a host daemon's socket or FIFO "
+                f"{why} asked, but {path.host_path} holds {inside}: ponytail never mounts a host daemon's socket or FIFO "
                 f"into a container; remove it from there, or do not ask for {feature.variable}"
             )
     return FeatureFinding(name, why, tuple(n for n in nodes if n.problem is None), paths, tuple(problems))
