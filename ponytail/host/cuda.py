@@ -70,7 +70,7 @@ def _ask_in_child(fd: int, where: str, timeout_s: float) -> int:
     from ponytail.host.forked_call import ChildTimeout, run_in_child
 
     try:
-        result = run_in_child(_ask_libcuda, fd, where, timeout_s=timeout_s, unprivileged=True)
+        result = run_in_child(_ask_libcuda, fd, where, timeout_s=timeout_s, unprivileged=True, keep_fds=(fd,))
     except ChildTimeout as e:
         raise ProbeError(
             f"cannot get the CUDA version from {where}: cuDriverGetVersion {e} (a wedged GPU?); "
