@@ -165,7 +165,7 @@ def libcuda_key(host: FakeHost) -> str:
     """The cache's key for the fake host's libcuda: its real path and its identity."""
     path = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
     st = path.stat()
-    return f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    return f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 @pytest.mark.parametrize("value", ['"12040"', "12.04", "true", "[12040]", "-1", "null", "{}"])
