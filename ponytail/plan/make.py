@@ -185,7 +185,12 @@ def _unmet_requirement(
 
             return cuda_version_of_driver(compat.version) or "0.0"
         version = tree_version or host.driver_version
-        libcuda = find_driver_file(config, version, "libcuda", "libcuda.so.1", host).path
+        try:
+            libcuda = find_driver_file(config, version, "libcuda", "libcuda.so.1", host).path
+        except ProbeError:
+            if host.mismatch and not tree:  # the libraries are another driver's: the one diagnosis of that
+                raise ProbeError(host.mismatch) from None
+            raise
         if tree:  # not among the request's files when it does not ask for compute
             from ponytail.host.driver_trees import refuse_untrusted_tree
 

@@ -569,6 +569,10 @@ def test_an_upgrade_without_a_reboot_is_said_the_same_way_by_every_entry_point(t
     assert said in info, info
     check = run_ponytail(["check", "-config", config]).stdout.decode()
     assert said in check, check
+    # a container that requires a CUDA version is told the same, not "no libcuda.so.1 of driver 550"
+    bundle = oci_bundle(tmp_path, ["true"], env=["NVIDIA_REQUIRE_CUDA=cuda>=12.0"], hooks={"prestart": [hook_entry(config)]})
+    hook = run_runc(bundle)
+    assert hook.returncode != 0 and said in hook.stderr and "no libcuda.so.1 of driver" not in hook.stderr, hook.stderr
 
 
 @pytest.mark.parametrize("breakage", ["information file", "driver directory"])
