@@ -600,6 +600,24 @@ def test_one_lost_gpu_fails_index_and_all_requests_but_not_one_by_uuid_or_bus_id
     assert len(warnings) == 3 and all(f"inconsistent host: GPU {lost.bus_id} " in w and "by UUID or bus id only" in w for w in warnings), warnings
 
 
+def test_the_lost_gpu_asked_by_index_uuid_or_bus_id_fails_alike(tmp_path: Path) -> None:
+    """The driver lost GPU 0 (its UUID with its information file): asked by index it exited 1,
+    asked by its UUID 2 ("unknown GPU"). Each way now exits 1 with the same line."""
+    host = two_gpu_host(tmp_path)
+    lost = host.gpu_list[0]
+    (gpu_dir(host, 0) / "information").unlink()
+    config = str(host.write_config())
+    rootfs = make_rootfs(tmp_path / "rootfs")
+    said = set()
+    for devices in ("0", lost.uuid, lost.bus_id):
+        result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", devices])
+        err = result.stderr.decode()
+        assert result.returncode == 1 and len(err.splitlines()) == 1, (devices, err)
+        assert f"inconsistent host: GPU {lost.bus_id} " in err and "unknown GPU" not in err, (devices, err)
+        said.add(err)
+    assert len(said) == 1, said
+
+
 def _wait_for(path: Path, text: str, seconds: float = 30) -> str:
     for _ in range(int(seconds / 0.02)):
         content = path.read_text() if path.exists() else ""
