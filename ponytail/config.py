@@ -87,7 +87,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
                   "capabilities' libraries; the driver root's `etc/ld.so.cache` is searched for the same names. Only "
                   "files of the running driver's version are injected."),
     },
-    "log": {"file": ("log_file", str, "The run log: every run appends what it injected, or its error (created if missing).")},
+    "log": {"file": ("log_file", str, "The run log: every run appends what it injected, or its error. The file is created if "
+                     "missing, its directory never: a run whose log directory does not exist says so once on stderr and logs nothing.")},
     "runtime": {
         "path": ("runtime_path", str, "The real runtime `ponytail-runtime` (the Docker shim) execs: a name on `PATH` "
                  "or an absolute path."),

@@ -221,6 +221,47 @@ def test_a_full_log_filesystem_is_said_and_never_glues_records(host: FakeHost, r
     assert any(f"injected into {rootfs}" in line for line in records)
 
 
+def test_a_record_another_run_is_writing_is_not_taken_for_a_torn_one(host: FakeHost, rootfs: Path, tmp_path: Path) -> None:
+    """Another run's record half-way written (the log ends without a newline while it holds the
+    log's lock): a run waits for it and appends after it, no blank line and no record split.
+    Before, the check read the last byte at open, without the lock, and began its own records with
+    a newline: a blank line in the log under concurrency."""
+    import fcntl
+
+    log = tmp_path / "ponytail.log"
+    config = host.base / "config.toml"
+    config.write_text(host.config_text().replace(str(host.log), str(log)))
+    log.write_text("2000-01-01T00:00:00Z ponytail[1] info container=other half")
+    with open(log, "a") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        run = subprocess.Popen(["unshare", "-m", "--propagation", "private", console_script("ponytail"), "-config", str(config), "-root", str(rootfs)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(0.5)
+        writer.write(" of a record\n")
+        writer.flush()
+        fcntl.flock(writer, fcntl.LOCK_UN)
+    assert run.wait(timeout=60) == 0, run.stderr.read() if run.stderr else ""
+    lines = log.read_text().splitlines()
+    assert lines[0] == "2000-01-01T00:00:00Z ponytail[1] info container=other half of a record", lines
+    assert "" not in lines and all(line.count(" ponytail[") == 1 for line in lines), lines
+
+
+def test_a_log_in_a_directory_that_does_not_exist_is_said_and_no_directory_is_made(host: FakeHost, rootfs: Path, tmp_path: Path) -> None:
+    """[log] file in a missing directory: before, a run created the directories as root without a
+    word. Now it says once why nothing is logged, makes nothing, and the start goes on."""
+    log = tmp_path / "missing/dir/ponytail.log"
+    config = host.base / "config.toml"
+    config.write_text(host.config_text().replace(str(host.log), str(log)))
+    result = run_ponytail(["-config", str(config), "-root", str(rootfs), "-debug"])
+    err = result.stderr.decode()
+    assert result.returncode == 0, err
+    assert err.splitlines() == [
+        f"ponytail: warning: cannot open log file {log}: the directory {log.parent} does not exist; ponytail does not create it: "
+        "create it, or set [log] file to a file in an existing directory (nothing is logged meanwhile)"
+    ], err
+    assert not (tmp_path / "missing").exists()
+
+
 def test_a_config_error_is_logged_in_the_default_log(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[host]\ndriver_rot = \"/\"\n")
