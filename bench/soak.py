@@ -1,8 +1,11 @@
 """Soak: many hook runs at once into stand-in containers, some sharing one rootfs
 directory, with random SIGKILLs, a GPU whose driver information file flaps, and a driver
 that changes under the runs: two GPUs trading minors (same driver), libcuda replaced by
-another build of the same name (CUDA 11.0 or 12.4), and libcuda gone for a moment while a
-backup of an older driver's (libcuda.so.535.104.05.bak, CUDA 10.2) lies beside it.
+another build of the same name (CUDA 11.0 or 12.4), libcuda rewritten in place by the other
+build of the same size with its mtime restored (cp, then touch -r: only the ctime says so),
+libcuda gone for a moment while a backup of an older driver's (libcuda.so.535.104.05.bak,
+CUDA 10.2) lies beside it, and the probe cache files replaced by corrupted ones (root's
+0600 files of 6 bytes, a tuple header counting 1.2 billion items: every trust check passes).
 
     sudo .venv/bin/python bench/soak.py [--runs 500] [--concurrency 16] [--kill-rate 0.2]
 
@@ -12,8 +15,10 @@ Counts, and exits 1 unless all are zero:
   container was going on);
 - silent failures: a run that exited 0 while its container cannot use its GPU (the
   node, libcuda.so.1 by SONAME: a program in the container checks), loads another
-  driver's libcuda (the .bak) or, when it requires CUDA >= 12.0, an 11.0 build; or a
-  failure that is not one line starting "ponytail: error:" (a traceback, an internal error);
+  driver's libcuda (the .bak) or, when it requires CUDA >= 12.0, an 11.0 build (at the
+  end, or libcuda was an 11.0 build for the whole run); or a failure that is not one line
+  starting "ponytail: error:" (a traceback, an internal error, a run killed by memory); a
+  blank line in the run log (runs appending at once);
 - leaks: mounts left in this mount namespace, processes or descriptors left on the
   fake host or the rootfs directories, temporary files in the rootfs directories or
   in /run/ponytail.
@@ -88,6 +93,7 @@ class Report:
     silent_failures: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
     failure_kinds: dict[str, int] = field(default_factory=dict)
+    changes: dict[str, int] = field(default_factory=dict)  # the driver's changes made meanwhile, by kind
     seconds: float = 0.0
 
     @property
@@ -100,6 +106,7 @@ class Report:
             f"{self.runs} runs in {self.seconds:.1f} s: {self.succeeded} succeeded, {self.failed} failed with one line, "
             f"{self.killed} SIGKILLed; wrong GPUs {len(self.wrong_gpus)}, silent failures {len(self.silent_failures)}, "
             f"leaks {len(self.leaks)}" + (f"\nfailures: {kinds}" if kinds else "")
+            + (f"\ndriver changes: {', '.join(f'{n}x {k}' for k, n in sorted(self.changes.items()))}" if self.changes else "")
         )
 
 
@@ -144,6 +151,10 @@ def soak(
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
     report.seconds = time.monotonic() - started
+    report.changes = dict(driver.counts) if driver else {}
+    blank = host.log.read_text(errors="replace").split("\n")[:-1].count("") if host.log.exists() else 0
+    if blank:  # runs appending at once: a record half-way written taken for a torn one
+        report.silent_failures.append(f"the log has {blank} blank line(s)")
     _check_leaks(report, host, containers, mounts_before)
     return report
 
@@ -189,10 +200,13 @@ class Churn:
     """A driver changing under the runs, one change every 0.5-1.5 s: GPUs 2 and 3 trade minors
     (their information files rewritten, each atomically: between the two a minor is
     briefly doubled), libcuda.so.550.54.15 replaced by another build of that name (CUDA
-    11.0, then 12.4 again), or gone for 10 ms while libcuda.so.535.104.05.bak (CUDA 10.2)
-    stays. Remembers when each GPU had which minor, to judge a mounted node afterwards."""
+    11.0, then 12.4 again), rewritten in place by the other build with its mtime restored,
+    or gone for 10 ms while libcuda.so.535.104.05.bak (CUDA 10.2) stays; or the probe cache
+    files corrupted. Remembers when each GPU had which minor and libcuda which CUDA, to
+    judge a mounted node and a run's exit afterwards."""
 
     TRADING = (2, 3)
+    CORRUPT_CACHE = b"(" + (1_200_000_000).to_bytes(4, "little") + b"N"  # marshal would allocate 9.6 GB
 
     def __init__(self, host: FakeHost, rng: random.Random) -> None:
         from support.fakehost import compile_library
@@ -204,12 +218,18 @@ class Churn:
         self.builds = {c: compile_library("fake_libcuda.c", "libcuda.so.1", name, host.driver_version, c) for c in (12040, 11000)}
         backup = compile_library("fake_libcuda.c", "libcuda.so.1", "libcuda.so.535.104.05", "535.104.05", 10020)
         shutil.copy(backup, self.libdir / "libcuda.so.535.104.05.bak")
+        if len({p.stat().st_size for p in self.builds.values()}) != 1:
+            raise RuntimeError("the two libcuda builds differ in size: an in-place rewrite would change the size too")
         self.minors = {i: host.gpu_list[i].minor for i in self.TRADING}
         self.history: list[tuple[float, float, dict[int, int]]] = [(0.0, 0.0, dict(self.minors))]  # (began, done, minors)
+        self.cuda = 12040  # what libcuda.so.550.54.15 is now
+        self.cuda_history: list[tuple[float, float, int]] = [(0.0, 0.0, self.cuda)]  # (began, done, CUDA)
+        self.counts: dict[str, int] = {}
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.rng.uniform(0.5, 1.5)):
-            action = self.rng.choice(("trade", "build", "hide"))
+            action = self.rng.choice(("trade", "build", "rewrite", "hide", "corrupt"))
+            self.counts[action] = self.counts.get(action, 0) + 1
             if action == "trade":
                 began = time.monotonic()
                 a, b = self.TRADING
@@ -219,6 +239,10 @@ class Churn:
                 self.history.append((began, time.monotonic(), dict(self.minors)))
             elif action == "build":
                 self._install(self.rng.choice(sorted(self.builds)))
+            elif action == "rewrite":
+                self._rewrite_in_place(11000 if self.cuda == 12040 else 12040)
+            elif action == "corrupt":
+                self._corrupt_caches()
             else:
                 away = self.libcuda.with_name("libcuda.away")
                 self.libcuda.rename(away)
@@ -226,6 +250,23 @@ class Churn:
                 away.rename(self.libcuda)
         self._install(12040)
 
+    def _rewrite_in_place(self, cuda: int) -> None:
+        """The same inode, size and mtime, the other build's bytes (cp over it, then touch -r)."""
+        began = time.monotonic()
+        before = self.libcuda.stat()
+        with open(self.libcuda, "r+b") as f:
+            f.write(self.builds[cuda].read_bytes())
+        os.utime(self.libcuda, ns=(before.st_atime_ns, before.st_mtime_ns))
+        self.cuda = cuda
+        self.cuda_history.append((began, time.monotonic(), cuda))
+
+    def _corrupt_caches(self) -> None:
+        """Every probe cache file replaced (renamed over) by a root-owned 0600 file of 6 bytes."""
+        for cache in (self.host.base / "cache").glob("probe-*.cache"):
+            bad = cache.with_name(".corrupt")
+            bad.write_bytes(self.CORRUPT_CACHE)
+            bad.chmod(0o600)
+            bad.rename(cache)
     def _set_minor(self, index: int, minor: int) -> None:
         info = self.host.proc / "driver/nvidia/gpus" / self.host.gpu_list[index].bus_id / "information"
         lines = [f"Device Minor: \t {minor}" if line.startswith("Device Minor:") else line for line in info.read_text().splitlines()]
@@ -234,9 +275,23 @@ class Churn:
         new.rename(info)
 
     def _install(self, cuda: int) -> None:
+        if self.cuda != 12040:  # the inode that goes keeps 12.4 for the containers that have it mounted
+            self._rewrite_in_place(12040)
+        began = time.monotonic()
         new = self.libcuda.with_name("libcuda.new")
         shutil.copy(self.builds[cuda], new)
         new.rename(self.libcuda)
+        self.cuda = cuda
+        self.cuda_history.append((began, time.monotonic(), cuda))
+
+    def cudas_during(self, start: float, end: float) -> set[int]:
+        """Every CUDA version libcuda had while the run from ``start`` to ``end`` was going on."""
+        found = set()
+        for k, (began, _, cuda) in enumerate(self.cuda_history):
+            until = self.cuda_history[k + 1][1] if k + 1 < len(self.cuda_history) else float("inf")
+            if start <= until and began <= end:
+                found.add(cuda)
+        return found
 
     def minors_during(self, index: int, windows: list[tuple[float, float]]) -> set[int]:
         """Every minor GPU ``index`` had while one of ``windows`` was going on."""
@@ -299,6 +354,10 @@ def _check_container(report: Report, host: FakeHost, c: Container, churn: Churn 
     for minor in sorted(gpu_nodes - {str(m) for m in allowed}):
         report.wrong_gpus.append(f"{c.name} asked for GPU {c.index} (minor {sorted(allowed)}) and has /dev/nvidia{minor}")
     report.silent_failures += [f"{c.name}: {p} is mounted" for p in points if p.startswith(str(c.rootfs)) and ".bak" in p]
+    if churn and c.requires_cuda:  # a run that exited 0 while libcuda was CUDA 11.0 throughout
+        for code, (start, end) in zip(c.codes, c.windows, strict=True):
+            if code == 0 and 12040 not in churn.cudas_during(start, end):
+                report.silent_failures.append(f"{c.name}: a run requiring CUDA >= 12.0 exited 0 while libcuda was CUDA 11.0")
     if 0 not in c.codes:
         return
     minor = sorted(int(m) for m in gpu_nodes)[-1] if gpu_nodes else c.minor

@@ -143,7 +143,9 @@ class Feature:
     # each must exist at least once and be a character device of that major
     nodes: tuple[tuple[str, bool, str], ...]
     files: tuple[str, ...] = ()  # host files, under the driver root, mounted read-only when present
-    directories: tuple[str, ...] = ()  # host directories, under the IPC root, mounted read-only when present
+    # host directories, under the IPC root, mounted read-only when present and when they hold no socket or
+    # FIFO (a host daemon's channel): the data a feature's library reads, never a daemon's directory
+    directories: tuple[str, ...] = ()
     hint: str = ""  # what to do when a node is missing
     daemon: str = ""  # the host's service the feature needs, when installed: it must be of the running driver
 
@@ -158,7 +160,7 @@ FEATURES: dict[str, Feature] = {
     ),
     "gds": Feature(
         "NVIDIA_GDS", "GPUDirect Storage", (("nvidia-fs", True, "nvidia-fs"),),
-        files=("/etc/cufile.json",), directories=("/run/udev",), hint="load the nvidia-fs module (modprobe nvidia-fs)",
+        files=("/etc/cufile.json",), directories=("/run/udev/data",),  # the udev database cuFile reads, not udevd's control socket hint="load the nvidia-fs module (modprobe nvidia-fs)",
     ),
     "mofed": Feature(
         "NVIDIA_MOFED", "InfiniBand/RDMA (MOFED)",

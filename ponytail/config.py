@@ -37,6 +37,8 @@ class Config:
     # the CRI implementation whose namespace annotation is read (ponytail.container.deviceplugin)
     env_namespaces: tuple[str, ...] = ()
     cri: str = ""
+    # Docker Swarm's generic-resource variables read as a GPU request (DOCKER_RESOURCE_GPU); none: off
+    swarm_resource: tuple[str, ...] = ()
     # true: a privileged container's GPU nodes that were not allotted are hidden inside it (ponytail.plan.operations.HideNode)
     isolate_privileged: bool = False
     # deadlines, in seconds: a forked probe (libcuda's cuDriverGetVersion, NVML), the host's
@@ -85,7 +87,8 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
                   "capabilities' libraries; the driver root's `etc/ld.so.cache` is searched for the same names. Only "
                   "files of the running driver's version are injected."),
     },
-    "log": {"file": ("log_file", str, "The run log: every run appends what it injected, or its error (created if missing).")},
+    "log": {"file": ("log_file", str, "The run log: every run appends what it injected, or its error. The file is created if "
+                     "missing, its directory never: a run whose log directory does not exist says so once on stderr and logs nothing.")},
     "runtime": {
         "path": ("runtime_path", str, "The real runtime `ponytail-runtime` (the Docker shim) execs: a name on `PATH` "
                  "or an absolute path."),
@@ -103,6 +106,13 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
             "`accept_env_when_unprivileged = false`: the management pods that need GPUs without asking the scheduler "
             "(the device plugin itself, dcgm-exporter, GPU feature discovery), e.g. `[\"gpu-operator\"]`. Needs `cri`. "
             "Only someone allowed to create pods in these namespaces gets the GPUs this way.",
+        ),
+        "swarm_resource": (
+            "swarm_resource", list,
+            "The Docker Swarm generic-resource variables read as a GPU request, e.g. `[\"DOCKER_RESOURCE_GPU\"]` (Swarm "
+            "sets `DOCKER_RESOURCE_<KIND>` from the node's `node-generic-resources`); empty: none is read (an image's "
+            "`DOCKER_RESOURCE_*` is ignored). They never widen `NVIDIA_VISIBLE_DEVICES`: they replace it only when it is "
+            "unset or `all`, and two lists neither of which holds the other stop the start.",
         ),
         "isolate_privileged": (
             "isolate_privileged", bool,
@@ -361,6 +371,11 @@ def _check_type(path: str, key: str, value: object, expected: type) -> object:
         raise ConfigError(f"config file {path}: '{key}' must be a list of strings")
     if key == "request.env_namespaces":
         return tuple(value)  # checked with request.cri (_check_namespaces)
+    if key == "request.swarm_resource":
+        for v in value:
+            if not v or not set(v) <= _NAME_CHARS or v[0].isdigit():
+                raise ConfigError(f"config file {path}: '{key}' entry {v!r} is not an environment variable name (e.g. \"DOCKER_RESOURCE_GPU\")")
+        return tuple(value)
     for v in value:
         if not v.startswith("/") or "\0" in v:
             raise ConfigError(f"config file {path}: '{key}' entry {v!r} must be an absolute path or glob")

@@ -64,7 +64,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         options.device, options.capabilities, container.env if container else None, container.privileged if container else True,
         container.plugin_devices if container else None,
         accepts_env(config, container.annotations) if container else config.accept_env_when_unprivileged,
-        container.plugin_features if container else (),
+        container.plugin_features if container else (), config.swarm_resource,
     )
     if container is not None and not container.privileged and not config.accept_env_when_unprivileged and not request.devices.is_void \
             and container.plugin_devices is None and options.device is None:  # believed only for its pod's namespace: say so

@@ -17,7 +17,8 @@ cgroup). So the host's ldconfig (never the image's) runs:
   under it bind-mounted onto itself with those flags): no device node there can be opened,
   whatever its name;
 - only when none of the files it opens at fixed names (LDCONFIG_FILES) is a device, a
-  FIFO (an open would wait for ever) or a socket;
+  FIFO (an open would wait for ever) or a socket, looked up in that very view (what the
+  image hid under its /proc mount point is there once /proc is detached);
 - with -X: ponytail makes the SONAME links it needs itself, ldconfig only writes its cache;
 - with a fixed environment (nothing of the container's, nothing of ponytail's own), stdin
   from /dev/null, no descriptor but its own binary, and a time limit.
@@ -69,14 +70,18 @@ def run_ldconfig(
 ) -> str:
     """Rebuild the linker cache of the root ``root_fd``; returns the rootfs path ldconfig was given."""
     rootfs = _canonical_path(root_fd)
-    _refuse_special_files(program, root_fd, rootfs)
     argv = ["ldconfig", "-X", "-r", rootfs, *directories]
     home = _open_namespace()
     try:
         try:
             _isolate(rootfs)
+            view_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as e:
             raise InjectionError(f"refusing to run {program} on {rootfs}: cannot isolate it from the host's kernel filesystems and devices: {e}") from e
+        try:  # in the view ldconfig will see: what the image hid under its /proc or /sys mount point is there
+            _refuse_special_files(program, view_fd, rootfs)
+        finally:
+            os.close(view_fd)
         try:
             status, output = run_program(program_fd, argv, dict(LDCONFIG_ENV), timeout_s)
         except TimeoutError:
@@ -110,8 +115,9 @@ def _canonical_path(root_fd: int) -> str:
 
 def _refuse_special_files(program: str, root_fd: int, rootfs: str) -> None:
     """None of the files ldconfig opens by a fixed name may be a device, a FIFO or a socket,
-    resolved as its chroot resolves them (a name that cannot be resolved, a loop or a magic
-    link, it cannot open either: its view has no /proc)."""
+    resolved as its chroot resolves them in its own view (``root_fd``: the rootfs with the kernel
+    filesystems detached, so a FIFO the image put under its /proc mount point is seen; a name
+    that cannot be resolved, a loop or a magic link, it cannot open either)."""
     for path in LDCONFIG_FILES:
         try:
             resolved = resolve_in_root(root_fd, path)

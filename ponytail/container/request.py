@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ponytail.container.gpu_markers import VISIBLE_DEVICES_VAR, is_void, swarm_devices
+from ponytail.container.gpu_markers import VISIBLE_DEVICES_VAR, env_selector, is_void, swarm_devices
 from ponytail.errors import InputError, UsageError, quoted
 from ponytail.lite.records import record
 
@@ -21,28 +21,32 @@ class DeviceRequest:
 
 
 def device_request(
-    cli_device: str | None, env: dict[str, str] | None, plugin: tuple[str, str] | None = None, accept_env: bool = True
+    cli_device: str | None, env: dict[str, str] | None, plugin: tuple[str, str] | None = None, accept_env: bool = True,
+    swarm_variables: tuple[str, ...] = (),
 ) -> DeviceRequest:
-    """``-device`` wins; then the device plugin's list (volume mounts, CDI annotations); then
-    Docker Swarm's DOCKER_RESOURCE_*GPU* (ponytail.container.gpu_markers.swarm_devices); then the
-    container's NVIDIA_VISIBLE_DEVICES; then ``all``. Without ``accept_env`` (an unprivileged
-    container under ``[request] accept_env_when_unprivileged = false``) the env (Swarm's
-    variables too) and the default select nothing: only the device plugin gives GPUs."""
+    """``-device`` wins; then the device plugin's list (volume mounts, CDI annotations); then the
+    container's env: NVIDIA_VISIBLE_DEVICES, or Docker Swarm's variables named by ``[request]
+    swarm_resource`` where they name fewer GPUs (ponytail.container.gpu_markers.env_selector);
+    then ``all``. Without ``accept_env`` (an unprivileged container under ``[request]
+    accept_env_when_unprivileged = false``) the env (Swarm's variables too) and the default
+    select nothing: only the device plugin gives GPUs."""
     if cli_device is not None:
         return DeviceRequest(cli_device, "-device")
     if plugin is not None:
         return DeviceRequest(*plugin)
-    swarm = swarm_devices(env) if env else None
     if not accept_env:
+        swarm = swarm_devices(env, swarm_variables) if env else None
         asked = env.get(VISIBLE_DEVICES_VAR) if env else None
         what = f"{VISIBLE_DEVICES_VAR}={asked!r}" if asked is not None else "the default (all)"
         if swarm is not None:
             what = f"{swarm[1]}={swarm[0]!r}"
         return DeviceRequest("void", f"{what} refused: unprivileged container and [request] accept_env_when_unprivileged = false")
-    if swarm is not None:
-        return DeviceRequest(*swarm)
-    if env is not None and VISIBLE_DEVICES_VAR in env:
-        return DeviceRequest(env[VISIBLE_DEVICES_VAR], VISIBLE_DEVICES_VAR)
+    try:
+        selected = env_selector(env, swarm_variables) if env else None
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if selected is not None:
+        return DeviceRequest(*selected)
     return DeviceRequest("all", "default")
 
 
@@ -69,7 +73,7 @@ class Request:
 def build_request(
     cli_device: str | None, cli_capabilities: str | None, env: dict[str, str] | None, privileged: bool = True,
     plugin: tuple[str, str] | None = None, accept_env_when_unprivileged: bool = True,
-    plugin_features: tuple[tuple[str, str, str], ...] = (),
+    plugin_features: tuple[tuple[str, str, str], ...] = (), swarm_variables: tuple[str, ...] = (),
 ) -> Request:
     """Read the NVIDIA conventions: NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES,
     NVIDIA_REQUIRE_* (unless NVIDIA_DISABLE_REQUIRE), NVIDIA_MIG_CONFIG_DEVICES and
@@ -95,7 +99,7 @@ def build_request(
                 raise InputError(f"{var}={value!r} is only honoured for privileged containers (with CAP_SYS_ADMIN)")
             mig[var] = DeviceRequest(value, var)
     return Request(
-        devices=device_request(cli_device, env, plugin, privileged or accept_env_when_unprivileged),
+        devices=device_request(cli_device, env, plugin, privileged or accept_env_when_unprivileged, swarm_variables),
         capabilities=capabilities,
         capabilities_source=caps_source,
         unknown_capabilities=unknown,

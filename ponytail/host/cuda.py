@@ -53,7 +53,7 @@ def cuda_driver_version(
         raise ProbeError(f"cannot get the CUDA version from {where}: not a regular file inside {driver_root} (gone, or replaced meanwhile)")
     try:
         st = os.fstat(fd)
-        key = f"{os.path.realpath(where)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+        key = f"{os.path.realpath(where)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
         entries, writable = _read_cache(cache_dir, notes if notes is not None else [])
         cached = entries.get(key)
         if _plausible(cached):
@@ -70,7 +70,7 @@ def _ask_in_child(fd: int, where: str, timeout_s: float) -> int:
     from ponytail.host.forked_call import ChildTimeout, run_in_child
 
     try:
-        result = run_in_child(_ask_libcuda, fd, where, timeout_s=timeout_s, unprivileged=True)
+        result = run_in_child(_ask_libcuda, fd, where, timeout_s=timeout_s, unprivileged=True, keep_fds=(fd,))
     except ChildTimeout as e:
         raise ProbeError(
             f"cannot get the CUDA version from {where}: cuDriverGetVersion {e} (a wedged GPU?); "

@@ -87,8 +87,8 @@ def tree_version(root: str) -> str | None:
 
 
 def tree_state(root: str) -> tuple[str | None, str | None]:
-    """(version, problem) of the tree at ``root``: a tree serves only when its libcuda.so.1 and
-    libnvidia-ml.so.1 both lead to files of one version. A link that leads to no file, or two
+    """(version, problem) of the tree at ``root``: a tree serves only when its libcuda.so.1 leads
+    to a file named by version, and libnvidia-ml.so.1 (when there) to one of the same version. A link that leads to no file, or two
     versions (a half-updated tree: libcuda 560 beside libnvidia-ml 550), is a problem that
     fails every start selecting it, so it is said wherever the tree is shown."""
     found = {soname: soname_state(root, soname) for soname in _VERSION_SONAMES}
@@ -102,6 +102,8 @@ def tree_state(root: str) -> tuple[str | None, str | None]:
         return version, f"half-updated: {mixed}; reinstall one version of the driver's libraries in the tree"
     if version is None:
         return None, "no libcuda.so.1 or libnvidia-ml.so.1 named by version (libcuda.so.X.Y.Z)"
+    if "libcuda.so.1" not in versions:  # every start asking for compute (the default) would fail
+        return version, f"no libcuda.so.1 named by version (libcuda.so.{version}): the default capabilities need it; install the tree's libcuda"
     return version, None
 
 

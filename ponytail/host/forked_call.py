@@ -11,7 +11,11 @@ A wedged GPU can make such a call block for ever, so the child:
 - dies with the hook (PR_SET_PDEATHSIG): an engine that kills the hook at its own
   deadline leaves no orphan behind;
 - has stdin, stdout and stderr on /dev/null: it never holds the engine's pipes open,
-  so an engine waiting for the hook's output is never kept waiting by the child.
+  so an engine waiting for the hook's output is never kept waiting by the child;
+- closes every other descriptor it inherited (the run log, open for appending; the
+  container's namespace and rootfs; a cache) but its answer pipe and the ``keep_fds`` the
+  function needs (the library file it loads), before it runs anything else: driver code
+  never holds what root opened.
 
 A driver library is code from wherever the driver root or a registered driver tree
 says, so with ``unprivileged=True`` (the CUDA version) a child of root gives up root
@@ -54,23 +58,27 @@ AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 EINVAL = 22
+MAX_FD = 1 << 20  # above the kernel's nr_open default: os.closerange uses close_range(2), one call
 
 
 class ChildTimeout(Exception):
     """The child did not answer within the deadline; it has been killed."""
 
 
-def run_in_child(function: Callable[..., Any], *args: Any, timeout_s: float = 5.0, unprivileged: bool = False) -> Any:
+def run_in_child(
+    function: Callable[..., Any], *args: Any, timeout_s: float = 5.0, unprivileged: bool = False, keep_fds: tuple[int, ...] = ()
+) -> Any:
     """``function(*args)`` in a child process; its return value must be JSON-able.
     A crash or a non-JSON answer comes back as a string describing it; ChildTimeout
     when it has not answered within ``timeout_s`` seconds. ``unprivileged``: a child of
     root runs ``function`` as nobody, confined (see above); one that cannot be confined
-    answers with a string saying why."""
+    answers with a string saying why. ``keep_fds``: the descriptors ``function`` uses; every
+    other one but stdin, stdout and stderr (on /dev/null) is closed in the child."""
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: never return into the caller's code
-        _child(function, args, read_fd, write_fd, parent, unprivileged)
+        _child(function, args, read_fd, write_fd, parent, unprivileged, keep_fds)
     os.close(write_fd)
     try:
         os.setpgid(pid, pid)  # also done by the child: whichever runs first
@@ -93,13 +101,16 @@ def run_in_child(function: Callable[..., Any], *args: Any, timeout_s: float = 5.
     return f"the probe process failed (wait status {wait_status})"
 
 
-def _child(function: Callable[..., Any], args: tuple, read_fd: int, write_fd: int, parent: int, unprivileged: bool) -> None:
+def _child(
+    function: Callable[..., Any], args: tuple, read_fd: int, write_fd: int, parent: int, unprivileged: bool, keep_fds: tuple[int, ...]
+) -> None:
     status = 0
     try:
         os.close(read_fd)
         os.setpgid(0, 0)
         _die_with_parent(parent)
         _detach_standard_descriptors()
+        close_all_but((0, 1, 2, write_fd, *keep_fds))
         import json  # in the child only: the parent reads the answer with plainjson
 
         refused = _give_up_root(parent) if unprivileged and os.geteuid() == 0 else None
@@ -126,6 +137,16 @@ def _detach_standard_descriptors() -> None:
         return
     for fd in (0, 1, 2):
         os.dup2(null, fd)
+
+
+def close_all_but(kept: tuple[int, ...]) -> None:
+    """Close every descriptor of this process but ``kept`` (close_range where the kernel has it)."""
+    low = 0
+    for fd in sorted(set(kept)):
+        if fd > low:
+            os.closerange(low, fd)
+        low = max(low, fd + 1)
+    os.closerange(low, MAX_FD)
 
 
 def _give_up_root(parent: int) -> str | None:

@@ -122,7 +122,7 @@ def mig_uuids(libnvidia_ml: str, timeout_s: float = 5.0) -> dict[str, tuple[int,
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ProbeError(f"cannot resolve MIG UUIDs with NVML: {libnvidia_ml} is not a regular file")
-        result = run_in_child(_query_nvml, fd, libnvidia_ml, timeout_s=timeout_s, unprivileged=True)
+        result = run_in_child(_query_nvml, fd, libnvidia_ml, timeout_s=timeout_s, unprivileged=True, keep_fds=(fd,))
     except ChildTimeout as e:
         raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): the NVML query {e}; raise [timeouts] probe in the config") from e
     finally:

@@ -303,7 +303,15 @@ def _feature(config: Config, majors: dict[str, int], name: str, selector: str, s
     mismatch = _daemon_mismatch(config.driver_root, feature.daemon, driver_version) if feature.daemon and not problems else None
     if mismatch is not None:
         problems.append(f"{why} asked, but {mismatch}")
-    return FeatureFinding(name, why, tuple(n for n in nodes if n.problem is None), _feature_paths(config, feature, why), tuple(problems))
+    paths = _feature_paths(config, feature, why)
+    for path in paths:
+        inside = _channel_inside(path.host_path) if path.is_dir else None
+        if inside is not None:
+            problems.append(
+                f"{why} asked, but {path.host_path} holds {inside}: ponytail never mounts a host daemon's socket or FIFO "
+                f"into a container; remove it from there, or do not ask for {feature.variable}"
+            )
+    return FeatureFinding(name, why, tuple(n for n in nodes if n.problem is None), paths, tuple(problems))
 
 
 DAEMON_READ_LIMIT = 256 << 20
@@ -367,6 +375,35 @@ def _feature_paths(config: Config, feature: Feature, why: str) -> tuple[IpcPath,
         if stat.S_ISDIR(mode) if is_dir else stat.S_ISREG(mode):
             paths.append(IpcPath(full, path, is_dir, why))
     return tuple(paths)
+
+
+FEATURE_DIRECTORY_ENTRIES = 1 << 16  # a feature's directory with more entries than this is not looked through: refused
+
+
+def _channel_inside(directory: str) -> str | None:
+    """The first socket or FIFO under ``directory`` (not following links), what stops a walk
+    (an unreadable directory, too many entries), or None: a directory a feature mounts must
+    hold data only, never a host daemon's channel (udevd's control socket beside its database)."""
+    pending, seen = [directory], 0
+    while pending:
+        current = pending.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > FEATURE_DIRECTORY_ENTRIES:
+                        return f"more than {FEATURE_DIRECTORY_ENTRIES} entries (not looked through)"
+                    if entry.is_file(follow_symlinks=False) or entry.is_symlink():  # the type from readdir: no stat
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                        continue
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    if stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode):
+                        return f"the {'socket' if stat.S_ISSOCK(mode) else 'FIFO'} {entry.path}"
+        except OSError as e:
+            return f"{current}, which cannot be read ({e.strerror})"
+    return None
 
 
 def _numbered_nodes(dev_root: str, prefix: str) -> list[tuple[str, int | None]]:

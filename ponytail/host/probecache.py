@@ -170,13 +170,79 @@ def _read(cache_dir: str, name: str) -> tuple | None:
         data = read_private_file(cache_dir, name, MAX_BYTES)
     except Untrusted:
         return None
-    if data is None:
+    if data is None or not bounded_marshal(data):
         return None
     try:
-        entry = marshal.loads(data)  # noqa: S302 - root's own file (checked above), data only, its shape checked below
-    except (ValueError, EOFError, TypeError):
+        entry = marshal.loads(data)  # noqa: S302 - root's own file (checked above), walked by bounded_marshal, its shape checked below
+    except (ValueError, EOFError, TypeError, MemoryError, RecursionError):
         return None
     return entry if type(entry) is tuple and len(entry) == 3 and type(entry[0]) is tuple else None
+
+
+# marshal's type codes of what the cache stores (Python/marshal.c), with or without FLAG_REF (0x80),
+# by kind: 1 None, 2 a short string (a 1-byte length), 3 a string (4-byte length), 4 an int (4 bytes),
+# 5 a long (a 4-byte count of 2-byte digits), 6 a small tuple (a 1-byte count), 7 a tuple (4-byte
+# count), 8 a reference to an earlier value; 0 anything else
+_KINDS = bytearray(256)
+for _code, _kind in (("N", 1), ("z", 2), ("Z", 2), ("a", 3), ("A", 3), ("u", 3), ("t", 3), ("i", 4), ("l", 5), (")", 6), ("(", 7)):
+    _KINDS[ord(_code)] = _KINDS[ord(_code) | 0x80] = _kind
+_KINDS[ord("r")] = 8
+_MAX_DEPTH = 8  # the entry nests 5 deep
+
+
+def bounded_marshal(data: bytes) -> bool:
+    """Whether ``data`` is one marshalled value of the kinds the cache stores (None, ints,
+    strings, tuples, back-references to earlier values) whose every length and count fits in
+    what is left of ``data``, nested at most _MAX_DEPTH deep, with nothing after it.
+    marshal.loads allocates a tuple (or a long) by the count in its header before it reads an
+    item: a 6-byte file whose header said a billion items cost 25 s and 9.6 GB. After this walk,
+    linear in ``data``, what marshal builds is never larger than ``data`` times a pointer."""
+    end, pos, refs, kinds = len(data), 0, 0, _KINDS
+    pending: list[int] = [1]
+    left = 1  # the items still to read in the innermost open tuple (pending[-1], kept in a local)
+    while True:
+        if left == 0:
+            pending.pop()
+            if not pending:
+                return pos == end
+            left = pending[-1]
+            continue
+        left -= 1
+        if pos >= end:
+            return False
+        code = data[pos]
+        kind = kinds[code]
+        refs += code >> 7  # FLAG_REF: the value is remembered for later references
+        if kind == 2:
+            if pos + 1 >= end:
+                return False
+            pos += 2 + data[pos + 1]
+        elif kind == 8:
+            if int.from_bytes(data[pos + 1:pos + 5], "little") >= refs or pos + 5 > end:
+                return False
+            pos += 5
+        elif kind == 6 or kind == 7:
+            if kind == 6:
+                size, pos = (data[pos + 1] if pos + 1 < end else end), pos + 2
+            else:
+                size, pos = int.from_bytes(data[pos + 1:pos + 5], "little"), pos + 5
+            if size > end - pos or len(pending) > _MAX_DEPTH:
+                return False
+            pending[-1] = left
+            pending.append(size)
+            left = size
+        elif kind == 3:
+            pos += 5 + int.from_bytes(data[pos + 1:pos + 5], "little")
+        elif kind == 4:
+            pos += 5
+        elif kind == 5:
+            pos += 5 + 2 * abs(int.from_bytes(data[pos + 1:pos + 5], "little", signed=True))
+        elif kind != 1:
+            return False
+        else:
+            pos += 1
+        if pos > end:
+            return False
 
 
 def _write(cache_dir: str, name: str, entry: tuple) -> None:

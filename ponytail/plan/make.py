@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from ponytail.config import Config
-from ponytail.errors import PonytailError, ProbeError
+from ponytail.errors import InputError, PonytailError, ProbeError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
@@ -45,7 +45,12 @@ def make_plan(
         from ponytail.host.driver_trees import refuse_untrusted_tree
 
         refuse_untrusted_tree(tree, config.driver_root, [f.path for f in (*host.libraries, *host.binaries, *host.files)])
-    selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree, tree_version))
+    try:
+        selection = select_devices(host.gpus, request.devices, lambda: _mig_uuids(config, host, tree, tree_version))
+    except InputError:
+        if host.lost:  # the GPU asked for may be the one the driver lost (its UUID with it): said as for an index
+            raise _lost_gpu(host) from None
+        raise
     mig_gpus = {
         what: select_gpus(host.gpus, wanted)
         for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
@@ -85,7 +90,13 @@ def _refuse_numbering(host: Host, request: Request) -> None:
 
     wanted = [request.devices] + [d for d in (request.mig_config, request.mig_monitor) if d is not None]
     if not all(names_by_identity(d) for d in wanted):
-        raise ProbeError(f"{host.lost[0]} (a container asking for a GPU by UUID or bus id still starts)")
+        raise _lost_gpu(host)
+
+
+def _lost_gpu(host: Host) -> ProbeError:
+    """The one error of a request the lost GPU may have taken: one by index (the indices shifted)
+    and one naming a GPU not found (the lost GPU's UUID is gone with it) alike, exit 1."""
+    return ProbeError(f"{host.lost[0]} (a container asking for a GPU the driver still has, by UUID or bus id, still starts)")
 
 
 def pin_libraries(plan: Plan) -> Plan:
@@ -209,7 +220,12 @@ def _unmet_requirement(
 
             return cuda_version_of_driver(compat.version) or "0.0"
         version = tree_version or host.driver_version
-        libcuda = find_driver_file(config, version, "libcuda", "libcuda.so.1", host).path
+        try:
+            libcuda = find_driver_file(config, version, "libcuda", "libcuda.so.1", host).path
+        except ProbeError:
+            if host.mismatch and not tree:  # the libraries are another driver's: the one diagnosis of that
+                raise ProbeError(host.mismatch) from None
+            raise
         if tree:  # not among the request's files when it does not ask for compute
             from ponytail.host.driver_trees import refuse_untrusted_tree
 

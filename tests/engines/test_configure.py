@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -217,6 +218,57 @@ def test_uninstall_keeps_a_created_file_someone_added_to(tmp_path: Path) -> None
     assert removed.returncode == 0, removed.stderr
     text = config.read_text()
     assert 'level = "debug"  # added by hand' in text and "ponytail" not in text
+
+
+def _planted_record(config: Path, original: str) -> None:
+    STATE[0].mkdir(parents=True, exist_ok=True)
+    planted = STATE[0] / (quote(str(config), safe="") + ".json")
+    planted.write_text(json.dumps({"path": str(config), "original": original, "written": None, "added": {}}))
+    planted.chmod(0o600)
+
+
+# how the state directory or a record can be someone else's doing: (what is done after an install)
+UNTRUSTED_STATE = {
+    "a sticky 1777 directory": lambda config: STATE[0].chmod(0o1777),
+    "a group-writable directory": lambda config: STATE[0].chmod(0o770),
+    "a directory owned by a user": lambda config: os.chown(STATE[0], 1000, 1000),
+    "a symlinked directory": lambda config: (STATE[0].rename(STATE[0].with_name("real")), STATE[0].symlink_to("real")),
+    "a record owned by a user": lambda config: os.chown(next(STATE[0].iterdir()), 1000, 1000),
+    "a world-readable record": lambda config: next(STATE[0].iterdir()).chmod(0o644),
+    "a symlinked record": lambda config: _relink(next(STATE[0].iterdir())),
+    "a FIFO for a record": lambda config: _fifo(next(STATE[0].iterdir())),
+}
+
+
+def _relink(record_file: Path) -> None:
+    real = record_file.with_name("real.json")
+    record_file.rename(real)
+    record_file.symlink_to(real.name)
+
+
+def _fifo(record_file: Path) -> None:
+    record_file.unlink()
+    os.mkfifo(record_file, 0o600)
+
+
+@pytest.mark.parametrize("case", UNTRUSTED_STATE)
+def test_a_state_directory_or_record_that_others_may_have_written_is_refused(tmp_path: Path, case: str) -> None:
+    """The records decide what --uninstall writes into root's engine config: held to the caches'
+    rule, or refused with one line before anything is read or written."""
+    config = tmp_path / "daemon.json"
+    config.write_text(DAEMON_JSON)
+    assert configure("--runtime", "docker", "--config-file", str(config)).returncode == 0
+    _planted_record(config, '{"runtimes": {"evil": {"path": "/tmp/evil"}}}\n')  # what a planted record would restore
+    configured = config.read_text()
+    UNTRUSTED_STATE[case](config)
+    started = time.monotonic()
+    removed = configure("--runtime", "docker", "--config-file", str(config), "--uninstall")
+    assert time.monotonic() - started < 30  # a FIFO is never waited on
+    assert removed.returncode == 2 and len(removed.stderr.strip().splitlines()) == 1, removed.stderr
+    assert "configure's" in removed.stderr and "Traceback" not in removed.stderr, removed.stderr
+    assert config.read_text() == configured  # nothing written
+    again = configure("--runtime", "docker", "--config-file", str(config), "--set-as-default")
+    assert again.returncode == 2 and config.read_text() == configured, again.stderr
 
 
 def test_crio_drop_in_beside_crio_conf(tmp_path: Path) -> None:

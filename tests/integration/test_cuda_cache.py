@@ -47,6 +47,24 @@ def test_a_replaced_libcuda_is_asked_again(tmp_path: Path) -> None:
     assert ask(host, cache) == 12080
 
 
+def test_a_libcuda_rewritten_in_place_with_its_mtime_restored_is_asked_again(tmp_path: Path) -> None:
+    """cp over the file then touch -r (what rsync or a package tool may do): the same path, device,
+    inode, size and mtime; only the ctime says the content changed."""
+    host = FakeHost(tmp_path / "host", cuda_version=12040)
+    cache = str(tmp_path / "cache")
+    assert ask(host, cache) == 12040
+    target = host.driver / LIB_DIR.lstrip("/") / f"libcuda.so.{host.driver_version}"
+    older = compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{host.driver_version}", host.driver_version, 11000)
+    before = target.stat()
+    assert older.stat().st_size == before.st_size  # the same size: only the version constant differs
+    with open(target, "r+b") as f:  # in place: the same inode
+        f.write(older.read_bytes())
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = target.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert ask(host, cache) == 11000
+
+
 def test_the_cache_stays_small(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -91,7 +109,7 @@ def key(host: FakeHost) -> str:
     """The cache's key for the fake host's libcuda: its real path and its identity."""
     path = host.driver / LIB_DIR.lstrip("/") / f"libcuda.so.{host.driver_version}"
     st = path.stat()
-    return f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    return f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 # how a cache file claiming CUDA 99.0 gets there: (directory mode, file owner, file mode); "link": a link to such a file

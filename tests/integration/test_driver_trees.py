@@ -206,8 +206,17 @@ def _dangling_libcuda(tree: Path) -> None:
     (tree / "usr/lib/x86_64-linux-gnu/libcuda.so.560.28.03").unlink()
 
 
+def _no_libcuda(tree: Path) -> None:
+    """No libcuda.so.1 at all, only libnvidia-ml: every start asking for compute (the default) fails."""
+    libdir = tree / "usr/lib/x86_64-linux-gnu"
+    (libdir / "libcuda.so.1").unlink()
+    (libdir / "libcuda.so.560.28.03").unlink()
+    subprocess.run(["ldconfig", "-r", str(tree)], check=True)
+
+
 @pytest.mark.parametrize("breakage, says", [
     (_half_updated, "half-updated: libcuda.so.1 is 560.28.03 but libnvidia-ml.so.1 is 550.54.15"),
+    (_no_libcuda, "no libcuda.so.1 named by version (libcuda.so.560.28.03): the default capabilities need it"),
     (_dangling_libcuda, "its /usr/lib/x86_64-linux-gnu/libcuda.so.1 (libcuda.so.1) leads to no file in the tree"),
 ])
 def test_a_half_updated_or_broken_tree_is_not_usable_anywhere_and_a_start_names_the_tree(

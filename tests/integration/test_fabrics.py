@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,8 @@ def test_each_feature_is_injected_when_asked_with_its_reason_and_device_rule(fab
             rule = node.split("(c ")[1]
             assert f"c {rule} rw" in out, f"{fabric}: no device rule for {rule}"
     assert "NVIDIA_GDS=enabled: GPUDirect Storage" in out and "NVIDIA_IMEX_CHANNELS=all: IMEX channel" in out
-    assert "-> /etc/cufile.json" in out and "-> /run/udev" in out  # what cuFile reads besides its nodes
+    assert "-> /etc/cufile.json" in out and "-> /run/udev/data " in out  # what cuFile reads besides its nodes
+    assert "-> /run/udev " not in out  # never udevd's directory, with its control socket
 
 
 def test_nothing_of_them_is_injected_when_not_asked(fabric_host: FakeHost, tmp_path: Path) -> None:
@@ -172,13 +174,35 @@ def test_runc_refuses_a_container_asking_for_an_imex_channel_the_host_lacks(fabr
 
 def test_runc_starts_a_container_with_gpudirect_storage(fabric_host: FakeHost, tmp_path: Path) -> None:
     hooks = {"prestart": [hook_entry(fabric_host.write_config())]}
-    script = "/usr/local/bin/cudacheck /dev/nvidia-fs0 /dev/nvidia-fs3 /dev/gdrdrv; cat /etc/cufile.json; ls /run/udev/data"
+    script = "/usr/local/bin/cudacheck /dev/nvidia-fs0 /dev/nvidia-fs3 /dev/gdrdrv; cat /etc/cufile.json; ls /run/udev/data; ls /run/udev"
     bundle = oci_bundle(tmp_path, ["/bin/sh", "-c", script], env=["NVIDIA_GDS=enabled"], hooks=hooks)
     result = run_bundle("runc", bundle)
     assert result.returncode == 0, result.stderr
     out = result.stdout.splitlines()
     assert out[1:4] == ["open /dev/nvidia-fs0 ENXIO", "open /dev/nvidia-fs3 ENXIO", "open /dev/gdrdrv ENOENT"], out
-    assert out[4:] == ['{"logging": {"level": "ERROR"}}', "c241:0"], out
+    assert out[4:] == ['{"logging": {"level": "ERROR"}}', "c241:0", "data"], out  # udevd's control socket stays out
+
+
+def test_gds_is_refused_when_the_udev_database_holds_a_socket(tmp_path: Path) -> None:
+    """A directory a feature mounts holds data only: a socket or FIFO in it (a host daemon's
+    channel) stops the start with one line instead of reaching the container."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1), fabrics=("gds",))
+    planted = host.ipc / "run/udev/data/sub/listening"
+    planted.parent.mkdir()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(planted))
+        status, out, err = dry_run(host, tmp_path, ["NVIDIA_GDS=enabled"])
+    assert status == 1, out + err
+    assert f"NVIDIA_GDS=enabled: GPUDirect Storage asked, but {host.ipc}/run/udev/data holds the socket {planted}" in out, out
+    (tmp_path / "rootfs").mkdir(exist_ok=True)
+    bundle = bundle_for(tmp_path, tmp_path / "rootfs", env=["NVIDIA_GDS=enabled"], name="real")
+    result = run_ponytail(["-config", str(host.write_config())], stdin=state_for(bundle, os.getpid()))
+    err = result.stderr.decode()
+    assert result.returncode == 1 and len(err.strip().splitlines()) == 1 and f"holds the socket {planted}" in err, err
+    planted.unlink()
+    os.mkfifo(planted)
+    status, out, err = dry_run(host, tmp_path, ["NVIDIA_GDS=enabled"], name="fifo")
+    assert status == 1 and f"holds the FIFO {planted}" in out, out + err
 
 
 def test_cdi_generate_writes_each_feature_the_host_has_as_a_kind_of_its_own(fabric_host: FakeHost, tmp_path: Path) -> None:
@@ -192,7 +216,7 @@ def test_cdi_generate_writes_each_feature_the_host_has_as_a_kind_of_its_own(fabr
     assert [n["path"] for n in kinds["imex-channel"]["1"]["deviceNodes"]] == ["/dev/nvidia-caps-imex-channels/channel1"]
     gds = kinds["gds"]["all"]
     assert [(n["path"], n["major"], n["minor"]) for n in gds["deviceNodes"]] == [(f"/dev/nvidia-fs{n}", 241, n) for n in range(4)]
-    assert [(m["containerPath"], "ro" in m["options"]) for m in gds["mounts"]] == [("/etc/cufile.json", True), ("/run/udev", True)]
+    assert [(m["containerPath"], "ro" in m["options"]) for m in gds["mounts"]] == [("/etc/cufile.json", True), ("/run/udev/data", True)]
     assert list(kinds["mofed"]) == ["all"] and len(kinds["mofed"]["all"]["deviceNodes"]) == 3
     listed = run_ponytail(["cdi", "list", "-config", str(fabric_host.write_config())]).stdout.decode().splitlines()
     assert "nvidia.com/gpu=0" in listed and "nvidia.com/imex-channel=2" in listed and "nvidia.com/gds=all" in listed, listed
@@ -277,7 +301,7 @@ def test_list_shows_the_nodes_and_files_of_the_features_asked_for(fabric_host: F
     for fabric, nodes in NODES.items():
         for node in nodes:
             assert f"{dev}/{node.split(' (')[0]}" in paths, (fabric, node, paths)
-    assert str(fabric_host.driver / "etc/cufile.json") in paths and any(p.endswith("/run/udev") for p in paths), paths
+    assert str(fabric_host.driver / "etc/cufile.json") in paths and any(p.endswith("/run/udev/data") for p in paths), paths
     status, paths, err = listed(fabric_host, "--feature", "imex-channel=2")
     assert status == 0, err
     assert f"{dev}/nvidia-caps-imex-channels/channel2" in paths

@@ -165,7 +165,7 @@ def libcuda_key(host: FakeHost) -> str:
     """The cache's key for the fake host's libcuda: its real path and its identity."""
     path = host.driver / "usr/lib/x86_64-linux-gnu" / f"libcuda.so.{host.driver_version}"
     st = path.stat()
-    return f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    return f"{os.path.realpath(path)}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 @pytest.mark.parametrize("value", ['"12040"', "12.04", "true", "[12040]", "-1", "null", "{}"])
@@ -219,6 +219,47 @@ def test_a_full_log_filesystem_is_said_and_never_glues_records(host: FakeHost, r
     records = lines[3:]
     assert all(line.count(" ponytail[") == 1 for line in records), [r for r in records if r.count(" ponytail[") != 1]
     assert any(f"injected into {rootfs}" in line for line in records)
+
+
+def test_a_record_another_run_is_writing_is_not_taken_for_a_torn_one(host: FakeHost, rootfs: Path, tmp_path: Path) -> None:
+    """Another run's record half-way written (the log ends without a newline while it holds the
+    log's lock): a run waits for it and appends after it, no blank line and no record split.
+    Before, the check read the last byte at open, without the lock, and began its own records with
+    a newline: a blank line in the log under concurrency."""
+    import fcntl
+
+    log = tmp_path / "ponytail.log"
+    config = host.base / "config.toml"
+    config.write_text(host.config_text().replace(str(host.log), str(log)))
+    log.write_text("2000-01-01T00:00:00Z ponytail[1] info container=other half")
+    with open(log, "a") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        run = subprocess.Popen(["unshare", "-m", "--propagation", "private", console_script("ponytail"), "-config", str(config), "-root", str(rootfs)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(0.5)
+        writer.write(" of a record\n")
+        writer.flush()
+        fcntl.flock(writer, fcntl.LOCK_UN)
+    assert run.wait(timeout=60) == 0, run.stderr.read() if run.stderr else ""
+    lines = log.read_text().splitlines()
+    assert lines[0] == "2000-01-01T00:00:00Z ponytail[1] info container=other half of a record", lines
+    assert "" not in lines and all(line.count(" ponytail[") == 1 for line in lines), lines
+
+
+def test_a_log_in_a_directory_that_does_not_exist_is_said_and_no_directory_is_made(host: FakeHost, rootfs: Path, tmp_path: Path) -> None:
+    """[log] file in a missing directory: before, a run created the directories as root without a
+    word. Now it says once why nothing is logged, makes nothing, and the start goes on."""
+    log = tmp_path / "missing/dir/ponytail.log"
+    config = host.base / "config.toml"
+    config.write_text(host.config_text().replace(str(host.log), str(log)))
+    result = run_ponytail(["-config", str(config), "-root", str(rootfs), "-debug"])
+    err = result.stderr.decode()
+    assert result.returncode == 0, err
+    assert err.splitlines() == [
+        f"ponytail: warning: cannot open log file {log}: the directory {log.parent} does not exist; ponytail does not create it: "
+        "create it, or set [log] file to a file in an existing directory (nothing is logged meanwhile)"
+    ], err
+    assert not (tmp_path / "missing").exists()
 
 
 def test_a_config_error_is_logged_in_the_default_log(tmp_path: Path) -> None:
@@ -569,6 +610,10 @@ def test_an_upgrade_without_a_reboot_is_said_the_same_way_by_every_entry_point(t
     assert said in info, info
     check = run_ponytail(["check", "-config", config]).stdout.decode()
     assert said in check, check
+    # a container that requires a CUDA version is told the same, not "no libcuda.so.1 of driver 550"
+    bundle = oci_bundle(tmp_path, ["true"], env=["NVIDIA_REQUIRE_CUDA=cuda>=12.0"], hooks={"prestart": [hook_entry(config)]})
+    hook = run_runc(bundle)
+    assert hook.returncode != 0 and said in hook.stderr and "no libcuda.so.1 of driver" not in hook.stderr, hook.stderr
 
 
 @pytest.mark.parametrize("breakage", ["information file", "driver directory"])
@@ -594,6 +639,24 @@ def test_one_lost_gpu_fails_index_and_all_requests_but_not_one_by_uuid_or_bus_id
         assert f"open /dev/nvidia{healthy.minor} ENXIO" in result.stdout and f"open /dev/nvidia{lost.minor} ENOENT" in result.stdout, result.stdout
     warnings = [line for line in host.log.read_text().splitlines() if " warning container=" in line]
     assert len(warnings) == 3 and all(f"inconsistent host: GPU {lost.bus_id} " in w and "by UUID or bus id only" in w for w in warnings), warnings
+
+
+def test_the_lost_gpu_asked_by_index_uuid_or_bus_id_fails_alike(tmp_path: Path) -> None:
+    """The driver lost GPU 0 (its UUID with its information file): asked by index it exited 1,
+    asked by its UUID 2 ("unknown GPU"). Each way now exits 1 with the same line."""
+    host = two_gpu_host(tmp_path)
+    lost = host.gpu_list[0]
+    (gpu_dir(host, 0) / "information").unlink()
+    config = str(host.write_config())
+    rootfs = make_rootfs(tmp_path / "rootfs")
+    said = set()
+    for devices in ("0", lost.uuid, lost.bus_id):
+        result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", devices])
+        err = result.stderr.decode()
+        assert result.returncode == 1 and len(err.splitlines()) == 1, (devices, err)
+        assert f"inconsistent host: GPU {lost.bus_id} " in err and "unknown GPU" not in err, (devices, err)
+        said.add(err)
+    assert len(said) == 1, said
 
 
 def _wait_for(path: Path, text: str, seconds: float = 30) -> str:

@@ -222,17 +222,25 @@ def test_mps_pipe_directory_that_is_not_absolute_is_refused(tmp_path: Path) -> N
     assert "'host.mps_pipe_directory' must be a plain absolute path" in err and "'/var/../etc/mps'" in err
 
 
+def swarm_config(host: FakeHost, *names: str, extra: str = "") -> Path:
+    config = host.write_config()
+    listed_names = ", ".join(f'"{n}"' for n in names)
+    config.write_text(config.read_text() + f"[request]\nswarm_resource = [{listed_names}]\n{extra}")
+    return config
+
+
 def test_docker_swarm_gpu_resources_select_the_gpus(tmp_path: Path, sleeper) -> None:  # type: ignore[no-untyped-def]
     host = FakeHost(tmp_path / "host", gpu_list=gpus(3))
+    config = swarm_config(host, "DOCKER_RESOURCE_GPU", "DOCKER_RESOURCE_NVIDIA-GPU")
     rootfs = tmp_path / "bundle/rootfs"
     rootfs.mkdir(parents=True)
     uuid1, uuid2 = host.gpu_list[1].uuid, host.gpu_list[2].uuid
 
     def run(env: list[str]) -> tuple[int, str, str]:
         bundle = bundle_for(tmp_path, rootfs, env=env)
-        return debug(host, stdin=state_for(bundle, sleeper.pid))
+        return debug(host, config=config, stdin=state_for(bundle, sleeper.pid))
 
-    # Swarm's variables win over NVIDIA_VISIBLE_DEVICES=all, which CUDA images set
+    # the named variables win over NVIDIA_VISIBLE_DEVICES=all, which CUDA images set
     status, out, err = run(["NVIDIA_VISIBLE_DEVICES=all", f"DOCKER_RESOURCE_GPU={uuid1}"])
     assert status == 0, err
     assert "-> /dev/nvidia1 " in out and "-> /dev/nvidia0 " not in out and "-> /dev/nvidia2 " not in out
@@ -240,18 +248,62 @@ def test_docker_swarm_gpu_resources_select_the_gpus(tmp_path: Path, sleeper) -> 
     status, out, err = run([f"DOCKER_RESOURCE_NVIDIA-GPU={uuid1},{uuid2}"])
     assert status == 0, err
     assert "-> /dev/nvidia1 " in out and "-> /dev/nvidia2 " in out and "-> /dev/nvidia0 " not in out
-    status, out, err = run(["NVIDIA_VISIBLE_DEVICES=void", "DOCKER_RESOURCE_CPU=3"])  # not a GPU kind
+    status, out, err = run(["NVIDIA_VISIBLE_DEVICES=void", "DOCKER_RESOURCE_CPU=3"])  # not a named variable
     assert "-> /dev/nvidia" not in out
     bundle = bundle_for(tmp_path, rootfs, env=["DOCKER_RESOURCE_GPU=GPU-nope"])
-    result = run_ponytail(["-config", str(host.write_config())], stdin=state_for(bundle, sleeper.pid))
+    result = run_ponytail(["-config", str(config)], stdin=state_for(bundle, sleeper.pid))
     err = result.stderr.decode()
     assert result.returncode == 2 and "unknown GPU 'GPU-nope' in DOCKER_RESOURCE_GPU='GPU-nope'" in err, err
 
 
+@pytest.mark.parametrize("image_var", ["DOCKER_RESOURCE_GPU=all", "DOCKER_RESOURCE_NVIDIA-GPU=0,1,2", "DOCKER_RESOURCE_MY_GPU=2,0"])
+def test_an_images_swarm_variable_never_widens_the_gpus_the_engine_gave(image_var: str, tmp_path: Path, sleeper) -> None:  # type: ignore[no-untyped-def]
+    """docker run --gpus device=0 sets NVIDIA_VISIBLE_DEVICES=0 in the process env, which also
+    holds the image's ENV: an image's DOCKER_RESOURCE_* must not bring more GPUs, read or not,
+    in the hook or in the runtime shim's device rules."""
+    from ponytail.config import load_config
+    from ponytail.container.oci import read_spec
+    from ponytail.engines.shim.bundle import device_rules
+
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(3))
+    rootfs = tmp_path / "bundle/rootfs"
+    rootfs.mkdir(parents=True)
+    env = ["NVIDIA_VISIBLE_DEVICES=0", image_var]
+    name = image_var.partition("=")[0]
+    for config in (host.write_config(), swarm_config(host, name)):  # off by default; named: it may only narrow
+        bundle = bundle_for(tmp_path, rootfs, env=env)
+        status, out, err = debug(host, config=config, stdin=state_for(bundle, sleeper.pid))
+        assert status == 0, err
+        assert "-> /dev/nvidia0 " in out and "-> /dev/nvidia1 " not in out and "-> /dev/nvidia2 " not in out, out
+        assert "(from NVIDIA_VISIBLE_DEVICES)" in out
+        spec = read_spec({"process": {"env": env}}, "config.json")
+        rules, note = device_rules(load_config(str(config), True), spec)
+        assert note == "" and (195, 1) not in rules and (195, 2) not in rules and (195, 0) in rules, rules
+
+
+def test_swarm_variables_are_read_only_when_configured(tmp_path: Path, sleeper) -> None:  # type: ignore[no-untyped-def]
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(3))
+    rootfs = tmp_path / "bundle/rootfs"
+    rootfs.mkdir(parents=True)
+    uuid1 = host.gpu_list[1].uuid
+    bundle = bundle_for(tmp_path, rootfs, env=[f"DOCKER_RESOURCE_GPU={uuid1}", "NVIDIA_VISIBLE_DEVICES=2"])
+    status, out, err = debug(host, stdin=state_for(bundle, sleeper.pid))  # not configured: ignored
+    assert status == 0 and "-> /dev/nvidia2 " in out and "-> /dev/nvidia1 " not in out, out + err
+    # configured, the two name different GPUs: neither widens the other, the start stops with one line
+    config = swarm_config(host, "DOCKER_RESOURCE_GPU")
+    result = run_ponytail(["-config", str(config)], stdin=state_for(bundle, sleeper.pid))
+    err = result.stderr.decode()
+    assert result.returncode == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"DOCKER_RESOURCE_GPU='{uuid1}' and NVIDIA_VISIBLE_DEVICES='2' name different GPUs" in err
+    # a name that is no variable name is a config error
+    bad = swarm_config(host, "1GPU")
+    result = run_ponytail(["list", "-config", str(bad)])
+    assert result.returncode == 2 and "'request.swarm_resource' entry '1GPU' is not an environment variable name" in result.stderr.decode()
+
+
 def test_docker_swarm_resources_follow_the_strict_env_policy(tmp_path: Path, sleeper) -> None:  # type: ignore[no-untyped-def]
     host = FakeHost(tmp_path / "host", gpu_list=gpus(2))
-    config = host.write_config()
-    config.write_text(config.read_text() + "[request]\naccept_env_when_unprivileged = false\n")
+    config = swarm_config(host, "DOCKER_RESOURCE_GPU", extra="accept_env_when_unprivileged = false\n")
     rootfs = tmp_path / "bundle/rootfs"
     rootfs.mkdir(parents=True)
     bundle = bundle_for(tmp_path, rootfs, env=[f"DOCKER_RESOURCE_GPU={host.gpu_list[0].uuid}"])
@@ -346,7 +398,9 @@ def test_cdi_devices_carry_their_gpus_dri_nodes(dri_host: FakeHost, tmp_path: Pa
 def test_swarm_resources_make_a_gpu_container_for_the_runtime_shim() -> None:
     from ponytail.container.gpu_markers import asks_for_gpus
 
-    assert asks_for_gpus({"DOCKER_RESOURCE_NVIDIA-GPU": "GPU-1"}, {})
-    assert not asks_for_gpus({"DOCKER_RESOURCE_GPU": ""}, {})  # Swarm gave no GPU: not NVIDIA_VISIBLE_DEVICES=all
-    assert not asks_for_gpus({"DOCKER_RESOURCE_GPU": "", "NVIDIA_VISIBLE_DEVICES": "all"}, {})
-    assert not asks_for_gpus({"DOCKER_RESOURCE_FPGA": "1"}, {})
+    named = ("DOCKER_RESOURCE_NVIDIA-GPU", "DOCKER_RESOURCE_GPU")
+    assert asks_for_gpus({"DOCKER_RESOURCE_NVIDIA-GPU": "GPU-1"}, {}, named)
+    assert not asks_for_gpus({"DOCKER_RESOURCE_NVIDIA-GPU": "GPU-1"}, {})  # not configured: not read
+    assert not asks_for_gpus({"DOCKER_RESOURCE_GPU": ""}, {}, named)  # Swarm gave no GPU: not NVIDIA_VISIBLE_DEVICES=all
+    assert not asks_for_gpus({"DOCKER_RESOURCE_GPU": "", "NVIDIA_VISIBLE_DEVICES": "all"}, {}, named)
+    assert not asks_for_gpus({"DOCKER_RESOURCE_FPGA": "1"}, {}, named)

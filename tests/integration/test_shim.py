@@ -107,6 +107,21 @@ def test_runc_through_the_shim_as_containerd_calls_it(spelling: str, host: FakeH
     assert f"container={container_id} ponytail-runtime: GPU container: added the prestart hook" in host.log.read_text()
 
 
+@pytest.mark.parametrize("swarm", ["", '[request]\nswarm_resource = ["DOCKER_RESOURCE_GPU"]\n'])
+def test_an_images_swarm_variable_gets_no_more_gpus_through_the_shim(swarm: str, host: FakeHost, tmp_path: Path) -> None:
+    """docker run --gpus device=0 of an image with ENV DOCKER_RESOURCE_GPU=all: GPU 0 only, in the
+    device rules the shim writes and inside the container (before: every GPU, and rules for all)."""
+    config = tmp_path / "config.toml"
+    config.write_text(host.config_text() + swarm)
+    bundle = oci_bundle(tmp_path, CUDACHECK_GPU0, env=["DOCKER_RESOURCE_GPU=all", "NVIDIA_VISIBLE_DEVICES=0"])
+    result = shim(["--root", str(tmp_path / "state"), "run", "--bundle", str(bundle), unique()], config)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == EXPECTED_GPU0, result.stdout
+    rules = json.loads((bundle / "config.json").read_text())["linux"]["resources"]["devices"]
+    gpu_rules = [(r["major"], r["minor"]) for r in rules if r.get("allow") and r.get("major") == 195 and r.get("minor", 255) < 254]
+    assert gpu_rules == [(195, host.gpu_list[0].minor)], rules
+
+
 def test_other_bundles_and_calls_pass_through_untouched(host: FakeHost, tmp_path: Path) -> None:
     config = host.write_config()
     bundle = oci_bundle(tmp_path, ["/bin/echo", "plain"], env=["NVIDIA_VISIBLE_DEVICES=void"])

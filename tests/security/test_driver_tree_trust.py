@@ -113,6 +113,13 @@ def test_driver_libraries_are_loaded_as_nobody_without_capabilities(
     assert seen["NoNewPrivs"] == "1", seen
     assert seen["SpyWrite"] == str(EROFS), seen  # a directory anyone may write: read-only in the child's view
     assert not (spy / "open/planted").exists()
+    # of root's descriptors the driver code holds only the library it is (read-only) and the answer pipe:
+    # not the run log (open for appending), the container's namespace or rootfs, a cache
+    kinds = sorted(fd.split(":", 1)[1] for fd in seen["SpyFds"].split())
+    assert kinds == ["f:r", "p:w"], seen["SpyFds"]
+    assert seen["SpyForged"] == "", seen
+    logs = list(tmp_path.rglob("ponytail.log"))
+    assert logs and not any("forged by driver code" in log.read_text() for log in logs)
 
 
 def test_a_cached_cuda_version_loads_no_code(host: tuple[FakeHost, Path], tmp_path: Path, spy: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import time
@@ -355,6 +356,31 @@ def test_a_node_where_a_start_writes_is_never_written_and_never_hangs(
         assert len(ours) == 1 and "ponytail: error: " in ours[0], err
         if mode != "runc-prestart":
             assert rc == 1 and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("under", ["proc", "sys"])
+def test_a_fifo_hidden_under_the_images_proc_mount_point_fails_at_once(under: str, tmp_path: Path, patient_config: Path) -> None:
+    """/var/cache/ldconfig -> /proc/pt, and a FIFO at proc/pt/aux-cache in the image's own
+    directory: hidden while the container's /proc is mounted there, there for ldconfig, whose
+    view has the kernel filesystems detached. The check looks where ldconfig will: one line at
+    once, not a start that waits for the deadline."""
+    from support.engines import oci_bundle, run_bundle
+
+    bundle = oci_bundle(tmp_path, ["/usr/local/bin/cudacheck"], env=["NVIDIA_VISIBLE_DEVICES=all"],
+                        hooks={"prestart": [hook_entry(patient_config)]})
+    rootfs = bundle / "rootfs"
+    (rootfs / under / "pt").mkdir(parents=True)
+    os.mkfifo(rootfs / under / "pt/aux-cache")
+    (rootfs / "var/cache").mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(rootfs / "var/cache/ldconfig", ignore_errors=True)
+    os.symlink(f"/{under}/pt", rootfs / "var/cache/ldconfig")
+    started = time.monotonic()
+    result = run_bundle("runc", bundle)
+    elapsed = time.monotonic() - started
+    assert elapsed < HANG_S - 5, f"the start took {elapsed:.0f} s: ldconfig waited on the FIFO"
+    ours = [line for line in result.stderr.splitlines() if "ponytail: error" in line]
+    assert result.returncode != 0 and len(ours) == 1, result.stderr
+    assert f"/var/cache/ldconfig/aux-cache (-> /{under}/pt/aux-cache) in the image is a FIFO" in ours[0], ours
 
 
 def _start(mode: str, bundle: Path, config: Path, cdi_hook_args: list[str]) -> tuple[int, str, str]:

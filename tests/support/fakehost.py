@@ -10,6 +10,7 @@ import atexit
 import functools
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -294,6 +295,10 @@ class FakeHost:
         (self.driver / "etc/cufile.json").write_text('{"logging": {"level": "ERROR"}}\n')
         (self.ipc / "run/udev/data").mkdir(parents=True, exist_ok=True)
         (self.ipc / "run/udev/data/c241:0").write_text("E:DEVNAME=/dev/nvidia-fs0\n")
+        control = self.ipc / "run/udev/control"  # udevd's control socket beside its database: never for a container
+        if not control.exists():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+                sock.bind(str(control))
 
     def install_fabric_daemons(self, version: str) -> None:
         """nv-fabricmanager and nvidia-imex of driver ``version`` in the driver root (programs that

@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ponytail.errors import ProbeError
 from ponytail.host.driver import canonical_bus_id, nvidia_major, parse_char_majors, parse_driver_version, parse_information
@@ -166,3 +168,53 @@ def test_a_hostile_ld_cache_costs_what_a_plain_one_does() -> None:
     assert len(parse_ld_cache(plain)) == n
     assert parse_ld_cache(unterminated) == []
     assert 0 < len(parse_ld_cache(long_strings)) < n  # it stops when the strings read exceed 4 times the cache
+
+
+# -- the probe cache's marshal walk: what it accepts, marshal reads without allocating more -----
+
+_CACHE_VALUES = st.recursive(
+    st.none() | st.integers(min_value=-(2**80), max_value=2**80) | st.text(max_size=300),
+    lambda inner: st.lists(inner, max_size=8).map(tuple), max_leaves=40,
+)
+
+
+@given(_CACHE_VALUES)
+def test_the_cache_walk_accepts_every_value_the_cache_stores_and_no_prefix_or_suffix(value: object) -> None:
+    import marshal
+
+    from ponytail.host.probecache import bounded_marshal
+
+    data = marshal.dumps(value)
+    assert bounded_marshal(data)
+    assert not bounded_marshal(data + b"N")
+    assert not any(bounded_marshal(data[:i]) for i in range(0, len(data), max(1, len(data) // 50)))
+
+
+@given(_CACHE_VALUES, st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=255)), max_size=4))
+def test_what_the_cache_walk_accepts_marshal_reads_within_its_size(value: object, flips: list[tuple[int, int]]) -> None:
+    import marshal
+    import sys
+
+    from ponytail.host.probecache import bounded_marshal
+
+    data = bytearray(marshal.dumps(value))
+    for where, byte in flips:
+        data[where % len(data)] = byte
+    if bounded_marshal(bytes(data)):
+        try:
+            loaded = marshal.loads(bytes(data))  # noqa: S302 - the test's own bytes
+        except (ValueError, EOFError, TypeError):
+            return
+        assert sys.getsizeof(loaded) <= 64 + 8 * len(data)
+
+
+@pytest.mark.parametrize("data", [
+    b"(" + (1_200_000_000).to_bytes(4, "little") + b"N",  # marshal would allocate 9.6 GB first
+    b"l" + (1 << 30).to_bytes(4, "little") + b"\x00\x00",
+    b")\x01" * 20 + b"N",  # deeper than the cache's entries nest
+    b"[\x00\x00\x00\x00", b"{0", b"g" + bytes(8), b"r" + bytes(4), b"",
+])
+def test_the_cache_walk_refuses_what_the_cache_never_stores(data: bytes) -> None:
+    from ponytail.host.probecache import bounded_marshal
+
+    assert not bounded_marshal(data)

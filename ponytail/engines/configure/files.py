@@ -13,15 +13,22 @@ from ponytail.fs.atomic import replace_file
 MAX_BYTES = 4 << 20
 
 
-def read_text(path: str) -> str | None:
-    """The file's text; None when it does not exist. A symlink, a non-regular file, a file
-    that is not UTF-8 or is too large is refused with one line."""
+def lstat_or_none(path: str, failing: str) -> os.stat_result | None:
+    """``path``'s own status; None when it does not exist; ConfigError ``failing: why`` otherwise."""
     try:
-        st = os.lstat(path)
+        return os.lstat(path)
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+        raise ConfigError(f"{failing}: {e.strerror}") from e
+
+
+def read_text(path: str) -> str | None:
+    """The file's text; None when it does not exist. A symlink, a non-regular file, a file
+    that is not UTF-8 or is too large is refused with one line."""
+    st = lstat_or_none(path, f"cannot read {path}")
+    if st is None:
+        return None
     if stat.S_ISLNK(st.st_mode):
         raise ConfigError(
             f"{path} is a symlink (to {os.readlink(path)}); ponytail edits only regular files: "

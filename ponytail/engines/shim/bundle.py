@@ -22,8 +22,8 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
         raw = read_bundle_config(bundle)
         spec = read_spec(raw, f"{bundle}/config.json")
         accept_env = accepts_env(config, spec.annotations)
-        wanted = spec_asks_for_gpus(spec, accept_env)
-        refused = not wanted and not accept_env and spec_asks_for_gpus(spec)
+        wanted = spec_asks_for_gpus(spec, accept_env, config.swarm_resource)
+        refused = not wanted and not accept_env and spec_asks_for_gpus(spec, True, config.swarm_resource)
         plugin = device_plugin_list(spec)
     except InputError:
         return  # a bundle the runtime cannot use either: it reports that in its own words
@@ -79,7 +79,8 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
     try:
         plugin = device_plugin_list(spec)
         request = build_request(
-            None, None, spec.env, spec.privileged, plugin, accepts_env(config, spec.annotations), plugin_features(spec.mounts, spec.annotations)
+            None, None, spec.env, spec.privileged, plugin, accepts_env(config, spec.annotations), plugin_features(spec.mounts, spec.annotations),
+            config.swarm_resource,
         )
         if request.devices.is_void:
             return (), ""

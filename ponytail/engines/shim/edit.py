@@ -16,10 +16,11 @@ from ponytail.container.oci import Spec
 from ponytail.errors import InputError
 
 
-def spec_asks_for_gpus(spec: Spec, accept_env_when_unprivileged: bool = True) -> bool:
+def spec_asks_for_gpus(spec: Spec, accept_env_when_unprivileged: bool = True, swarm_variables: tuple[str, ...] = ()) -> bool:
     """The device plugin's list (volume mounts, CDI annotations; not when the engine's CDI has
     injected what the annotations name); else, unless the policy refuses an unprivileged
-    container's env, NVIDIA_VISIBLE_DEVICES in process.env (set, not void/empty) or the GPU annotation."""
+    container's env, NVIDIA_VISIBLE_DEVICES in process.env (or the Swarm variables ``[request] swarm_resource``
+    names; set, not void/empty) or the GPU annotation."""
     from ponytail.container.gpu_markers import is_void
     from ponytail.container.oci import device_plugin_list
 
@@ -28,7 +29,7 @@ def spec_asks_for_gpus(spec: Spec, accept_env_when_unprivileged: bool = True) ->
         return not is_void(plugin[0])
     if not accept_env_when_unprivileged and not spec.privileged:
         return False
-    return asks_for_gpus(spec.env, spec.annotations)
+    return asks_for_gpus(spec.env, spec.annotations, swarm_variables)
 
 
 def add_gpu_hook(spec: dict, hook: dict, devices: tuple[tuple[int, int], ...]) -> dict:
