@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from support.commands import PONYTAIL
@@ -68,6 +69,11 @@ class Sleeper:
     def run(self, args: list[str], timeout: int = 60) -> subprocess.CompletedProcess:
         return subprocess.run(["nsenter", "-t", str(self.pid), "-m", *args], capture_output=True, text=True, timeout=timeout)
 
+    def mounts_under(self, *paths: Path) -> list[str]:
+        """Mount points in this process's mount namespace at or under ``paths`` (what a test owns),
+        in mount order: never the whole namespace's list, which other programs on the machine change."""
+        return mount_points_under(f"/proc/{self.pid}/mountinfo", paths)
+
     def stop(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
@@ -93,10 +99,16 @@ def state_for(bundle: Path, pid: int, status: str = "creating", container_id: st
 
 
 def mounts_under(path: Path) -> list[str]:
-    """Mount points under ``path`` in this (the host's) mount namespace."""
-    prefix = str(path)
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+    """Mount points at or under ``path`` in this (the host's) mount namespace."""
+    return mount_points_under("/proc/self/mountinfo", (path,))
+
+
+def mount_points_under(mountinfo: str, paths: Sequence[Path]) -> list[str]:
+    """Mount points of ``mountinfo`` (a /proc/PID/mountinfo) at or under any of ``paths``."""
+    prefixes = [str(path).rstrip("/") for path in paths]
+    with open(mountinfo) as f:
+        points = [line.split()[4] for line in f]
+    return [point for point in points if any(point == prefix or point.startswith(prefix + "/") for prefix in prefixes)]
 
 
 def tree_digest(path: Path) -> str:
