@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ponytail's tests and demo use, if any is missing:
-# gcc (fake driver libraries), python3-venv (the .venv), busybox-static (test rootfs; Debian's
+# gcc (fake driver libraries), python3-venv (the .venv), libpython3.X (PyInstaller's binary embeds the
+# system python3's shared library: `make binary`), busybox-static (test rootfs; Debian's
 # dynamically linked busybox works too: the test rootfs carries its libraries), util-linux (unshare, nsenter),
 # the container engines the end-to-end tests start containers with (containerd for the CRI test),
 # strace (a test injects SIGKILL at one exact syscall with it), musl with musl-tools (a musl test image),
@@ -11,6 +12,8 @@ need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 have gcc || need+=(gcc libc6-dev)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+pyver=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+ldconfig -p | grep "libpython$pyver\.so\.1\.0 " >/dev/null || need+=("libpython$pyver")  # make binary (PyInstaller)
 [ -x /bin/busybox ] || need+=(busybox-static)
 have unshare || need+=(util-linux)
 have runc || need+=(runc)
