@@ -57,14 +57,15 @@ class Sleeper:
 
     def _child_pid(self) -> int:
         # unshare execs sleep in place, so the pid is the same; wait until the namespace differs
-        for _ in range(200):
+        deadline = time.monotonic() + 60  # seconds on a busy machine
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 if os.readlink(f"/proc/{self.proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
                     return self.proc.pid
             except FileNotFoundError:
                 pass
             time.sleep(0.01)
-        raise RuntimeError("the stand-in container never entered its own mount namespace")
+        raise RuntimeError(f"the stand-in container never entered its own mount namespace (exit status {self.proc.poll()})")
 
     def run(self, args: list[str], timeout: int = 60) -> subprocess.CompletedProcess:
         return subprocess.run(["nsenter", "-t", str(self.pid), "-m", *args], capture_output=True, text=True, timeout=timeout)
