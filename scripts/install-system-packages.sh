@@ -5,7 +5,7 @@
 # dynamically linked busybox works too: the test rootfs carries its libraries), util-linux (unshare, nsenter),
 # the container engines the end-to-end tests start containers with (containerd for the CRI test),
 # strace (a test injects SIGKILL at one exact syscall with it), musl with musl-tools (a musl test image),
-# the shellcheck linter (make lint), and for `make test-engines` CRI-O's monitor conmon and the SQLite library crio
+# the shellcheck linter (make lint), debootstrap (make fresh-check's pristine Debian root), and for `make test-engines` CRI-O's monitor conmon and the SQLite library crio
 # links against.
 set -euo pipefail
 need=()
@@ -24,6 +24,7 @@ have containerd || need+=(containerd)  # the Kubernetes node test (CRI): contain
 have strace || need+=(strace)
 have musl-gcc || need+=(musl musl-tools)  # an Alpine-like test image: musl's loader, and cudacheck built for it
 have shellcheck || need+=(shellcheck)
+have debootstrap || need+=(debootstrap)  # make fresh-check: scripts/debian-root.sh
 have conmon || need+=(conmon)  # CRI-O's container monitor (make test-engines)
 ldconfig -p 2>/dev/null | grep 'libsqlite3\.so\.0 ' >/dev/null || need+=(libsqlite3-0)  # crio links against it
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
