@@ -6,7 +6,7 @@
 #     /var/cache/ponytail-test-roots, keyed by the package list below: what a fresh machine of CI's
 #     kind has; `make test` installs the rest itself), used through a per-run writable overlay, so the
 #     cached root stays pristine;
-#   - entered with its own mount and PID namespaces (nothing it starts outlives the run), this
+#   - made the / of its own mount and PID namespaces (pivot_root; nothing it starts outlives the run), this
 #     machine's /dev, /sys (with its cgroups) and network, a private /run, and /tmp and /var/tmp on
 #     this machine's disk; the host's pip and CA configuration and resolv.conf are copied in so that
 #     pip reaches PyPI as it does here;
@@ -88,7 +88,15 @@ if [ -d /usr/local/share/ca-certificates ] && [ -n "$(ls -A /usr/local/share/ca-
     cp -r /usr/local/share/ca-certificates/. "$m/usr/local/share/ca-certificates/"
     chroot "$m" update-ca-certificates >/dev/null
 fi
-exec chroot "$m" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# the root becomes this namespace'"'"'s / (pivot_root, not chroot: a process that enters a mount namespace,
+# as the hook enters the container'"'"'s, gets that namespace'"'"'s real root, which a chroot would not change)
+mkdir "$m/run/.old-root"
+cd "$m"
+pivot_root . run/.old-root
+cd /
+umount -l /run/.old-root
+rmdir /run/.old-root
+exec /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LANG=C.UTF-8 TERM=dumb /bin/sh -c "$inside"
 '
 rc=0
