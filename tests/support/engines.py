@@ -258,6 +258,11 @@ def with_etc_files(command: list[str], layer: Path, files: dict[str, str], writa
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script + ' && exec "$0" "$@"', *command]
 
 
+class DaemonDidNotStart(pytest.fail.Exception):  # type: ignore[misc]  # pytest.fail.Exception is the class Failed, an attribute to mypy
+    """A daemon a fixture started died or did not come up: tests/conftest.py reports the test that
+    needed it as failed (with the end of the daemon's log), not as an error of its fixture."""
+
+
 # how long a daemon may take to come up, or a short container to run: minutes, not seconds, on a busy shared machine
 BUSY_DEADLINE = 180
 
@@ -265,7 +270,7 @@ BUSY_DEADLINE = 180
 def start_daemon(command: list[str], log_path: Path, env: dict[str, str], ready, release) -> subprocess.Popen:  # type: ignore[no-untyped-def]
     """Start a daemon logging to ``log_path`` and wait (BUSY_DEADLINE at most) until ``ready()``.
     If it dies or does not come up: stop it, ``release()`` what the caller set up for it, and fail
-    the test with the end of the daemon's log (pytest.fail: the daemon's reason, no traceback)."""
+    the test with the end of the daemon's log (DaemonDidNotStart: the daemon's reason, no traceback)."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **env})
     deadline = time.monotonic() + BUSY_DEADLINE
@@ -276,7 +281,7 @@ def start_daemon(command: list[str], log_path: Path, env: dict[str, str], ready,
             stop_daemon(process)
             tail = log_path.read_text(errors="replace")[-3000:]
             release()
-            pytest.fail(f"{log_path.stem} ({shlex.join(command)[:300]}) {why}; the end of its log {log_path}:\n{tail}", pytrace=False)
+            raise DaemonDidNotStart(f"{log_path.stem} ({shlex.join(command)[:300]}) {why}; the end of its log {log_path}:\n{tail}", pytrace=False)
         time.sleep(0.05)
     return process
 
