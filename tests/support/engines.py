@@ -149,7 +149,11 @@ class Dockerd:
         wrap = lambda command: with_etc_files(command, self.state / "etc", etc_files or {}, writable)  # noqa: E731
         if engines_dir:
             env = {**env, "PATH": f"{engines_dir}:{env.get('PATH', os.environ['PATH'])}"}  # its runc before Debian's
-            self.containerd = PrivateContainerd(engines_dir, self.state / "containerd", env, wrap)
+            try:
+                self.containerd = PrivateContainerd(engines_dir, self.state / "containerd", env, wrap)
+            except DaemonDidNotStart:
+                shutil.rmtree(self.state, ignore_errors=True)  # its log is in the failure
+                raise
         command = [
             str(engines_dir / "dockerd") if engines_dir else "dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs",
             "--data-root", str(self.state / "data"), "--exec-root", str(self.state / "exec"),
