@@ -3,7 +3,7 @@
 # `make lint` checks style, types and spelling (ruff, mypy, shellcheck, codespell; CI runs it before the tests), `make test-engines` runs
 # the end-to-end tests against current engine releases (CI runs it when ../shared/engines is there),
 # `make binary` builds the self-contained executable dist/ponytail/ponytail, `make fresh-check` runs
-# the suite as a fresh machine would, `make gpu-check` checks a machine with a real NVIDIA GPU.
+# `make test` in a pristine Debian 12 root, `make gpu-check` checks a machine with a real NVIDIA GPU.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -66,8 +66,8 @@ lint: $(VENV)/.installed
 	shellcheck $(SHELL_SCRIPTS)
 	$(VENV)/bin/codespell . .ci/run
 
-# the suite as a fresh machine runs it: a clean clone of what is committed, a new venv from
-# the system's python3, a scrubbed PATH and environment, run from outside the checkout
+# the README's `make test` as a fresh machine runs it: a clean clone of what is committed, in a pristine
+# Debian 12 root (cached, scripts/debian-root.sh) with its own mount and PID namespaces; then the unit tests as nobody
 fresh-check:
 	./scripts/fresh-machine-check.sh
 

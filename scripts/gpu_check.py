@@ -155,8 +155,12 @@ def make_rootfs(path: Path, program: Path, smi: str) -> Path:
         (path / d).mkdir(parents=True, exist_ok=True)
     busybox = shutil.which("busybox") or "/bin/busybox"
     copy_with_libraries(busybox, path, "/bin/busybox")
-    for applet in ("sh", "ls", "cat", "echo"):
-        (path / "bin" / applet).symlink_to("busybox")
+    # every applet the image's commands use has its link: Debian's dynamically linked busybox, unlike
+    # busybox-static, runs no applet that has none (IN_CONTAINER uses sh, ls, grep)
+    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    for applet in applets:
+        if applet != "busybox":
+            (path / "bin" / applet).symlink_to("busybox")
     copy_with_libraries(str(program), path, "/usr/local/bin/cuda_roundtrip")
     # the libraries nvidia-smi and libcuda link against, from this machine's system
     copy_with_libraries(smi, path, "/tmp/nvidia-smi-libs")  # noqa: S108 - a path in the rootfs, removed below

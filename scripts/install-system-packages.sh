@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ponytail's tests and demo use, if any is missing:
-# gcc (fake driver libraries), python3-venv (the .venv), busybox-static (test rootfs; Debian's
+# gcc (fake driver libraries), python3-venv (the .venv), libpython3.X (PyInstaller's binary embeds the
+# system python3's shared library: `make binary`), busybox-static (test rootfs; Debian's
 # dynamically linked busybox works too: the test rootfs carries its libraries), util-linux (unshare, nsenter),
 # the container engines the end-to-end tests start containers with (containerd for the CRI test),
 # strace (a test injects SIGKILL at one exact syscall with it), musl with musl-tools (a musl test image),
-# the shellcheck linter (make lint), debootstrap (the real-driver tier's Debian roots, scripts/debian-root.sh),
-# and for `make test-engines` CRI-O's monitor conmon and the SQLite library crio
+# the shellcheck linter (make lint), debootstrap (the Debian roots of make fresh-check and make
+# test-real-driver, scripts/debian-root.sh), and for `make test-engines` CRI-O's monitor conmon and the SQLite library crio
 # links against.
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 have gcc || need+=(gcc libc6-dev)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+pyver=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+ldconfig -p | grep "libpython$pyver\.so\.1\.0 " >/dev/null || need+=("libpython$pyver")  # make binary (PyInstaller)
 [ -x /bin/busybox ] || need+=(busybox-static)
 have unshare || need+=(util-linux)
 have runc || need+=(runc)
@@ -22,7 +25,7 @@ have containerd || need+=(containerd)  # the Kubernetes node test (CRI): contain
 have strace || need+=(strace)
 have musl-gcc || need+=(musl musl-tools)  # an Alpine-like test image: musl's loader, and cudacheck built for it
 have shellcheck || need+=(shellcheck)
-have debootstrap || need+=(debootstrap)  # make test-real-driver: Debian roots with NVIDIA's real drivers
+have debootstrap || need+=(debootstrap)  # scripts/debian-root.sh: make fresh-check, make test-real-driver
 have conmon || need+=(conmon)  # CRI-O's container monitor (make test-engines)
 ldconfig -p 2>/dev/null | grep 'libsqlite3\.so\.0 ' >/dev/null || need+=(libsqlite3-0)  # crio links against it
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 sys.path.insert(0, str(Path(__file__).parent))  # the helpers: tests/support (import them as support.<module>)
 
 from support.commands import BINARY, PONYTAIL, REPO  # noqa: E402  (the commands under test)
+from support.engines import DaemonDidNotStart  # noqa: E402
 from support.fakehost import FakeHost, gpus, make_rootfs  # noqa: E402
 from support.guard import guard_against_bare_python  # noqa: E402
 from support.harness import Sleeper  # noqa: E402
@@ -46,6 +47,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="the real-driver tier: run it with make test-real-driver (pytest -m real_driver)"))
         if not_root and item.get_closest_marker("root") is not None:
             item.add_marker(pytest.mark.skip(reason="needs root (marked root): run the suite as root"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    """A daemon that a fixture started and that died or did not come up fails the test that needed
+    it, with the end of the daemon's log, rather than being shown as an error of the fixture."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "setup" and call.excinfo is not None and call.excinfo.errisinstance(DaemonDidNotStart):
+        report.when = "call"
 
 
 @pytest.fixture(scope="session")

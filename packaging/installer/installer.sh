@@ -128,7 +128,7 @@ install_char_links() {
 uninstall_char_links() {
     [ "$DEV_CHAR_LINKS" = true ] || return 0
     if [ "$RESTART_MODE" = systemd ] && [ -e "$HOST_ROOT/etc/systemd/system/ponytail-dev-char-links.path" ]; then
-        on_host systemctl stop ponytail-dev-char-links.path || true
+        on_host systemctl stop ponytail-dev-char-links.path || say "warning: cannot stop ponytail-dev-char-links.path on the host"
     fi
     for unit in $UNITS; do
         rm -f "$HOST_ROOT/etc/systemd/system/multi-user.target.wants/$unit" "$HOST_ROOT/etc/systemd/system/$unit"
@@ -180,12 +180,24 @@ install() {
     if [ "$changed" = true ]; then restart_engine; fi
 }
 
+# /var/lib/ponytail, which configure --uninstall emptied; what someone else put there is left, and said
+remove_state_dir() {
+    state="$HOST_ROOT/var/lib/ponytail"
+    [ -d "$state" ] || return 0
+    if [ -n "$(ls -A "$state")" ]; then
+        say "warning: /var/lib/ponytail holds files that are not ponytail's: left as it is"
+        return 0
+    fi
+    rmdir "$state" || fail "cannot remove /var/lib/ponytail: see the line above"
+    say "removed /var/lib/ponytail"
+}
+
 uninstall() {
     if configure --uninstall; then restart_engine; fi
     uninstall_char_links
     if [ "$ENGINE" = containerd ] && [ -n "$CDI_SPEC" ] && on_host rm -f "$CDI_SPEC"; then say "removed the CDI spec $CDI_SPEC"; fi
     rm -rf "$HOST_ROOT$INSTALL_DIR"
-    rmdir "$HOST_ROOT/var/lib/ponytail" 2>/dev/null || true   # configure --uninstall emptied it
+    remove_state_dir
     say "removed $INSTALL_DIR"
 }
 

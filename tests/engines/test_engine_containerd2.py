@@ -33,7 +33,7 @@ from test_engine_containerd import Node as ContainerdNode
 
 from support.cdi_support import generate
 from support.containerd_cri import configured_private_config, gpu_node_files, make_state_dir, node_daemon
-from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, TIMEOUT, console_script, current_engines
+from support.engines import BUSY_DEADLINE, CUDACHECK_GPU0, EXPECTED_GPU0, TIMEOUT, console_script, current_engines
 
 pytestmark = pytest.mark.current_engines
 
@@ -115,7 +115,7 @@ def test_gpu_pod_via_crictl_through_the_ponytail_handler(node: Node, tmp_path: P
         assert created.returncode == 0, created.stderr
         container_id = created.stdout.strip()
         assert node.crictl("start", container_id).returncode == 0
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + BUSY_DEADLINE
         while "EXITED" not in json.loads(node.crictl("inspect", "-o", "json", container_id).stdout or "{}").get("status", {}).get("state", ""):
             assert time.monotonic() < deadline, "the container did not exit"
             time.sleep(0.1)

@@ -1,6 +1,8 @@
 """The node installer image: built with podman offline (FROM scratch + the binary + busybox),
 run against a fake host root as the DaemonSet runs it; a second run changes nothing;
-uninstall puts the engine's config back as it was."""
+uninstall puts the engine's config back as it was and leaves nothing of ponytail's behind.
+Built twice: with this machine's /bin/busybox (busybox-static, as make test installs it) and with
+Debian's dynamically linked busybox, which runs no applet that has no link in the image."""
 
 from __future__ import annotations
 
@@ -23,15 +25,34 @@ pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="podman i
 BUILD = Path(__file__).resolve().parents[2] / "packaging" / "installer" / "build-image.sh"
 
 
-@pytest.fixture(scope="module")
-def podman(binary: Path):  # type: ignore[no-untyped-def]
-    """podman with private storage, and the installer image built into it."""
+def debian_busybox(directory: Path) -> Path:
+    """Debian's dynamically linked busybox (the ``busybox`` package, not busybox-static), unpacked
+    from its .deb into ``directory``: nothing is installed on the machine."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fetched = subprocess.run(["apt-get", "download", "busybox"], cwd=directory, capture_output=True, text=True, timeout=TIMEOUT)
+    if fetched.returncode != 0:
+        if "Failed to fetch" in fetched.stderr or "Could not resolve" in fetched.stderr:
+            pytest.skip(f"Debian's archive cannot be reached: {fetched.stderr.strip()[-300:]}")
+        pytest.fail(f"apt-get download busybox failed: {fetched.stderr[-1000:]}")
+    (deb,) = directory.glob("busybox_*.deb")
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(directory / "root")], check=True, timeout=TIMEOUT)
+    busybox = directory / "root/bin/busybox"
+    linked = subprocess.run(["ldd", str(busybox)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert linked.returncode == 0 and "libc.so.6" in linked.stdout, f"not Debian's dynamic busybox: {linked.stdout}{linked.stderr}"
+    return busybox
+
+
+@pytest.fixture(scope="module", params=["machine-busybox", "debian-dynamic-busybox"])
+def podman(binary: Path, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """podman with private storage, and the installer image built into it with this machine's
+    /bin/busybox, or with Debian's dynamically linked busybox."""
+    busybox = Path("/bin/busybox") if request.param == "machine-busybox" else debian_busybox(tmp_path_factory.mktemp("busybox"))
     state = Path(tempfile.mkdtemp(prefix="ponytail-installer-"))
     base = ["podman", "--root", str(state / "root"), "--runroot", str(state / "run"), "--tmpdir", str(state / "tmp"),
             "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--runtime", "runc"]
     image = f"localhost/{unique('ponytail-installer')}:test"
     try:
-        built = subprocess.run(["sh", str(BUILD), image], env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PODMAN": " ".join(base)},
+        built = subprocess.run(["sh", str(BUILD), image], env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PODMAN": " ".join(base), "BUSYBOX": str(busybox)},
                                capture_output=True, text=True, timeout=600)
         assert built.returncode == 0, built.stderr[-3000:]
         yield base, image
@@ -79,8 +100,13 @@ def test_installer_installs_configures_and_second_run_is_a_no_op(podman, tmp_pat
 
     removed = installer(podman, host, "uninstall")
     assert removed.returncode == 0, removed.stderr
+    assert removed.stderr == "", removed.stderr  # no step failed, not even one the installer goes on after
+    assert "removed /var/lib/ponytail" in removed.stdout, removed.stdout
     assert config.read_text() == original
     assert not (host / "usr/local/ponytail").exists() and not (host / "var/lib/ponytail").exists()
+    # what stays: the engine's config as it was, and the policy (the admin's to keep, as a package's conffile)
+    files = sorted(str(p.relative_to(host)) for p in host.rglob("*") if not p.is_dir())
+    assert files == ["etc/containerd/config.toml", "etc/ponytail/config.toml"], files
 
 
 def test_installer_refuses_an_engine_config_it_cannot_parse(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

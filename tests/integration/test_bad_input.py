@@ -68,12 +68,12 @@ def test_bad_bundle_is_one_line_exit_2_and_injects_nothing(shared_host: FakeHost
     before = tree_digest(rootfs)
     sleeper = Sleeper()
     try:
-        mounts = sleeper.run(["cat", "/proc/self/mountinfo"]).stdout
+        mounts = sleeper.mounts_under(tmp_path)
         state = state_for(bundle, sleeper.pid, container_id=f"bad-{name}")
         result = run_ponytail(["-config", str(shared_host.write_config())], stdin=state, isolated=False)
         assert result.returncode == 2, result.stderr
         assert message in one_line(result.stderr)
-        assert sleeper.run(["cat", "/proc/self/mountinfo"]).stdout == mounts
+        assert sleeper.mounts_under(tmp_path) == mounts
     finally:
         sleeper.stop()
     assert tree_digest(rootfs) == before

@@ -83,11 +83,12 @@ class PivotedSleeper:
     def __init__(self, rootfs: Path) -> None:
         script = f"mount --bind {rootfs} {rootfs} && cd {rootfs} && mkdir -p .old && pivot_root . .old && exec /.old/bin/sleep 600"
         self.proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script], start_new_session=True)
-        for _ in range(500):
+        deadline = time.monotonic() + 60  # seconds on a busy machine
+        while time.monotonic() < deadline and self.proc.poll() is None:
             if Path(f"/proc/{self.proc.pid}/comm").read_text().strip() == "sleep":
                 return
             time.sleep(0.01)
-        raise RuntimeError("the pivoted stand-in never started")
+        raise RuntimeError(f"the pivoted stand-in never started (exit status {self.proc.poll()})")
 
     def stop(self) -> None:
         os.killpg(self.proc.pid, 9)

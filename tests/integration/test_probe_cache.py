@@ -208,7 +208,7 @@ HOSTILE: dict[str, str] = {
     # name -> a shell script run before the second run; $C is the cache file, $P its poisoned content
     "garbage": 'printf "\\x00\\xffnot marshal" > "$C"',
     "empty": ': > "$C"',
-    "wrong shape": f"printf '{marshal.dumps([1, 2, 3]).hex()}' | xxd -r -p > \"$C\"",
+    "wrong shape": "printf '" + "".join(f"\\{byte:03o}" for byte in marshal.dumps([1, 2, 3])) + "' > \"$C\"",  # octal: no xxd on a fresh machine
     "wrong shape inside": "",  # the right key, a payload of another shape (written by the test)
     "too big": 'head -c 2000000 /dev/zero > "$C"',
     "a FIFO": 'rm "$C" && mkfifo -m 600 "$C"',

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from support.commands import installed
-from support.engines import TIMEOUT, processes_naming, start_daemon, stop_daemon
+from support.engines import BUSY_DEADLINE, TIMEOUT, processes_naming, start_daemon, stop_daemon
 from support.fakehost import FakeHost, gpus, make_rootfs
 
 PROTO = Path(__file__).parent.parent / "cri" / "runtime_v1_min.proto"  # tests/cri
@@ -235,7 +235,7 @@ class Pods:
         pb = self.pb
         container_id, log = self.create(args, **kwargs)
         self.start(container_id)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + BUSY_DEADLINE
         while True:
             status = self.runtime.ContainerStatus(pb.ContainerStatusRequest(container_id=container_id), timeout=30).status
             if status.state == pb.CONTAINER_EXITED or time.monotonic() > deadline:

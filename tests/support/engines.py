@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -134,17 +135,25 @@ class Dockerd:
 
     def __init__(self, env: dict[str, str], etc_files: dict[str, str] | None = None, engines_dir: Path | None = None) -> None:
         """``etc_files``: files (path under /etc -> text) that dockerd and everything it starts see
-        in /etc, through a read-only overlay in a private mount namespace; the host's /etc is untouched.
+        in /etc. dockerd always runs in a private mount namespace whose /etc is a read-only overlay
+        over the host's, with a private, writable /etc/docker (dockerd 20.10 writes its key.json there
+        and reads daemon.json from there): the host's /etc is never read for docker's own config nor written.
         ``engines_dir``: dockerd, docker, containerd and runc from there (current releases, see
         current_engines()) with a private containerd of their own; else Debian's."""
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-docker-"))
+        self.process: subprocess.Popen | None = None
         self.socket = f"unix://{self.state}/docker.sock"
         self.docker_command = str(engines_dir / "docker") if engines_dir else "docker"
         self.containerd: PrivateContainerd | None = None
-        wrap = (lambda command: with_etc_files(command, self.state / "etc", etc_files)) if etc_files else (lambda command: command)
+        writable = {"docker": self.state / "etc-docker"}
+        wrap = lambda command: with_etc_files(command, self.state / "etc", etc_files or {}, writable)  # noqa: E731
         if engines_dir:
             env = {**env, "PATH": f"{engines_dir}:{env.get('PATH', os.environ['PATH'])}"}  # its runc before Debian's
-            self.containerd = PrivateContainerd(engines_dir, self.state / "containerd", env, wrap)
+            try:
+                self.containerd = PrivateContainerd(engines_dir, self.state / "containerd", env, wrap)
+            except DaemonDidNotStart:
+                shutil.rmtree(self.state, ignore_errors=True)  # its log is in the failure
+                raise
         command = [
             str(engines_dir / "dockerd") if engines_dir else "dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs",
             "--data-root", str(self.state / "data"), "--exec-root", str(self.state / "exec"),
@@ -153,7 +162,7 @@ class Dockerd:
         ]
         if self.containerd:
             command += ["--containerd", self.containerd.socket]
-        self.process = start_daemon(wrap(command), self.state / "dockerd.log", env, lambda: self.docker("version").returncode == 0, self.close)
+        self.process = start_daemon(wrap(command), self.state / "dockerd.log", env, lambda: self.docker("version").returncode == 0, self._release)
 
     def docker(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([self.docker_command, "-H", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
@@ -174,9 +183,16 @@ class Dockerd:
         return json.loads(path.read_text())
 
     def close(self) -> None:
-        stop_daemon(self.process)
+        if self.process is not None:
+            stop_daemon(self.process)
+            self.process = None
+        self._release()
+
+    def _release(self) -> None:
+        """Stop the private containerd (if any) and remove the state: what remains once dockerd is stopped."""
         if self.containerd:
             self.containerd.close()
+            self.containerd = None
         shutil.rmtree(self.state, ignore_errors=True)
 
 
@@ -228,28 +244,48 @@ def current_engines() -> Path | None:
 
 
 
-def with_etc_files(command: list[str], layer: Path, files: dict[str, str]) -> list[str]:
+def with_etc_files(command: list[str], layer: Path, files: dict[str, str], writable: dict[str, Path] | None = None) -> list[str]:
     """``command`` run in a private mount namespace whose /etc also holds ``files`` (a read-only
-    overlay of ``layer`` over the host's /etc)."""
+    overlay of ``layer`` over the host's /etc); ``writable`` (directory under /etc -> a directory
+    of the test's) are bind-mounted there writable, whether or not the host has them. The host's
+    /etc is neither written nor, for those directories, read."""
     for name, text in files.items():
         path = layer / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    script = f'mount -t overlay overlay -o lowerdir={layer}:/etc /etc && exec "$0" "$@"'
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, *command]
+    layer.mkdir(parents=True, exist_ok=True)
+    script = f"mount -t overlay overlay -o lowerdir={shlex.quote(str(layer))}:/etc /etc"
+    for name, source in (writable or {}).items():
+        (layer / name).mkdir(parents=True, exist_ok=True)  # the mount point, where the host has none
+        source.mkdir(parents=True, exist_ok=True)
+        script += f" && mount --bind {shlex.quote(str(source))} {shlex.quote('/etc/' + name)}"
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script + ' && exec "$0" "$@"', *command]
 
 
-def start_daemon(command: list[str], log_path: Path, env: dict[str, str], ready, close) -> subprocess.Popen:  # type: ignore[no-untyped-def]
-    """Start a daemon logging to ``log_path`` and wait (60 s at most) until ``ready()``;
-    if it dies or times out, ``close()`` and raise with the end of its log."""
+class DaemonDidNotStart(pytest.fail.Exception):  # type: ignore[misc]  # pytest.fail.Exception is the class Failed, an attribute to mypy
+    """A daemon a fixture started died or did not come up: tests/conftest.py reports the test that
+    needed it as failed (with the end of the daemon's log), not as an error of its fixture."""
+
+
+# how long a daemon may take to come up, or a short container to run: minutes, not seconds, on a busy shared machine
+BUSY_DEADLINE = 180
+
+
+def start_daemon(command: list[str], log_path: Path, env: dict[str, str], ready, release) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+    """Start a daemon logging to ``log_path`` and wait (BUSY_DEADLINE at most) until ``ready()``.
+    If it dies or does not come up: stop it, ``release()`` what the caller set up for it, and fail
+    the test with the end of the daemon's log (DaemonDidNotStart: the daemon's reason, no traceback)."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **env})
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + BUSY_DEADLINE
     while not ready():
-        if process.poll() is not None or time.monotonic() > deadline:
-            close()
+        exited = process.poll()
+        if exited is not None or time.monotonic() > deadline:
+            why = f"exited with status {exited}" if exited is not None else f"was not ready after {BUSY_DEADLINE} s"
             stop_daemon(process)
-            raise RuntimeError(f"{command[0]} did not start: {log_path.read_text(errors='replace')[-2000:]}")
+            tail = log_path.read_text(errors="replace")[-3000:]
+            release()
+            raise DaemonDidNotStart(f"{log_path.stem} ({shlex.join(command)[:300]}) {why}; the end of its log {log_path}:\n{tail}", pytrace=False)
         time.sleep(0.05)
     return process
 

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from support.commands import PONYTAIL
@@ -56,17 +57,23 @@ class Sleeper:
 
     def _child_pid(self) -> int:
         # unshare execs sleep in place, so the pid is the same; wait until the namespace differs
-        for _ in range(200):
+        deadline = time.monotonic() + 60  # seconds on a busy machine
+        while time.monotonic() < deadline and self.proc.poll() is None:
             try:
                 if os.readlink(f"/proc/{self.proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt"):
                     return self.proc.pid
             except FileNotFoundError:
                 pass
             time.sleep(0.01)
-        raise RuntimeError("the stand-in container never entered its own mount namespace")
+        raise RuntimeError(f"the stand-in container never entered its own mount namespace (exit status {self.proc.poll()})")
 
     def run(self, args: list[str], timeout: int = 60) -> subprocess.CompletedProcess:
         return subprocess.run(["nsenter", "-t", str(self.pid), "-m", *args], capture_output=True, text=True, timeout=timeout)
+
+    def mounts_under(self, *paths: Path) -> list[str]:
+        """Mount points in this process's mount namespace at or under ``paths`` (what a test owns),
+        in mount order: never the whole namespace's list, which other programs on the machine change."""
+        return mount_points_under(f"/proc/{self.pid}/mountinfo", paths)
 
     def stop(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
@@ -93,10 +100,16 @@ def state_for(bundle: Path, pid: int, status: str = "creating", container_id: st
 
 
 def mounts_under(path: Path) -> list[str]:
-    """Mount points under ``path`` in this (the host's) mount namespace."""
-    prefix = str(path)
-    with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+    """Mount points at or under ``path`` in this (the host's) mount namespace."""
+    return mount_points_under("/proc/self/mountinfo", (path,))
+
+
+def mount_points_under(mountinfo: str, paths: Sequence[Path]) -> list[str]:
+    """Mount points of ``mountinfo`` (a /proc/PID/mountinfo) at or under any of ``paths``."""
+    prefixes = [str(path).rstrip("/") for path in paths]
+    with open(mountinfo) as f:
+        points = [line.split()[4] for line in f]
+    return [point for point in points if any(point == prefix or point.startswith(prefix + "/") for prefix in prefixes)]
 
 
 def tree_digest(path: Path) -> str:

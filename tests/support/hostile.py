@@ -52,6 +52,7 @@ class Stage:
         for fstype, where in (("proc", "proc"), ("sysfs", "sys")):
             self.in_container(["mount", "-t", fstype, fstype, str(self.rootfs / where)], check=True)
         self.mounts_before = self.container_mounts()
+        self.outside_before = self.owned_mounts_outside_rootfs()
         self.victim_digest = tree_digest(self.victim)
 
     # -- building the image -------------------------------------------------
@@ -123,8 +124,13 @@ class Stage:
         return result.stdout + result.stderr
 
     def container_mounts(self) -> list[str]:
-        with open(f"/proc/{self.sleeper.pid}/mountinfo") as f:
-            return [line.split()[4] for line in f]
+        """Mount points under the rootfs in the container's namespace (what the hook owns)."""
+        return self.sleeper.mounts_under(self.rootfs)
+
+    def owned_mounts_outside_rootfs(self) -> list[str]:
+        """Mount points in the container's namespace under what the test owns (the victim standing
+        for the host, the bundle, the fake host) but outside the rootfs: where no mount may land."""
+        return [m for m in self.sleeper.mounts_under(self.tmp, self.host.base) if m != str(self.rootfs) and not m.startswith(f"{self.rootfs}/")]
 
     # -- checking -----------------------------------------------------------
     def assert_host_untouched(self) -> None:
@@ -132,9 +138,8 @@ class Stage:
         container's), the container gained mounts only inside its rootfs, the host none."""
         assert tree_digest(self.victim) == self.victim_digest, f"the victim changed: {sorted(_listing(self.victim))}"
         assert mounts_under(self.victim) == [] and mounts_under(self.rootfs) == [], "a mount reached the host's namespace"
-        new = [m for m in self.container_mounts() if m not in self.mounts_before]
-        outside = [m for m in new if not m.startswith(f"{self.rootfs}/")]
-        assert outside == [], f"mounts outside the rootfs in the container's namespace: {outside}"
+        outside = self.owned_mounts_outside_rootfs()
+        assert outside == self.outside_before, f"mounts outside the rootfs in the container's namespace: {outside}"
         assert self.markers() == [], "a planted program or library ran"
 
     def close(self) -> None:
