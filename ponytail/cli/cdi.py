@@ -65,6 +65,16 @@ def list_devices(spec_file: str | None, strategy: str, config: str | None) -> No
             specs = [spec, *features.values()]  # and the multi-node features this host has (nvidia.com/gds=all ...)
     for name in (n for spec in specs for n in qualified_names(spec)):
         click.echo(name)
+    _show_clashes({spec["kind"] for spec in specs})
+
+
+def _show_clashes(kinds: set[str]) -> None:
+    """The kinds listed that more than one file of the engines' spec directories defines (on stderr)."""
+    from ponytail.engines.cdi.owners import clash_message, clashes, scan
+
+    for kind, group in clashes(scan()).items():
+        if kind in kinds:
+            click.echo(f"clash: {clash_message(kind, group)}", err=True)
 
 
 @cdi.command(context_settings=CONTEXT)
@@ -74,14 +84,17 @@ def check(spec_file: str | None, config: str | None) -> None:
     """Is the spec FILE (default: nvidia.yaml or .json in /etc/cdi, /var/run/cdi) still true for
     the running driver? Exit 0 yes, 1 stale (generate it again), 2 no valid spec."""
     from ponytail.engines.cdi.files import default_spec_path, read_spec, stale
+    from ponytail.engines.cdi.owners import SpecFile, generator_of, regenerate_advice
 
     with one_line_errors():
         path = spec_file or default_spec_path()
-        reasons = stale(read_spec(path), _config(config))
+        spec = read_spec(path)
+        reasons = stale(spec, _config(config))
     if reasons:
         for reason in reasons:
             click.echo(f"stale: {reason}")
-        click.echo(f"{path} is stale: run 'ponytail cdi generate --output {path}'", err=True)
+        owned = SpecFile(path, spec["kind"], generator_of(spec, path), (), spec)
+        click.echo(f"{owned.label} is stale: {regenerate_advice(owned)}", err=True)  # never over another generator's file
         sys.exit(1)
     click.echo(f"{path}: up to date")
 

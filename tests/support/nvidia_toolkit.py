@@ -1,0 +1,61 @@
+"""NVIDIA's container toolkit for the tests that run ponytail beside it: the prebuilt tools of
+``../shared/anchor/nvidia-tools-x86_64.tar.xz`` (or $NVIDIA_TOOLS_TARBALL), unpacked once per run,
+and nvidia-ctk's real CDI spec of a FakeHost (its NVML answered by bench/fake_nvml.c with the host's
+GPU table compiled in). Tests that need them are skipped, saying so, without the tarball."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from support.fakehost import LIB_DIR, FakeHost
+
+REPO = Path(__file__).resolve().parents[2]
+TARBALL = Path(os.environ.get("NVIDIA_TOOLS_TARBALL", REPO.parent / "shared/anchor/nvidia-tools-x86_64.tar.xz"))
+FAKE_NVML = REPO / "bench/fake_nvml.c"
+TOOL_BINARIES = ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime-hook", "nvidia-container-runtime", "nvidia-container-cli")
+
+
+@cache
+def tools() -> Path:
+    """The unpacked tools (bin/, lib/); the test is skipped without the tarball."""
+    if not TARBALL.is_file():
+        pytest.skip(f"NVIDIA's prebuilt tools are not here ({TARBALL}; set NVIDIA_TOOLS_TARBALL)")
+    root = Path(tempfile.mkdtemp(prefix="ponytail-nvidia-tools-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    subprocess.run(["tar", "-xJf", str(TARBALL), "-C", str(root)], check=True)
+    root.chmod(0o755)
+    return root
+
+
+def install_fake_nvml(host: FakeHost) -> None:
+    """The host's libnvidia-ml answers NVIDIA's tools (go-nvml's ~30 entry points) from its GPU table."""
+    rows = ", ".join(f'{{ {g.minor}, "{g.bus_id}", "{g.uuid}", "{g.model}" }}' for g in host.gpu_list)
+    table = host.base / "nvml-table.h"
+    table.write_text(f"#define FAKE_GPUS {rows}\n")
+    out = host.driver / LIB_DIR.lstrip("/") / f"libnvidia-ml.so.{host.driver_version}"
+    out.unlink()
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", f'-DDRIVER_VERSION="{host.driver_version}"',
+         f"-DCUDA_VERSION_INT={host.cuda_version}", "-include", str(table), "-o", str(out), str(FAKE_NVML)],
+        check=True,
+    )
+    subprocess.run(["ldconfig", "-r", str(host.driver)], check=True)
+
+
+def nvidia_ctk_spec(host: FakeHost, output: Path, hook_path: str | None = None) -> bytes:
+    """``nvidia-ctk cdi generate`` for ``host`` (its driver root and /dev) into ``output``; the bytes written."""
+    root = tools()
+    install_fake_nvml(host)
+    argv = [str(root / "bin/nvidia-ctk"), "cdi", "generate", "--driver-root", str(host.driver), "--dev-root", str(host.dev.parent),
+            "--nvidia-cdi-hook-path", hook_path or str(root / "bin/nvidia-cdi-hook"), "--output", str(output)]
+    made = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(root / "lib")}, timeout=60)
+    assert made.returncode == 0, made.stderr[-2000:]
+    return output.read_bytes()
