@@ -333,3 +333,7 @@ def cdi_hook(**options: object) -> None:
 from ponytail.cli.cdi import cdi  # noqa: E402 - the cdi group beside the commands above
 
 cli.add_command(cdi)
+
+from ponytail.cli.migrate import migrate  # noqa: E402 - the migration from NVIDIA's toolkit
+
+cli.add_command(migrate)

@@ -59,3 +59,59 @@ def nvidia_ctk_spec(host: FakeHost, output: Path, hook_path: str | None = None) 
     made = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LD_LIBRARY_PATH": str(root / "lib")}, timeout=60)
     assert made.returncode == 0, made.stderr[-2000:]
     return output.read_bytes()
+
+
+def install_toolkit(root: Path, host: FakeHost) -> dict[str, bytes]:
+    """NVIDIA's toolkit installed under ``root`` as its packages and their set-up steps install it:
+    the programs in /usr/bin and libnvidia-container in /usr/lib/x86_64-linux-gnu, the config of
+    ``nvidia-ctk config default``, the engine entries of ``nvidia-ctk runtime configure`` (docker's
+    daemon.json; containerd's and CRI-O's drop-ins, 1.20's default), and the CDI spec of ``nvidia-ctk cdi
+    generate`` in /etc/cdi, whose hooks run the nvidia-cdi-hook installed there. nvidia-ctk runs in a
+    mount namespace whose /etc is an overlay of a scratch directory: nothing reaches the machine's /etc.
+    Every file made, by its path under ``root``: NVIDIA's bytes, for the byte-for-byte checks."""
+    source = tools()
+    bindir = root / "usr/bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    for name in TOOL_BINARIES:
+        shutil.copy2(source / "bin" / name, bindir / name)
+    libdir = root / LIB_DIR.lstrip("/")
+    libdir.mkdir(parents=True, exist_ok=True)
+    for library in (source / "lib").iterdir():
+        shutil.copy2(library, libdir / library.name, follow_symlinks=False)
+    (root / "etc/containerd").mkdir(parents=True, exist_ok=True)
+    (root / "etc/containerd/config.toml").write_text("version = 3\n")
+    (root / "etc/nvidia-container-runtime").mkdir(parents=True, exist_ok=True)
+    ctk = f"{bindir}/nvidia-ctk --quiet"
+    steps = [
+        f"{ctk} runtime configure --runtime=docker --config={root}/etc/docker/daemon.json",
+        f"{ctk} runtime configure --runtime=containerd --config={root}/etc/containerd/config.toml "
+        f"--drop-in-config={root}/etc/containerd/conf.d/99-nvidia.toml",
+        f"{ctk} runtime configure --runtime=crio --config={root}/etc/crio/crio.conf --drop-in-config={root}/etc/crio/crio.conf.d/99-nvidia.toml",
+        f"{ctk} config default --output={root}/etc/nvidia-container-runtime/config.toml",
+    ]
+    scratch = Path(tempfile.mkdtemp(prefix="ponytail-etc-overlay-"))
+    try:
+        (scratch / "upper").mkdir()
+        (scratch / "work").mkdir()
+        script = f"mount -t overlay overlay -o lowerdir=/etc,upperdir={scratch}/upper,workdir={scratch}/work /etc && " + " && ".join(steps)
+        done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], capture_output=True, text=True,
+                              env={**os.environ, "LD_LIBRARY_PATH": str(libdir)}, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert not any((scratch / "upper").iterdir()), "nvidia-ctk wrote to /etc"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    (root / "etc/cdi").mkdir(parents=True, exist_ok=True)
+    nvidia_ctk_spec(host, root / "etc/cdi/nvidia.yaml", hook_path=str(bindir / "nvidia-cdi-hook"))
+    return tree_bytes(root)
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    """Every file and link under ``root``: its bytes (a link: its target), mode and owner."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        if path.is_symlink():
+            out[str(path)] = b"link:" + os.readlink(path).encode()
+        elif path.is_file():
+            out[str(path)] = path.read_bytes() + f"\n{st.st_mode:o} {st.st_uid}:{st.st_gid}".encode()
+    return out
