@@ -337,3 +337,8 @@ cli.add_command(cdi)
 from ponytail.cli.migrate import migrate  # noqa: E402 - the migration from NVIDIA's toolkit
 
 cli.add_command(migrate)
+
+from ponytail.cli.habits import config, runtime  # noqa: E402 - NVIDIA's command lines: an alias or a pointer
+
+cli.add_command(runtime)
+cli.add_command(config)
