@@ -28,10 +28,11 @@ def runtime() -> None:
 @click.option("--nvidia-runtime-name", "name", default="ponytail", show_default=True, help="The runtime's name (ponytail configure --name).")
 @click.option("--nvidia-runtime-path", "--runtime-path", "command", metavar="CMD", default=None,
               help="The runtime command the engine runs (ponytail configure --path; default: this install's ponytail-runtime).")
+@click.option("--drop-in-config", "drop_in", metavar="PATH", default=None, help="containerd 2.x: the drop-in to write (ponytail configure's).")
 @click.option("--state-dir", "state_dir", metavar="DIR", default="/var/lib/ponytail/configure", show_default=True,
               help="As ponytail configure's: where the file as it was is kept, for 'ponytail configure --uninstall'.")
 def runtime_configure(engine: str, config_file: str | None, set_as_default: bool, dry_run: bool, name: str,
-                      command: str | None, state_dir: str) -> None:
+                      command: str | None, drop_in: str | None, state_dir: str) -> None:
     """nvidia-ctk's 'runtime configure', done by 'ponytail configure' (same options, ponytail's runtime).
 
     \b
@@ -41,7 +42,7 @@ def runtime_configure(engine: str, config_file: str | None, set_as_default: bool
     from ponytail.engines.configure import configure as run_configure
 
     with one_line_errors():
-        lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, False, state_dir)
+        lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, False, state_dir, drop_in)
     click.echo("\n".join(lines))
 
 
