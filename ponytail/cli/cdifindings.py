@@ -34,7 +34,53 @@ def cdi_findings(root: str, config: Config) -> list[Finding]:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             out.append(Finding("engine", "CDI", FAIL, f"{f.label} is stale: {found[0]}{more}: {regenerate_advice(f)}"))
         else:
-            out.append(Finding("engine", "CDI", OK, f"{f.label} is true for the running driver and GPUs"))
+            out.append(Finding("engine", "CDI", OK, f"{f.label} is true for the running driver and GPUs{_rootless_note(f.spec)}"))
     for kind, group in clashes([f for f in files if f.kind.startswith("nvidia.com/")]).items():
         out.append(Finding("engine", f"CDI {kind}", FAIL, clash_message(kind, group)))
     return out
+
+
+def _rootless_note(spec: dict) -> str:
+    """What keeps rootless podman (an ordinary user's) from running the spec's hooks, else ''."""
+    hooks = {h["path"] for e in [spec.get("containerEdits") or {}, *((d.get("containerEdits") or {}) for d in spec["devices"])]
+             for h in e.get("hooks") or [] if isinstance(h.get("path"), str)}
+    for hook in sorted(hooks):
+        why = not_runnable_by_all(hook)
+        if why is not None:
+            return (f"; for root only: rootless podman cannot run its hook {hook} ({why}): install ponytail where every user can run it "
+                    "(the binary in /usr/local/bin) and generate the spec with --hook-path")
+    return ""
+
+
+def not_runnable_by_all(program: str, depth: int = 0) -> str | None:
+    """Why a user other than its owner cannot run ``program`` (None: anyone can): a directory on the way
+    without the search bit for others, the file without their execute bit, or (a script) its interpreter."""
+    import os
+    import stat
+
+    real = os.path.realpath(program)
+    parts = real.split("/")
+    for i in range(2, len(parts)):
+        directory = "/".join(parts[:i])
+        try:
+            mode = os.stat(directory).st_mode
+        except OSError:
+            return f"{directory} cannot be read"
+        if not mode & stat.S_IXOTH:
+            return f"{directory} is mode {stat.S_IMODE(mode):04o}"
+    try:
+        mode = os.stat(real).st_mode
+        with open(real, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return f"{real} cannot be read"
+    if not mode & stat.S_IXOTH:
+        return f"{real} is mode {stat.S_IMODE(mode):04o}"
+    if head.startswith(b"#!") and depth == 0:
+        words = head[2:].split(b"\n", 1)[0].split()
+        if words:
+            if not mode & stat.S_IROTH:
+                return f"{real}, a script, is mode {stat.S_IMODE(mode):04o}"
+            found = not_runnable_by_all(words[0].decode(errors="replace"), 1)
+            return f"its interpreter: {found}" if found else None
+    return None
