@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from support.cdi_support import CdiPodman, generate
-from support.engines import console_script
+from support.engines import DOCKER_RELEASES, Dockerd, console_script, engines_for
 from support.fakehost import FakeHost, gpus, make_rootfs
 from support.harness import run_ponytail
 from support.hostile import CUDA_OK
@@ -146,3 +146,27 @@ def test_podman_beside_migrated_and_back(node: tuple[FakeHost, Path, dict[str, b
     back = _podman(podman_with, tmp_path, [root / "etc/cdi/nvidia.yaml"]).run(make_rootfs(tmp_path / "rootfs3"), CHECK, devices=["nvidia.com/gpu=0"])
     assert back.returncode == 0 and CUDA_OK in back.stdout, back.stderr  # NVIDIA's hooks ran from the root's /usr/bin
     assert "open /dev/nvidia0 ENXIO" in back.stdout, back.stdout
+
+
+@pytest.mark.parametrize("release", DOCKER_RELEASES)
+def test_docker_runs_gpu_containers_through_ponytail_after_the_migration(node: tuple[FakeHost, Path, dict[str, bytes]], tmp_path: Path,
+                                                                           release: str) -> None:
+    """dockerd with the migrated daemon.json (the runtime 'nvidia' runs ponytail-runtime) and the root's /usr/bin on
+    its PATH (nvidia-container-runtime-hook is ponytail's link; NVIDIA's nvidia-cdi-hook is aside): `--runtime nvidia`
+    and `--gpus` both give the GPUs through ponytail."""
+    host, root, _ = node
+    engines_dir = engines_for(release)
+    assert migrate(host, root).returncode == 0
+    etc = {"ponytail/config.toml": host.write_config().read_text()}
+    daemon = Dockerd({"PATH": f"{root}/usr/bin:{os.environ['PATH']}"}, etc_files=etc, engines_dir=engines_dir,
+                     args=("--config-file", str(root / "etc/docker/daemon.json")))
+    try:
+        image = daemon.import_rootfs(make_rootfs(tmp_path / "rootfs"))
+        by_runtime = daemon.docker("run", "--rm", "--network=none", "--runtime", "nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=0", image, *CHECK)
+        assert by_runtime.returncode == 0 and CUDA_OK in by_runtime.stdout, by_runtime.stderr
+        assert "open /dev/nvidia0 ENXIO" in by_runtime.stdout and "open /dev/nvidia1 ENOENT" in by_runtime.stdout, by_runtime.stdout
+        by_gpus = daemon.docker("run", "--rm", "--network=none", "--gpus", "all", image, *CHECK)
+        assert by_gpus.returncode == 0 and CUDA_OK in by_gpus.stdout, by_gpus.stderr
+        assert "open /dev/nvidia1 ENXIO" in by_gpus.stdout, by_gpus.stdout
+    finally:
+        daemon.close()

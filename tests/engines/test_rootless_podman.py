@@ -117,7 +117,7 @@ def test_a_hook_the_user_cannot_run_is_said_before_and_fails_the_start(base: Pat
     assert result.returncode != 0 and "permission denied" in result.stderr, result.stderr
 
 
-def test_crun_refuses_this_cgroup_layout_and_check_says_so(base: Path, binary: Path) -> None:
+def test_crun_refuses_this_cgroup_layout(base: Path, binary: Path) -> None:
     if not shutil.which("crun"):
         pytest.skip("crun is not installed")
     host = FakeHost(base / "host", gpu_list=gpus(2))

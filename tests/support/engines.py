@@ -132,11 +132,12 @@ class Dockerd:
     """A private dockerd (own socket, data and exec roots, vfs storage, no networking) with
     ponytail-runtime registered as the runtime ``ponytail``; ``env`` reaches the runtime."""
 
-    def __init__(self, env: dict[str, str], etc_files: dict[str, str] | None = None, engines_dir: Path | None = None) -> None:
+    def __init__(self, env: dict[str, str], etc_files: dict[str, str] | None = None, engines_dir: Path | None = None,
+                 args: tuple[str, ...] = ()) -> None:
         """``etc_files``: files (path under /etc -> text) that dockerd and everything it starts see
         in /etc, through a read-only overlay in a private mount namespace; the host's /etc is untouched.
         ``engines_dir``: dockerd, docker, containerd and runc from there (current releases, see
-        current_engines()) with a private containerd of their own; else Debian's."""
+        current_engines()) with a private containerd of their own; else Debian's. ``args``: more of dockerd's options."""
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-docker-"))
         self.socket = f"unix://{self.state}/docker.sock"
         self.docker_command = str(engines_dir / "docker") if engines_dir else "docker"
@@ -153,6 +154,7 @@ class Dockerd:
         ]
         if self.containerd:
             command += ["--containerd", self.containerd.socket]
+        command += args  # e.g. --config-file FILE
         self.process = start_daemon(wrap(command), self.state / "dockerd.log", env, lambda: self.docker("version").returncode == 0, self.close)
 
     def docker(self, *args: str) -> subprocess.CompletedProcess:
