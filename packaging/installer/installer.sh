@@ -163,7 +163,10 @@ on_host() {
 # refuses, writing nothing, and the installer says why and the way out)
 write_cdi_spec() {
     [ "$ENGINE" = containerd ] && [ -n "$CDI_SPEC" ] || return 0
-    if ! on_host true; then
+    if ! why=$("$IMAGE_DIR/ponytail" cdi owners --root "$HOST_ROOT" --may-write "$CDI_SPEC" 2>&1); then
+        why=$(printf '%s\n' "$why" | tail -n 1 | sed "s#$HOST_ROOT##g")
+        say "warning: no CDI spec written: ${why#ponytail: }"
+    elif ! on_host true; then
         say "warning: cannot write the CDI spec $CDI_SPEC on the host (hostPID needed): containerd 2.x then fails pods whose GPUs come as CDI annotations"
     elif why=$(on_host "$INSTALL_DIR/ponytail" cdi generate --output "$CDI_SPEC" 2>&1 >/dev/null); then
         say "wrote the CDI spec $CDI_SPEC"

@@ -99,6 +99,32 @@ def check(spec_file: str | None, config: str | None) -> None:
     click.echo(f"{path}: up to date")
 
 
+@cdi.command(context_settings=CONTEXT)
+@click.option("--root", "root", metavar="DIR", default="/", show_default=True, help="The node's / (e.g. /host from a pod).")
+@click.option("--may-write", "may_write", metavar="PATH",
+              help="Only say whether ponytail may write its nvidia.com/gpu spec to PATH (a path on the node): exit 1, with why, when not.")
+def owners(root: str, may_write: str | None) -> None:
+    """Who owns each CDI kind on this node: every spec file in /etc/cdi and /var/run/cdi, its kind and
+    the generator that wrote it (ponytail, nvidia-ctk, another); each kind two files define is a clash
+    (exit 1): the engines refuse or shadow its devices."""
+    from ponytail.engines.cdi.owners import clash_message, clashes, scan, write_refusal
+
+    if may_write is not None:
+        refusal = write_refusal("nvidia.com/gpu", root.rstrip("/") + may_write if root != "/" else may_write, root)
+        if refusal is not None:
+            click.echo(f"ponytail: {refusal}", err=True)
+            sys.exit(1)
+        return
+    files = scan(root)
+    for f in files:
+        click.echo(f"{f.path}\t{f.kind or '?'}\t{f.generator}" + (f"\t{f.error}" if f.error else f"\t{len(f.devices)} device(s)"))
+    found = clashes(files)
+    for kind, group in found.items():
+        click.echo(f"clash: {clash_message(kind, group)}")
+    if found:
+        sys.exit(1)
+
+
 def _config(path: str | None) -> Config:
     from ponytail.config import config_path, load_config
 
