@@ -1,6 +1,7 @@
-"""``ponytail check``'s findings about what the engines do with CDI requests beyond ponytail's own
-configuration: containerd 1.6 (and older) ignores the CDI devices of a CRI request, so a pod the
-device plugin gave GPUs that way starts without them, and without an error."""
+"""``ponytail check``'s findings about the engines beyond ponytail's own configuration: containerd 1.6
+(and older) ignores the CDI devices of a CRI request, so a pod the device plugin gave GPUs that way
+starts without them, and without an error; podman running crun, which refuses a hybrid cgroup layout
+(cgroup v1 with a cgroup2 'unified' mount), root's or an ordinary user's."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import shutil
 import subprocess
 
 from ponytail.cli.findings import OK, WARN, Finding
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ponytail.config import Config
 
 CONTAINERD_WITHOUT_CDI = ((1, 6),)  # and older: (major, minor) at most this
 
@@ -59,3 +64,49 @@ def parse_containerd_version(out: str) -> tuple[str, tuple[int, int]] | None:
         if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
             return text, (int(parts[0]), int(parts[1]))
     return None
+
+
+PODMAN_CONFIGS = ("/usr/share/containers/containers.conf", "/etc/containers/containers.conf")
+
+
+def podman_runtime(checked: list[Finding], root: str, config: Config) -> list[Finding]:
+    """A warning when podman was checked, the host's cgroups are the hybrid layout and podman's runtime
+    (``runtime`` under [engine] of containers.conf, the last file that sets it; unset: crun where it
+    is installed) is crun: crun refuses that layout, so no container starts (rootless ones neither)."""
+    if not any(f.area == "engine" and f.subject == "podman" for f in checked):
+        return []
+    cgroup = os.path.join(config.sys_root, "fs/cgroup")
+    hybrid = os.path.isdir(os.path.join(cgroup, "devices")) and os.path.exists(os.path.join(cgroup, "unified/cgroup.controllers"))
+    if not hybrid:
+        return []
+    runtime, where = None, "podman's default"
+    for path in PODMAN_CONFIGS:
+        found = _engine_runtime(path if root == "/" else root.rstrip("/") + path)
+        if found is not None:
+            runtime, where = found, f"runtime in {path}"
+    if runtime is None:
+        runtime = "crun" if shutil.which("crun") else "runc"
+    if os.path.basename(runtime) != "crun":
+        return [Finding("engine", "podman runtime", OK, f"{runtime} ({where}) runs on this hybrid cgroup layout")]
+    return [Finding(
+        "engine", "podman runtime", WARN,
+        f"podman runs crun ({where}), which refuses this hybrid cgroup layout (cgroup v1 with {cgroup}/unified): set runtime = \"runc\" "
+        "under [engine] in /etc/containers/containers.conf (an ordinary user's: ~/.config/containers/containers.conf), or run podman --runtime runc",
+    )]
+
+
+def _engine_runtime(path: str) -> str | None:
+    """``runtime = "..."`` of the [engine] table of a containers.conf, else None."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    table, found = "", None
+    for line in lines:
+        stripped = line.split("#", 1)[0].strip()
+        if stripped.startswith("["):
+            table = stripped.strip("[]").strip()
+        elif table == "engine" and stripped.partition("=")[0].strip() == "runtime":
+            found = stripped.partition("=")[2].strip().strip("\"'") or None
+    return found

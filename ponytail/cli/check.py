@@ -221,9 +221,10 @@ def check_engines(root: str = "/", config: Config | None = None, engines: tuple[
             out.append(Finding("engine", label, OK, f"installed, but its service is not running and it is not configured for ponytail: not checked ('ponytail check --engine {name}' checks it)"))
     if not out:
         out.append(Finding("engine", "engines", WARN, "no docker, containerd, CRI-O or podman found: install one, or run ponytail as a hook of your runtime by hand"))
-    from ponytail.cli.besidefindings import containerd_cdi
+    from ponytail.cli.besidefindings import containerd_cdi, podman_runtime
 
     out += containerd_cdi(out, root)
+    out += podman_runtime(out, root, config or Config())
     out += _cdi_specs(root, config or Config())
     return out
 

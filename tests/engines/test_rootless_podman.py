@@ -124,3 +124,27 @@ def test_crun_refuses_this_cgroup_layout(base: Path, binary: Path) -> None:
     hook = _installed_for_all(binary, base)
     result = rootless_run(base, host, _spec(host, base, str(hook)), runtime="crun")
     assert result.returncode != 0 and CUDA_OK not in result.stdout, result.stdout
+
+
+def test_check_says_podman_runs_crun_on_this_hybrid_layout(base: Path) -> None:
+    if not shutil.which("crun"):
+        pytest.skip("crun is not installed: podman's default is runc then")
+    host = FakeHost(base / "host", gpu_list=gpus(1))
+    (host.sys / "fs/cgroup/devices").mkdir(parents=True)
+    (host.sys / "fs/cgroup/unified").mkdir()
+    (host.sys / "fs/cgroup/unified/cgroup.controllers").write_text("\n")
+    root = base / "engine-root"
+    (root / "etc/containers").mkdir(parents=True)
+
+    def finding() -> dict:
+        report = json.loads(run_ponytail(["check", "-config", str(host.write_config()), "--engine-root", str(root), "--engine", "podman",
+                                          "--json"]).stdout)
+        found = [f for f in report["findings"] if f["subject"] == "podman runtime"]
+        assert len(found) == 1, report["findings"]
+        return found[0]
+
+    crun = finding()
+    assert crun["level"] == "warning" and "podman runs crun (podman's default)" in crun["message"] and 'runtime = "runc"' in crun["message"]
+    (root / "etc/containers/containers.conf").write_text('[engine]\nruntime = "runc"\n')
+    runc = finding()
+    assert runc["level"] == "ok" and "runtime in /etc/containers/containers.conf" in runc["message"], runc
