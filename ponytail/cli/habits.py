@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ponytail.cli.clickclasses import CONTEXT, Group, one_line_errors
+from ponytail.cli.clickclasses import CONTEXT, Command, Group, one_line_errors
 
 _PASS_ANYTHING = {**CONTEXT, "ignore_unknown_options": True, "allow_extra_args": True}
 
@@ -46,7 +46,7 @@ def runtime_configure(engine: str, config_file: str | None, set_as_default: bool
     click.echo("\n".join(lines))
 
 
-@click.command("config", hidden=True, context_settings=_PASS_ANYTHING)
+@click.command("config", cls=Command, hidden=True, context_settings=_PASS_ANYTHING)
 @click.pass_context
 def config(ctx: click.Context) -> None:
     """nvidia-ctk's 'config': ponytail has no such command (its settings are keys of its config file)."""

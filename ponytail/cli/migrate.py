@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ponytail.cli.clickclasses import CONTEXT, one_line_errors
+from ponytail.cli.clickclasses import CONTEXT, Command, one_line_errors
 from ponytail.engines.migrate.run import DEFAULT_STATE_DIR, SOURCES
 
 
-@click.command(context_settings=CONTEXT)
+@click.command(cls=Command, context_settings=CONTEXT)
 @click.option("--from", "source", type=click.Choice(SOURCES), required=True, help="Whose container toolkit to move aside.")
 @click.option("--undo", is_flag=True, help="Put every file back as it was before the migration, byte for byte.")
 @click.option("--dry-run", "dry_run", is_flag=True, help="Say each step; change nothing.")

@@ -12,9 +12,9 @@ a kind on a node: ponytail never writes a second spec of a kind another file alr
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from ponytail.engines.cdi.files import SPEC_DIRS
+from ponytail.lite.records import record
 
 PONYTAIL = "ponytail"
 NVIDIA_CTK = "nvidia-ctk"
@@ -25,7 +25,7 @@ SUFFIXES = (".json", ".yaml")  # what the CDI runtime reads (a .yml is ignored b
 MIGRATE = "ponytail migrate --from nvidia"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)  # not dataclasses: cdi generate's JSON path imports no re, enum or inspect
 class SpecFile:
     path: str
     kind: str
