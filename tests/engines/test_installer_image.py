@@ -118,3 +118,30 @@ def test_installer_writes_no_second_spec_beside_nvidias(podman, tmp_path: Path) 
     assert "ponytail migrate --from nvidia" in line and str(host) not in line
     assert spec.read_bytes() == before and not (host / "var/run/cdi").exists()
     assert installer(podman, host, "uninstall").returncode == 0
+
+
+@pytest.mark.current_engines
+def test_installer_on_containerd_2_3_writes_a_drop_in_and_takes_it_out(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """containerd 2.3's default config imports /etc/containerd/conf.d/*.toml: the installer's entry goes there,
+    config.toml stays as it was, and uninstall leaves the node as it found it."""
+    from support.engines import current_engines
+
+    engines = current_engines()
+    if engines is None:
+        pytest.skip("containerd 2.3: run make test-engines (ENGINES_DIR)")
+    host = tmp_path / "host"
+    config = host / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    original = subprocess.run([str(engines / "containerd"), "config", "default"], capture_output=True, text=True, check=True).stdout
+    config.write_text(original)
+    first = installer(podman, host, "install")
+    assert first.returncode == 0, first.stderr
+    drop_in = host / "etc/containerd/conf.d/99-ponytail.toml"
+    entry = tomllib.loads(drop_in.read_text())["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["ponytail"]
+    assert entry["options"]["BinaryName"] == "/usr/local/ponytail/ponytail-runtime"
+    assert config.read_text() == original and "restart containerd on the node to apply" in first.stdout, first.stdout
+    second = installer(podman, host, "install")
+    assert second.returncode == 0 and "restart" not in second.stdout, second.stdout
+    removed = installer(podman, host, "uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert config.read_text() == original and not drop_in.exists() and not (host / "var/lib/ponytail").exists()
