@@ -170,3 +170,17 @@ def test_docker_runs_gpu_containers_through_ponytail_after_the_migration(node: t
         assert "open /dev/nvidia1 ENXIO" in by_gpus.stdout, by_gpus.stdout
     finally:
         daemon.close()
+
+
+def test_a_spec_ponytail_has_already_is_kept_and_not_doubled(node: tuple[FakeHost, Path, dict[str, bytes]]) -> None:
+    host, root, before = node
+    ours = root / "var/run/cdi/ponytail.yaml"
+    generate(host, ours)
+    kept = ours.read_bytes()
+    done = migrate(host, root)
+    assert done.returncode == 0, done.stderr
+    assert not (root / "etc/cdi/nvidia.yaml").exists() and ours.read_bytes() == kept  # NVIDIA's aside, no second spec of ours
+    listed = run_ponytail(["cdi", "owners", "--root", str(root)])
+    assert listed.returncode == 0 and listed.stdout.decode().count("nvidia.com/gpu") == 1, listed.stdout
+    assert run_ponytail(["migrate", "--from", "nvidia", "--root", str(root), "--undo"]).returncode == 0
+    assert {p: b for p, b in nvidia_files(root).items() if p != str(ours)} == before and ours.read_bytes() == kept

@@ -25,7 +25,8 @@ def migrate(root: str, state_dir: str, ponytail: str, runtime: str, config_file:
     toolkit = probe(root)
     if toolkit.empty:
         return ["nothing of NVIDIA's container toolkit found here (its CDI specs, engine entries, hooks on PATH, config): nothing to migrate"]
-    specs = _ponytail_specs(toolkit.specs, root, ponytail, config_file) if toolkit.specs else {}
+    made = _ponytail_specs(toolkit.specs, ponytail, config_file) if toolkit.specs else {}
+    specs = {path: data for path, (kind, data) in made.items() if not _ponytail_has_kind(root, kind)}  # one owner per kind
     plan = make_plan(root, toolkit, ponytail, runtime, specs)
     if dry_run:
         lines = [f"would: {s.path}: {s.why}; then {s.leaves} there (the original kept for --undo)" for s in plan.steps]
@@ -34,16 +35,23 @@ def migrate(root: str, state_dir: str, ponytail: str, runtime: str, config_file:
     return lines + [f"note: {n}" for n in plan.notes] + ["restart the engines to apply (systemctl restart docker containerd crio)"]
 
 
-def _ponytail_specs(nvidia_specs: tuple[str, ...], root: str, ponytail: str, config_file: str | None) -> dict[str, bytes]:
-    """ponytail's spec of this host (and of its opt-in features), by the node path it goes to: the
-    path of NVIDIA's first spec (its format kept: .json or .yaml)."""
+def _ponytail_specs(nvidia_specs: tuple[str, ...], ponytail: str, config_file: str | None) -> dict[str, tuple[str, bytes]]:
+    """ponytail's spec of this host (and of its opt-in features), by the node path it goes to (the
+    path of NVIDIA's first spec, its format kept: .json or .yaml): its kind and bytes."""
     from ponytail.config import config_path, load_config
     from ponytail.engines.cdi.files import feature_spec_path, form_of, generate, render
 
     target = nvidia_specs[0]
     spec, _, features = generate(load_config(*config_path(config_file)), ponytail)
     form = form_of(target, None)
-    out = {target: render(spec, form)}
+    out = {target: (spec["kind"], render(spec, form))}
     for name, feature in features.items():
-        out[feature_spec_path(target, name)] = render(feature, form)
+        out[feature_spec_path(target, name)] = (feature["kind"], render(feature, form))
     return out
+
+
+def _ponytail_has_kind(root: str, kind: str) -> bool:
+    """A spec of ponytail's of ``kind`` is in the engines' spec directories already."""
+    from ponytail.engines.cdi.owners import PONYTAIL, scan
+
+    return any(f.generator == PONYTAIL and f.kind == kind for f in scan(root))
