@@ -231,13 +231,16 @@ def current_engines() -> Path | None:
 
 
 def with_etc_files(command: list[str], layer: Path, files: dict[str, str]) -> list[str]:
-    """``command`` run in a private mount namespace whose /etc also holds ``files`` (a read-only
-    overlay of ``layer`` over the host's /etc)."""
+    """``command`` run in a private mount namespace whose /etc also holds ``files``: an overlay of
+    ``layer`` over the host's /etc, whose writes (dockerd 20.10's /etc/docker/key.json) land in
+    ``layer`` too; the host's /etc is untouched."""
     for name, text in files.items():
         path = layer / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    script = f'mount -t overlay overlay -o lowerdir={layer}:/etc /etc && exec "$0" "$@"'
+    work = layer.parent / f"{layer.name}.work"
+    work.mkdir(exist_ok=True)
+    script = f'mount -t overlay overlay -o lowerdir=/etc,upperdir={layer},workdir={work} /etc && exec "$0" "$@"'
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, *command]
 
 
