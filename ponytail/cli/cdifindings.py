@@ -14,14 +14,14 @@ if TYPE_CHECKING:
 
 def cdi_findings(root: str, config: Config) -> list[Finding]:
     from ponytail.engines.cdi.files import stale
-    from ponytail.engines.cdi.owners import clash_message, clashes, regenerate_advice, scan
+    from ponytail.engines.cdi.owners import OTHER, PONYTAIL, clash_message, clashes, regenerate_advice, scan
     from ponytail.errors import PonytailError
 
     out = []
     files = scan(root)
     for f in files:
         if f.spec is None:
-            if f.kind.startswith("nvidia.com/") or f.generator != "another generator":
+            if f.kind.startswith("nvidia.com/") or f.generator != OTHER:
                 out.append(Finding("engine", "CDI", FAIL, f"{f.error}: the engines refuse it; {regenerate_advice(f)}"))
             continue
         if not f.kind.startswith("nvidia.com/"):
@@ -34,7 +34,8 @@ def cdi_findings(root: str, config: Config) -> list[Finding]:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             out.append(Finding("engine", "CDI", FAIL, f"{f.label} is stale: {found[0]}{more}: {regenerate_advice(f)}"))
         else:
-            out.append(Finding("engine", "CDI", OK, f"{f.label} is true for the running driver and GPUs{_rootless_note(f.spec)}"))
+            note = _rootless_note(f.spec) if f.generator == PONYTAIL else ""
+            out.append(Finding("engine", "CDI", OK, f"{f.label} is true for the running driver and GPUs{note}"))
     for kind, group in clashes([f for f in files if f.kind.startswith("nvidia.com/")]).items():
         out.append(Finding("engine", f"CDI {kind}", FAIL, clash_message(kind, group)))
     return out
