@@ -184,3 +184,14 @@ def test_a_spec_ponytail_has_already_is_kept_and_not_doubled(node: tuple[FakeHos
     assert listed.returncode == 0 and listed.stdout.decode().count("nvidia.com/gpu") == 1, listed.stdout
     assert run_ponytail(["migrate", "--from", "nvidia", "--root", str(root), "--undo"]).returncode == 0
     assert {p: b for p, b in nvidia_files(root).items() if p != str(ours)} == before and ours.read_bytes() == kept
+
+
+def test_ponytails_own_hook_link_is_not_nvidias(tmp_path: Path) -> None:
+    """install-docker-gpus' link in /usr/local/bin is ponytail's: nothing of NVIDIA's to migrate there."""
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    link = tmp_path / "root/usr/local/bin/nvidia-container-runtime-hook"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(console_script("ponytail"))
+    result = migrate(host, tmp_path / "root")
+    assert result.returncode == 0 and "nothing to migrate" in result.stdout.decode(), result.stdout
+    assert os.readlink(link) == console_script("ponytail")

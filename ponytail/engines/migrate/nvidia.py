@@ -48,6 +48,7 @@ def probe(root: str) -> Toolkit:
     binaries = tuple(
         os.path.join(d, name) for d in dict.fromkeys(SERVICE_PATH) for name in BINARIES
         if os.path.lexists(under(root, os.path.join(d, name))) and not _same_dir_seen(root, d)
+        and not _ponytails_link(under(root, os.path.join(d, name)))
     )
     config = CONFIG if os.path.lexists(under(root, CONFIG)) else None
     units = tuple(u for u in REFRESH_UNITS if os.path.lexists(under(root, u)))
@@ -89,6 +90,11 @@ def _read(path: str) -> str:
             return f.read(4 << 20)
     except OSError:
         return ""
+
+
+def _ponytails_link(path: str) -> bool:
+    """A link ponytail made (install-docker-gpus): it leads to a ponytail command, not NVIDIA's."""
+    return os.path.islink(path) and os.path.basename(os.readlink(path)).startswith("ponytail")
 
 
 def _same_dir_seen(root: str, directory: str) -> bool:
