@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from support.cdi_support import CdiPodman, generate
-from support.engines import DOCKER_RELEASES, Dockerd, console_script, engines_for
+from support.engines import DOCKER_RELEASES, Dockerd, Podman, console_script, engines_for, with_etc_files
 from support.fakehost import FakeHost, gpus, make_rootfs
 from support.harness import run_ponytail
 from support.hostile import CUDA_OK
@@ -195,3 +195,19 @@ def test_ponytails_own_hook_link_is_not_nvidias(tmp_path: Path) -> None:
     result = migrate(host, tmp_path / "root")
     assert result.returncode == 0 and "nothing to migrate" in result.stdout.decode(), result.stdout
     assert os.readlink(link) == console_script("ponytail")
+
+
+def test_podmans_legacy_nvidia_hook_runs_ponytail_after_the_migration(node: tuple[FakeHost, Path, dict[str, bytes]], tmp_path: Path) -> None:
+    """NVIDIA's oci-nvidia-hook.json (nvidia-ctk's oci-hook mode) runs the root's nvidia-container-runtime-hook, which
+    the migration made ponytail's link: a podman container asking by NVIDIA_VISIBLE_DEVICES gets its GPU from ponytail."""
+    host, root, _ = node
+    done = migrate(host, root)
+    assert done.returncode == 0 and "oci-nvidia-hook.json (podman's hook mode) is left in place" in done.stdout.decode(), done.stdout
+    engine = Podman(root / "usr/share/containers/oci/hooks.d")
+    engine.base = with_etc_files(engine.base, tmp_path / "etc-layer", {"ponytail/config.toml": host.write_config().read_text()})
+    try:
+        result = engine.run(make_rootfs(tmp_path / "rootfs"), CHECK, env=["NVIDIA_VISIBLE_DEVICES=0"])
+    finally:
+        engine.close()
+    assert result.returncode == 0 and CUDA_OK in result.stdout, result.stderr
+    assert "open /dev/nvidia0 ENXIO" in result.stdout and "open /dev/nvidia1 ENOENT" in result.stdout, result.stdout

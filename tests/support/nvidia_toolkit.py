@@ -20,6 +20,7 @@ from support.fakehost import LIB_DIR, FakeHost
 REPO = Path(__file__).resolve().parents[2]
 TARBALL = Path(os.environ.get("NVIDIA_TOOLS_TARBALL", REPO.parent / "shared/anchor/nvidia-tools-x86_64.tar.xz"))
 FAKE_NVML = REPO / "bench/fake_nvml.c"
+OCI_HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
 TOOL_BINARIES = ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime-hook", "nvidia-container-runtime", "nvidia-container-cli")
 
 
@@ -88,7 +89,10 @@ def install_toolkit(root: Path, host: FakeHost) -> dict[str, bytes]:
         f"--drop-in-config={root}/etc/containerd/conf.d/99-nvidia.toml",
         f"{ctk} runtime configure --runtime=crio --config={root}/etc/crio/crio.conf --drop-in-config={root}/etc/crio/crio.conf.d/99-nvidia.toml",
         f"{ctk} config default --output={root}/etc/nvidia-container-runtime/config.toml",
+        f"{ctk} runtime configure --runtime=crio --config-mode=oci-hook --oci-hook-path={root}{OCI_HOOK} "
+        f"--nvidia-runtime-hook-path={bindir}/nvidia-container-runtime-hook",  # podman's legacy hook (older packages installed it)
     ]
+    (root / OCI_HOOK.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="ponytail-etc-overlay-"))
     try:
         (scratch / "upper").mkdir()

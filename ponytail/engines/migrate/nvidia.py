@@ -16,6 +16,8 @@ SERVED = {HOOK_NAME: "ponytail"}
 # the runtime NVIDIA's engine entries run (nvidia-ctk runtime configure: docker, containerd, CRI-O)
 RUNTIMES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 CONFIG = "/etc/nvidia-container-runtime/config.toml"
+# podman's legacy hook of older toolkit packages: it runs nvidia-container-runtime-hook, ponytail's link after a migration
+OCI_HOOKS = ("/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json", "/etc/containers/oci/hooks.d/oci-nvidia-hook.json")
 # the engines' files that may name NVIDIA's runtime: the main configs and their drop-in directories
 ENGINE_FILES = ("/etc/docker/daemon.json", "/etc/containerd/config.toml", "/etc/crio/crio.conf")
 ENGINE_DROP_INS = ("/etc/containerd/conf.d", "/etc/crio/crio.conf.d")
@@ -34,6 +36,7 @@ class Toolkit:
     binaries: tuple[str, ...]  # its programs on the engines' PATH
     config: str | None  # /etc/nvidia-container-runtime/config.toml
     refresh_units: tuple[str, ...]  # nvidia-cdi-refresh units present
+    oci_hooks: tuple[str, ...] = ()  # podman's legacy hooks.d file
 
     @property
     def empty(self) -> bool:
@@ -52,7 +55,8 @@ def probe(root: str) -> Toolkit:
     )
     config = CONFIG if os.path.lexists(under(root, CONFIG)) else None
     units = tuple(u for u in REFRESH_UNITS if os.path.lexists(under(root, u)))
-    return Toolkit(specs, engine_files, _unique_binaries(root, binaries), config, units)
+    hooks = tuple(h for h in OCI_HOOKS if os.path.lexists(under(root, h)))
+    return Toolkit(specs, engine_files, _unique_binaries(root, binaries), config, units, hooks)
 
 
 def runtime_values(text: str) -> list[str]:

@@ -60,6 +60,9 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
     if toolkit.refresh_units:
         notes.append(f"NVIDIA's {', '.join(toolkit.refresh_units)} regenerates its CDI spec on driver changes (a second spec of "
                      "nvidia.com/gpu again): systemctl disable --now nvidia-cdi-refresh.path nvidia-cdi-refresh.service")
+    for hook in toolkit.oci_hooks:
+        notes.append(f"NVIDIA's {hook} (podman's hook mode) is left in place: it runs nvidia-container-runtime-hook, "
+                     "which is ponytail's link now, so podman's GPU containers of that mode go through ponytail")
     if toolkit.binaries:
         notes.append("a package upgrade of nvidia-container-toolkit puts its programs back: hold or remove the packages "
                      "(apt-mark hold nvidia-container-toolkit nvidia-container-toolkit-base)")
