@@ -159,13 +159,30 @@ on_host() {
 }
 
 # write_cdi_spec: ponytail's CDI spec of the node's GPUs, for an engine that resolves CDI itself (containerd 2.x)
+# (never a second spec of nvidia.com/gpu: with another generator's spec there, such as nvidia-ctk's, cdi generate
+# refuses, writing nothing, and the installer says why and the way out)
 write_cdi_spec() {
     [ "$ENGINE" = containerd ] && [ -n "$CDI_SPEC" ] || return 0
-    if on_host "$INSTALL_DIR/ponytail" cdi generate --output "$CDI_SPEC" >/dev/null; then
+    if ! why=$("$IMAGE_DIR/ponytail" cdi owners --root "$HOST_ROOT" --may-write "$CDI_SPEC" 2>&1); then
+        why=$(printf '%s\n' "$why" | tail -n 1 | sed "s#$HOST_ROOT##g")
+        say "warning: no CDI spec written: ${why#ponytail: }"
+    elif ! on_host true; then
+        say "warning: cannot write the CDI spec $CDI_SPEC on the host (hostPID needed): containerd 2.x then fails pods whose GPUs come as CDI annotations"
+    elif why=$(on_host "$INSTALL_DIR/ponytail" cdi generate --output "$CDI_SPEC" 2>&1 >/dev/null); then
         say "wrote the CDI spec $CDI_SPEC"
     else
-        say "warning: cannot write the CDI spec $CDI_SPEC on the host (hostPID needed): containerd 2.x then fails pods whose GPUs come as CDI annotations"
+        why=$(printf '%s\n' "$why" | tail -n 1)
+        say "warning: no CDI spec written: ${why#ponytail: error: }"
     fi
+}
+
+# warn_containerd_without_cdi: containerd 1.6 ignores the CDI devices field of CRI requests (a pod starts without its GPU)
+warn_containerd_without_cdi() {
+    [ "$ENGINE" = containerd ] || return 0
+    version=$(on_host containerd --version 2>/dev/null | awk '{print $3}') || return 0
+    case "$version" in
+        v1.6.*|1.6.*|v1.5.*|1.5.*) say "warning: containerd $version ignores the CDI devices of CRI requests (the device plugin's cdi-cri strategy: pods start without their GPU, and no error): use its volume-mounts or cdi-annotations strategy with the runtime ponytail, or containerd 1.7+ with enable_cdi" ;;
+    esac
 }
 
 install() {
@@ -177,6 +194,7 @@ install() {
     changed=false
     configure --path "$INSTALL_DIR/$program" "$@" && changed=true
     write_cdi_spec
+    warn_containerd_without_cdi
     if [ "$changed" = true ]; then restart_engine; fi
 }
 

@@ -65,6 +65,16 @@ def list_devices(spec_file: str | None, strategy: str, config: str | None) -> No
             specs = [spec, *features.values()]  # and the multi-node features this host has (nvidia.com/gds=all ...)
     for name in (n for spec in specs for n in qualified_names(spec)):
         click.echo(name)
+    _show_clashes({spec["kind"] for spec in specs})
+
+
+def _show_clashes(kinds: set[str]) -> None:
+    """The kinds listed that more than one file of the engines' spec directories defines (on stderr)."""
+    from ponytail.engines.cdi.owners import clash_message, clashes, scan
+
+    for kind, group in clashes(scan()).items():
+        if kind in kinds:
+            click.echo(f"clash: {clash_message(kind, group)}", err=True)
 
 
 @cdi.command(context_settings=CONTEXT)
@@ -74,16 +84,45 @@ def check(spec_file: str | None, config: str | None) -> None:
     """Is the spec FILE (default: nvidia.yaml or .json in /etc/cdi, /var/run/cdi) still true for
     the running driver? Exit 0 yes, 1 stale (generate it again), 2 no valid spec."""
     from ponytail.engines.cdi.files import default_spec_path, read_spec, stale
+    from ponytail.engines.cdi.owners import SpecFile, generator_of, regenerate_advice
 
     with one_line_errors():
         path = spec_file or default_spec_path()
-        reasons = stale(read_spec(path), _config(config))
+        spec = read_spec(path)
+        reasons = stale(spec, _config(config))
     if reasons:
         for reason in reasons:
             click.echo(f"stale: {reason}")
-        click.echo(f"{path} is stale: run 'ponytail cdi generate --output {path}'", err=True)
+        owned = SpecFile(path, spec["kind"], generator_of(spec, path), (), spec)
+        click.echo(f"{owned.label} is stale: {regenerate_advice(owned)}", err=True)  # never over another generator's file
         sys.exit(1)
     click.echo(f"{path}: up to date")
+
+
+@cdi.command(context_settings=CONTEXT)
+@click.option("--root", "root", metavar="DIR", default="/", show_default=True, help="The node's / (e.g. /host from a pod).")
+@click.option("--may-write", "may_write", metavar="PATH",
+              help="Only say whether ponytail may write its nvidia.com/gpu spec to PATH (a path on the node): exit 1, with why, when not.")
+def owners(root: str, may_write: str | None) -> None:
+    """Who owns each CDI kind on this node: every spec file in /etc/cdi and /var/run/cdi, its kind and
+    the generator that wrote it (ponytail, nvidia-ctk, another); each kind two files define is a clash
+    (exit 1): the engines refuse or shadow its devices."""
+    from ponytail.engines.cdi.owners import clash_message, clashes, scan, write_refusal
+
+    if may_write is not None:
+        refusal = write_refusal("nvidia.com/gpu", root.rstrip("/") + may_write if root != "/" else may_write, root)
+        if refusal is not None:
+            click.echo(f"ponytail: {refusal}", err=True)
+            sys.exit(1)
+        return
+    files = scan(root)
+    for f in files:
+        click.echo(f"{f.path}\t{f.kind or '?'}\t{f.generator}" + (f"\t{f.error}" if f.error else f"\t{len(f.devices)} device(s)"))
+    found = clashes(files)
+    for kind, group in found.items():
+        click.echo(f"clash: {clash_message(kind, group)}")
+    if found:
+        sys.exit(1)
 
 
 def _config(path: str | None) -> Config:

@@ -63,6 +63,7 @@ def run_generate(
             return 0
         if not output.endswith((".yaml", ".json")):
             print(f"ponytail: warning: engines read only .yaml and .json files; {output} will be ignored by them", file=sys.stderr)
+        _refuse_a_second_owner(output, spec, features, tuple(FEATURES))
         write_atomically(output, data)
         written = [(output, spec)]
         for feature in FEATURES:  # the multi-node features this host has, each a kind of its own, beside it
@@ -82,3 +83,17 @@ def run_generate(
         names = ", ".join(f"{done['kind']}={d['name']}" for d in done["devices"])
         print(f"wrote {path}: cdiVersion {done['cdiVersion']}, {len(done['devices'])} device(s): {names}", file=sys.stderr)
     return 0
+
+
+def _refuse_a_second_owner(output: str, spec: dict, features: dict[str, dict], names: tuple[str, ...]) -> None:
+    """One owner per CDI kind: nothing is written when another file defines a kind ponytail would
+    write (the engines refuse or shadow a kind two files define), or ``output`` is another generator's."""
+    from ponytail.engines.cdi.files import feature_spec_path
+    from ponytail.engines.cdi.owners import write_refusal
+    from ponytail.errors import PonytailError
+
+    planned = [(output, spec)] + [(feature_spec_path(output, n), features[n]) for n in names if n in features]
+    for path, written in planned:
+        refusal = write_refusal(written["kind"], path)
+        if refusal is not None:
+            raise PonytailError(refusal)

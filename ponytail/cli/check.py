@@ -18,7 +18,6 @@ from ponytail.config import Config
 
 EXPECTED_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
-CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 PERSISTENCED_SOCKET = "/run/nvidia-persistenced/socket"
 
 
@@ -222,6 +221,10 @@ def check_engines(root: str = "/", config: Config | None = None, engines: tuple[
             out.append(Finding("engine", label, OK, f"installed, but its service is not running and it is not configured for ponytail: not checked ('ponytail check --engine {name}' checks it)"))
     if not out:
         out.append(Finding("engine", "engines", WARN, "no docker, containerd, CRI-O or podman found: install one, or run ponytail as a hook of your runtime by hand"))
+    from ponytail.cli.besidefindings import containerd_cdi, podman_runtime
+
+    out += containerd_cdi(out, root)
+    out += podman_runtime(out, root, config or Config())
     out += _cdi_specs(root, config or Config())
     return out
 
@@ -406,42 +409,9 @@ def _program_finding(engine: str, program: str, root: str, where: str) -> Findin
 
 
 def _cdi_specs(root: str, config: Config) -> list[Finding]:
-    """Each NVIDIA GPU spec in the engines' CDI directories (ponytail's or another
-    generator's), checked against the running driver and GPUs with the same test as
-    ``ponytail cdi check``: a driver upgrade leaves a spec naming libraries that are gone."""
-    from ponytail.engines.cdi.files import read_spec, stale
-    from ponytail.errors import PonytailError
+    from ponytail.cli.cdifindings import cdi_findings
 
-    out = []
-    for directory in CDI_DIRS:
-        base = _under(root, directory)
-        try:
-            names = sorted(os.listdir(base))
-        except OSError:
-            continue
-        for name in names:
-            if not name.endswith((".json", ".yaml", ".yml")):
-                continue
-            path = os.path.join(base, name)
-            regenerate = f"regenerate it: ponytail cdi generate --output {path}"
-            try:
-                spec = read_spec(path)
-            except PonytailError as e:
-                if "nvidia.com/" in _head(path) or "ponytail" in name:
-                    out.append(Finding("engine", "CDI", FAIL, f"{e.message}: the engines refuse it; {regenerate}"))
-                continue
-            if not str(spec.get("kind", "")).startswith("nvidia.com/"):
-                continue  # another vendor's devices: not ours to judge
-            try:
-                found = stale(spec, config)
-            except PonytailError as e:  # no driver loaded: check_host says so already
-                found = [e.message]
-            if found:
-                more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-                out.append(Finding("engine", "CDI", FAIL, f"{path} is stale: {found[0]}{more}: {regenerate}"))
-            else:
-                out.append(Finding("engine", "CDI", OK, f"{path} is true for the running driver and GPUs"))
-    return out
+    return cdi_findings(root, config)
 
 
 def _head(path: str, size: int = 4096) -> str:

@@ -260,8 +260,11 @@ def dev_char_links(config: str | None, dev_root: str | None, dry_run: bool) -> N
 @click.option("--name", default="ponytail", show_default=True, help="The runtime's name (a RuntimeClass handler).")
 @click.option("--state-dir", "state_dir", metavar="DIR", default="/var/lib/ponytail/configure", show_default=True,
               help="Where the file as it was before ponytail is kept, for --uninstall (no engine reads there).")
+@click.option("--drop-in-config", "drop_in", metavar="PATH", default=None,
+              help="containerd 2.x: write the runtime to this drop-in and import it from config.toml (default: a drop-in in "
+                   "the first directory config.toml imports, else config.toml itself).")
 def configure(engine: str, config_file: str | None, set_as_default: bool, dry_run: bool, uninstall: bool,
-              command: str | None, name: str, state_dir: str) -> None:
+              command: str | None, name: str, state_dir: str, drop_in: str | None) -> None:
     """Register ponytail with docker, containerd, CRI-O or podman by editing the engine's config.
 
     \b
@@ -276,7 +279,7 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
     from ponytail.engines.configure import configure as run_configure
 
     with one_line_errors():
-        lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall, state_dir)
+        lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall, state_dir, drop_in)
     click.echo("\n".join(lines))
 
 
@@ -333,3 +336,12 @@ def cdi_hook(**options: object) -> None:
 from ponytail.cli.cdi import cdi  # noqa: E402 - the cdi group beside the commands above
 
 cli.add_command(cdi)
+
+from ponytail.cli.migrate import migrate  # noqa: E402 - the migration from NVIDIA's toolkit
+
+cli.add_command(migrate)
+
+from ponytail.cli.habits import config, runtime  # noqa: E402 - NVIDIA's command lines: an alias or a pointer
+
+cli.add_command(runtime)
+cli.add_command(config)

@@ -118,3 +118,56 @@ def test_installer_refuses_an_engine_config_it_cannot_parse(podman, tmp_path: Pa
     assert result.returncode != 0
     assert "is not valid TOML" in result.stderr
     assert config.read_text() == "version = 2\n[plugins\n"
+
+
+NVIDIA_SPEC = {"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+               "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}}],
+               "containerEdits": {"hooks": [{"hookName": "createContainer", "path": "/usr/bin/nvidia-cdi-hook",
+                                             "args": ["nvidia-cdi-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]}]}}
+
+
+def test_installer_writes_no_second_spec_beside_nvidias(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """nvidia-ctk's spec in the node's /etc/cdi: the installer writes none of its own, and says why and the way out."""
+    import json
+
+    host = tmp_path / "host"
+    (host / "etc/containerd").mkdir(parents=True)
+    (host / "etc/containerd/config.toml").write_text("version = 2\n")
+    (host / "etc/cdi").mkdir(parents=True)
+    spec = host / "etc/cdi/nvidia.yaml"
+    spec.write_text(json.dumps(NVIDIA_SPEC))  # JSON is YAML
+    before = spec.read_bytes()
+    result = installer(podman, host, "install")
+    assert result.returncode == 0, result.stderr
+    line = next((x for x in result.stdout.splitlines() if "no CDI spec written" in x), "")
+    assert "/etc/cdi/nvidia.yaml (nvidia-ctk's) already defines nvidia.com/gpu" in line, result.stdout
+    assert "ponytail migrate --from nvidia" in line and str(host) not in line
+    assert spec.read_bytes() == before and not (host / "var/run/cdi").exists()
+    assert installer(podman, host, "uninstall").returncode == 0
+
+
+@pytest.mark.current_engines
+def test_installer_on_containerd_2_3_writes_a_drop_in_and_takes_it_out(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """containerd 2.3's default config imports /etc/containerd/conf.d/*.toml: the installer's entry goes there,
+    config.toml stays as it was, and uninstall leaves the node as it found it."""
+    from support.engines import current_engines
+
+    engines = current_engines()
+    if engines is None:
+        pytest.skip("containerd 2.3: run make test-engines (ENGINES_DIR)")
+    host = tmp_path / "host"
+    config = host / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    original = subprocess.run([str(engines / "containerd"), "config", "default"], capture_output=True, text=True, check=True).stdout
+    config.write_text(original)
+    first = installer(podman, host, "install")
+    assert first.returncode == 0, first.stderr
+    drop_in = host / "etc/containerd/conf.d/99-ponytail.toml"
+    entry = tomllib.loads(drop_in.read_text())["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["ponytail"]
+    assert entry["options"]["BinaryName"] == "/usr/local/ponytail/ponytail-runtime"
+    assert config.read_text() == original and "restart containerd on the node to apply" in first.stdout, first.stdout
+    second = installer(podman, host, "install")
+    assert second.returncode == 0 and "restart" not in second.stdout, second.stdout
+    removed = installer(podman, host, "uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert config.read_text() == original and not drop_in.exists() and not (host / "var/lib/ponytail").exists()

@@ -133,13 +133,14 @@ class Dockerd:
     """A private dockerd (own socket, data and exec roots, vfs storage, no networking) with
     ponytail-runtime registered as the runtime ``ponytail``; ``env`` reaches the runtime."""
 
-    def __init__(self, env: dict[str, str], etc_files: dict[str, str] | None = None, engines_dir: Path | None = None) -> None:
+    def __init__(self, env: dict[str, str], etc_files: dict[str, str] | None = None, engines_dir: Path | None = None,
+                 args: tuple[str, ...] = ()) -> None:
         """``etc_files``: files (path under /etc -> text) that dockerd and everything it starts see
         in /etc. dockerd always runs in a private mount namespace whose /etc is a read-only overlay
         over the host's, with a private, writable /etc/docker (dockerd 20.10 writes its key.json there
         and reads daemon.json from there): the host's /etc is never read for docker's own config nor written.
         ``engines_dir``: dockerd, docker, containerd and runc from there (current releases, see
-        current_engines()) with a private containerd of their own; else Debian's."""
+        current_engines()) with a private containerd of their own; else Debian's. ``args``: more of dockerd's options."""
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-docker-"))
         self.process: subprocess.Popen | None = None
         self.socket = f"unix://{self.state}/docker.sock"
@@ -162,6 +163,7 @@ class Dockerd:
         ]
         if self.containerd:
             command += ["--containerd", self.containerd.socket]
+        command += args  # e.g. --config-file FILE
         self.process = start_daemon(wrap(command), self.state / "dockerd.log", env, lambda: self.docker("version").returncode == 0, self._release)
 
     def docker(self, *args: str) -> subprocess.CompletedProcess:
@@ -245,16 +247,19 @@ def current_engines() -> Path | None:
 
 
 def with_etc_files(command: list[str], layer: Path, files: dict[str, str], writable: dict[str, Path] | None = None) -> list[str]:
-    """``command`` run in a private mount namespace whose /etc also holds ``files`` (a read-only
-    overlay of ``layer`` over the host's /etc); ``writable`` (directory under /etc -> a directory
-    of the test's) are bind-mounted there writable, whether or not the host has them. The host's
-    /etc is neither written nor, for those directories, read."""
+    """``command`` run in a private mount namespace whose /etc also holds ``files``: an overlay of
+    ``layer`` over the host's /etc, whose writes (an engine's or a vendor tool's) land in ``layer``
+    too; ``writable`` (directory under /etc -> a directory of the test's) are bind-mounted there,
+    whether or not the host has them. The host's /etc is neither written nor, for those
+    directories, read."""
     for name, text in files.items():
         path = layer / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     layer.mkdir(parents=True, exist_ok=True)
-    script = f"mount -t overlay overlay -o lowerdir={shlex.quote(str(layer))}:/etc /etc"
+    work = layer.parent / f"{layer.name}.work"
+    work.mkdir(exist_ok=True)
+    script = f"mount -t overlay overlay -o lowerdir=/etc,upperdir={shlex.quote(str(layer))},workdir={shlex.quote(str(work))} /etc"
     for name, source in (writable or {}).items():
         (layer / name).mkdir(parents=True, exist_ok=True)  # the mount point, where the host has none
         source.mkdir(parents=True, exist_ok=True)

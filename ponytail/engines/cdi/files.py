@@ -239,8 +239,9 @@ def stale(spec: dict, config: Config) -> list[str]:
     for e in edits:
         for hook in e.get("hooks") or []:
             args = hook.get("args") or []
-            if "--driver-version" in args[:-1]:
-                made_for = args[args.index("--driver-version") + 1]
+            marker = next((m for m in ("--driver-version", "--host-driver-version") if m in args[:-1]), None)  # ponytail's, NVIDIA's
+            if marker is not None:
+                made_for = args[args.index(marker) + 1]
                 if made_for != running:
                     found.append(f"the spec was made for driver {made_for}; the running driver is {running}")
     recorded: tuple[list[tuple[int, str, str]], dict[str, int]] = ([], {})
@@ -294,10 +295,28 @@ def _device_drift(spec: dict, gpus: tuple, majors: dict[str, int]) -> list[str]:
         if gpu is None:
             continue
         for node in (device.get("containerEdits") or {}).get("deviceNodes") or []:
-            if node.get("major") == gpu_major and node.get("minor", 0) < 254 and node.get("minor") != gpu.minor:
-                found.append(f"device {device['name']} ({gpu.pci_bus_id}) has node {node['path']} c {gpu_major}:{node.get('minor')}, "
+            numbers = runtime_numbers(node)
+            if numbers is None:
+                continue  # its node is gone: _node_problems says so
+            major, minor = numbers
+            if major == gpu_major and minor < 254 and minor != gpu.minor:
+                found.append(f"device {device['name']} ({gpu.pci_bus_id}) has node {node['path']} c {gpu_major}:{minor}, "
                              f"but the GPU's minor is {gpu.minor} now")
     return found
+
+
+def runtime_numbers(node: dict) -> tuple[int, int] | None:
+    """The major and minor the CDI runtime gives ``node``, as its fillMissingInfo does: the spec's
+    own when it names a major (a missing minor is 0: Go's omitempty leaves out 'minor: 0'), else
+    the numbers of the node at hostPath (or path) on this host; None when that node is not there.
+    nvidia-ctk writes nodes without numbers, and without 'minor: 0'."""
+    if node.get("major"):
+        return int(node["major"]), int(node.get("minor") or 0)
+    try:
+        st = os.stat(node.get("hostPath") or node["path"])
+    except OSError:
+        return None
+    return os.major(st.st_rdev), os.minor(st.st_rdev)
 
 
 def _node_problems(node: dict) -> list[str]:
@@ -308,7 +327,6 @@ def _node_problems(node: dict) -> list[str]:
         st = os.stat(path)
     except OSError:
         return [f"device node {path} no longer exists"]
-    if "major" in node and (not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (node["major"], node.get("minor", 0))):
-        return [f"device node {path} is no longer c {node['major']}:{node.get('minor', 0)}"]
+    if node.get("major") and (not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != runtime_numbers(node)):
+        return [f"device node {path} is no longer c {node['major']}:{node.get('minor') or 0}"]
     return []
-

@@ -151,7 +151,7 @@ def render_diff(edit: Edit) -> str:
 
 def configure(
     engine: str, config_file: str | None, path: str | None, name: str, set_as_default: bool, dry_run: bool, uninstall: bool,
-    state_dir: str = DEFAULT_STATE_DIR,
+    state_dir: str = DEFAULT_STATE_DIR, drop_in: str | None = None,
 ) -> list[str]:
     """``ponytail configure``: plan, then print the diff (dry run) or apply; the lines to print."""
     from ponytail.engines.command import installed_command
@@ -166,6 +166,12 @@ def configure(
     if not os.path.isabs(command):
         raise UsageError(f"--path {command}: must be an absolute path (the engine runs it from its own directory)")
     settings = Settings(name, command, command, set_as_default)
+    if engine == "containerd":
+        lines = _containerd_drop_in(config_file, settings, drop_in, dry_run, uninstall, state_dir)
+        if lines is not None:
+            return lines
+    elif drop_in is not None:
+        raise UsageError("--drop-in-config: only for containerd (CRI-O's entry is a drop-in already)")
     edit = plan(engine, config_file, settings, remove=uninstall, state_dir=state_dir)
     if dry_run:
         diff = render_diff(edit)
@@ -173,3 +179,48 @@ def configure(
             return [f"{edit.path}: {'not' if uninstall else 'already'} configured for ponytail; nothing would change"]
         return [diff.rstrip("\n"), *(f"{edit.path}: would: {c}" for c in edit.changes), "dry run: nothing written"]
     return list(apply(engine, edit, uninstall, state_dir).lines)
+
+
+def _containerd_drop_in(
+    config_file: str | None, settings: Settings, wanted: str | None, dry_run: bool, uninstall: bool, state_dir: str
+) -> list[str] | None:
+    """containerd 2.x with drop-ins (ponytail.engines.configure.dropin): ponytail's entry in a file of
+    its own and, where config.toml imports nothing that covers it, an import there; None: config.toml
+    itself is edited (containerd 1.x, or no drop-in directory in use or asked for)."""
+    from ponytail.engines.configure import containerd, dropin, files, k3s, undo
+    from ponytail.errors import UsageError
+
+    main = os.path.abspath(config_file or containerd.DEFAULT_PATH)
+    main_text = files.read_text(main)
+    if k3s.is_template(main, main_text) or k3s.generated_by(main_text):
+        if wanted is not None:
+            raise UsageError(f"--drop-in-config: {main} is k3s's; its template takes ponytail's entry (leave out --drop-in-config)")
+        return None
+    record = undo.read(state_dir, main)
+    recorded = record.added.get("drop_in") if record is not None else None
+    path = recorded if uninstall and wanted is None and isinstance(recorded, str) else None
+    path = path or dropin.drop_in_for(main, main_text, wanted)  # checks that --drop-in-config suits this config
+    if path is None:
+        return None
+    if uninstall:
+        edits = [plan("containerd", path, settings, remove=True, state_dir=state_dir)]
+        restored = plan("containerd", main, settings, remove=True, state_dir=state_dir) if record is not None else None
+        if restored is not None and restored.new_text != (record.original if record is not None else None):
+            restored = dropin.main_edit(main, restored.new_text, path, remove=True, added=record.added if record else None)
+            restored = Edit(main, main_text, restored.new_text, restored.changes) if restored.changed else restored
+        edits += [restored] if restored is not None else []
+    else:
+        edits = [dropin.main_edit(main, main_text, path), dropin.drop_in_edit(path, files.read_text(path), main_text, settings)]
+        if edits[0].changed:
+            edits[0] = Edit(main, main_text, edits[0].new_text, edits[0].changes, {**edits[0].added, "drop_in": path})
+    if dry_run:
+        out = []
+        for edit in edits:
+            diff = render_diff(edit)
+            out += [diff.rstrip("\n"), *(f"{edit.path}: would: {c}" for c in edit.changes)] if diff else [f"{edit.path}: nothing would change"]
+        return out + ["dry run: nothing written"]
+    lines: list[str] = []
+    changing = [edit for edit in edits if edit.changed] or edits[-1:]  # "nothing changed" only when nothing did
+    for edit in changing:
+        lines += [line for line in apply("containerd", edit, uninstall, state_dir).lines if line not in lines]
+    return lines

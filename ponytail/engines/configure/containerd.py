@@ -42,6 +42,11 @@ CDI_SPEC = "/var/run/cdi/ponytail.yaml"  # where the installer keeps ponytail's 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
     import tomlkit
 
+    from ponytail.engines.configure import k3s
+
+    k3s.refuse_generated(path, text)  # k3s/RKE2 write it at every start: their template is edited instead
+    if k3s.is_template(path, text):
+        return k3s.edit(path, text, settings, remove)
     document = _parse(path, text)
     version = _version(path, document, text)
     if "version" not in document:

@@ -1,0 +1,57 @@
+"""The migration from NVIDIA's toolkit, end to end: probe, plan (with ponytail's CDI spec made in
+memory first, so that a host ponytail cannot describe changes nothing), then apply or print."""
+
+from __future__ import annotations
+
+import os
+
+from ponytail.engines.migrate.apply import DEFAULT_STATE_DIR, apply, record_path, undo
+from ponytail.engines.migrate.nvidia import probe
+from ponytail.engines.migrate.plan import make_plan
+from ponytail.errors import PonytailError, UsageError
+
+SOURCES = ("nvidia",)
+
+__all__ = ["DEFAULT_STATE_DIR", "SOURCES", "migrate", "undo"]
+
+
+def migrate(root: str, state_dir: str, ponytail: str, runtime: str, config_file: str | None, dry_run: bool) -> list[str]:
+    for command in (ponytail, runtime):
+        if not os.path.isabs(command):
+            raise UsageError(f"{command}: the ponytail commands are named by absolute paths (the engines run them from anywhere)")
+    if os.path.lexists(record_path(root, state_dir)):
+        raise PonytailError(f"not migrating: {os.path.join(state_dir, 'record.json')} records a migration already; "
+                            "undo it first (ponytail migrate --from nvidia --undo)")
+    toolkit = probe(root)
+    if toolkit.empty:
+        return ["nothing of NVIDIA's container toolkit found here (its CDI specs, engine entries, hooks on PATH, config): nothing to migrate"]
+    made = _ponytail_specs(toolkit.specs, ponytail, config_file) if toolkit.specs else {}
+    specs = {path: data for path, (kind, data) in made.items() if not _ponytail_has_kind(root, kind)}  # one owner per kind
+    plan = make_plan(root, toolkit, ponytail, runtime, specs)
+    if dry_run:
+        lines = [f"would: {s.path}: {s.why}; then {s.leaves} there (the original kept for --undo)" for s in plan.steps]
+        return lines + [f"note: {n}" for n in plan.notes] + ["dry run: nothing changed"]
+    lines = apply(root, state_dir, plan, "nvidia")
+    return lines + [f"note: {n}" for n in plan.notes] + ["restart the engines to apply (systemctl restart docker containerd crio)"]
+
+
+def _ponytail_specs(nvidia_specs: tuple[str, ...], ponytail: str, config_file: str | None) -> dict[str, tuple[str, bytes]]:
+    """ponytail's spec of this host (and of its opt-in features), by the node path it goes to (the
+    path of NVIDIA's first spec, its format kept: .json or .yaml): its kind and bytes."""
+    from ponytail.config import config_path, load_config
+    from ponytail.engines.cdi.files import feature_spec_path, form_of, generate, render
+
+    target = nvidia_specs[0]
+    spec, _, features = generate(load_config(*config_path(config_file)), ponytail)
+    form = form_of(target, None)
+    out = {target: (spec["kind"], render(spec, form))}
+    for name, feature in features.items():
+        out[feature_spec_path(target, name)] = (feature["kind"], render(feature, form))
+    return out
+
+
+def _ponytail_has_kind(root: str, kind: str) -> bool:
+    """A spec of ponytail's of ``kind`` is in the engines' spec directories already."""
+    from ponytail.engines.cdi.owners import PONYTAIL, scan
+
+    return any(f.generator == PONYTAIL and f.kind == kind for f in scan(root))
