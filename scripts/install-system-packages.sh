@@ -5,7 +5,8 @@
 # the container engines the end-to-end tests start containers with (containerd for the CRI test),
 # strace (a test injects SIGKILL at one exact syscall with it), musl with musl-tools (a musl test image),
 # the shellcheck linter (make lint), and for `make test-engines` CRI-O's monitor conmon and the SQLite library crio
-# links against.
+# links against, debootstrap (scripts/debian-root.sh), and what `make deb` builds the Debian package with
+# (scripts/build-deb.sh --deps-only: debhelper, dh-python, Debian's Python modules, lintian).
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -23,7 +24,8 @@ have musl-gcc || need+=(musl musl-tools)  # an Alpine-like test image: musl's lo
 have shellcheck || need+=(shellcheck)
 have conmon || need+=(conmon)  # CRI-O's container monitor (make test-engines)
 ldconfig -p 2>/dev/null | grep 'libsqlite3\.so\.0 ' >/dev/null || need+=(libsqlite3-0)  # crio links against it
-if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+have debootstrap || need+=(debootstrap)  # the pristine Debian 12 roots of scripts/debian-root.sh (tests/deb)
+if [ ${#need[@]} -eq 0 ]; then exec "$(dirname "$0")/build-deb.sh" --deps-only; fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
     exit 1
@@ -32,3 +34,4 @@ echo "installing Debian packages: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq "${need[@]}" >/dev/null
+exec "$(dirname "$0")/build-deb.sh" --deps-only
