@@ -58,7 +58,7 @@ test-real-driver: setup
 # ruff (style, bugs, security, imports) over the repository and mypy over ponytail/, both configured in
 # pyproject.toml; shellcheck over the shell scripts (Debian's, from make system-packages) and codespell
 # (the lint extra) over code and docs
-SHELL_SCRIPTS := .ci/run $(wildcard scripts/*.sh bench/*.sh packaging/*.sh packaging/*/*.sh deploy/*.sh deploy/*/*.sh)
+SHELL_SCRIPTS := .ci/run $(wildcard scripts/*.sh bench/*.sh packaging/*.sh packaging/*/*.sh deploy/*.sh deploy/*/*.sh debian/*.postinst debian/*.prerm debian/*.postrm)
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -87,6 +87,16 @@ bench-nvidia: setup binary
 
 clean:
 	rm -rf $(VENV) build dist demo *.egg-info
+
+# the Debian package dist/ponytail_<version>_all.deb from what is committed, built offline with Debian's
+# tools and Python modules (installed with apt-get where missing) and checked by lintian: scripts/build-deb.sh
+.PHONY: deb test-deb
+deb:
+	./scripts/build-deb.sh
+
+# the package built from a clean clone, installed, run, upgraded and purged in a pristine Debian 12 root
+test-deb: $(VENV)/.installed
+	$(PY) -m pytest -q -m deb
 
 # the Kubernetes node installer image from the binary (podman, offline): make installer-image [IMAGE=NAME]
 .PHONY: installer-image

@@ -5,9 +5,10 @@
 # dynamically linked busybox works too: the test rootfs carries its libraries), util-linux (unshare, nsenter),
 # the container engines the end-to-end tests start containers with (containerd for the CRI test),
 # strace (a test injects SIGKILL at one exact syscall with it), musl with musl-tools (a musl test image),
-# the shellcheck linter (make lint), debootstrap (the Debian roots of make fresh-check and make
-# test-real-driver, scripts/debian-root.sh), and for `make test-engines` CRI-O's monitor conmon and the SQLite library crio
-# links against.
+# the shellcheck linter (make lint), debootstrap (the Debian roots of make fresh-check, make test-real-driver
+# and tests/deb, scripts/debian-root.sh), for `make test-engines` CRI-O's monitor conmon and the SQLite library
+# crio links against, and what `make deb` builds the Debian package with (scripts/build-deb.sh --deps-only:
+# debhelper, dh-python, Debian's Python modules, lintian).
 set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -25,10 +26,10 @@ have containerd || need+=(containerd)  # the Kubernetes node test (CRI): contain
 have strace || need+=(strace)
 have musl-gcc || need+=(musl musl-tools)  # an Alpine-like test image: musl's loader, and cudacheck built for it
 have shellcheck || need+=(shellcheck)
-have debootstrap || need+=(debootstrap)  # scripts/debian-root.sh: make fresh-check, make test-real-driver
+have debootstrap || need+=(debootstrap)  # scripts/debian-root.sh: make fresh-check, make test-real-driver, tests/deb
 have conmon || need+=(conmon)  # CRI-O's container monitor (make test-engines)
 ldconfig -p 2>/dev/null | grep 'libsqlite3\.so\.0 ' >/dev/null || need+=(libsqlite3-0)  # crio links against it
-if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+if [ ${#need[@]} -eq 0 ]; then exec "$(dirname "$0")/build-deb.sh" --deps-only; fi
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
     exit 1
@@ -37,3 +38,4 @@ echo "installing Debian packages: ${need[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq "${need[@]}" >/dev/null
+exec "$(dirname "$0")/build-deb.sh" --deps-only

@@ -27,7 +27,7 @@ settings.register_profile("ci", max_examples=1000, deadline=None, database=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 TESTS = Path(__file__).resolve().parent
-KIND_MARKERS = {"unit": "unit", "engines": "engine", "realdriver": "real_driver"}  # folder -> marker (integration and security: root)
+KIND_MARKERS = {"unit": "unit", "engines": "engine", "realdriver": "real_driver", "deb": "deb"}  # folder under tests/ -> marker (integration and security: root)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -114,7 +114,7 @@ def mig_uuids(libnvidia_ml: str, timeout_s: float = 5.0) -> dict[str, tuple[int,
     try:
         import pynvml  # noqa: F401
     except ImportError:
-        raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): the nvidia-ml-py package is not installed (pip install nvidia-ml-py)") from None
+        raise ProbeError(f"cannot resolve MIG UUIDs with NVML ({libnvidia_ml}): the nvidia-ml-py package is not installed (Debian: apt install python3-pynvml, from contrib; else pip install nvidia-ml-py)") from None
     try:
         fd = os.open(libnvidia_ml, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:

@@ -36,6 +36,8 @@ SKIPPED: dict[str, str] = {
     "make demo": "sets this machine up (apt-get, a .venv) before the demo; the commands after it use what it builds, made here",
     "make test": "runs the whole suite, this test included",
     "pip install .": "installs into an environment; the tests run the one make setup installed",
+    "make deb": "builds the Debian package: tests/deb/test_deb.py builds it from a clean clone and installs it in a Debian 12 root",
+    "sudo apt install ./dist/": "installs into this machine: tests/deb/test_deb.py installs the package in a pristine Debian 12 root",
 }
 # the start of a README command -> the exit statuses the README says it may end with
 EXIT_STATUS: dict[str, tuple[int, ...]] = {

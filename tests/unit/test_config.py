@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,22 @@ def test_bad_config_names_file_and_key(tmp_path: Path, text: str, message: str) 
     with pytest.raises(ConfigError, match=message) as err:
         load_config(str(path), required=True)
     assert str(path) in err.value.message
+
+
+def test_the_example_config_shows_every_key_commented_out_at_its_default(tmp_path: Path) -> None:
+    """config/config.toml (the Debian package's conffile) as installed means the defaults, and each key
+    uncommented, as an operator would, still does; the named tables' examples load too."""
+    from ponytail.config import schema
+
+    text = (Path(__file__).resolve().parents[2] / "config" / "config.toml").read_text()
+    plain, intro, named = text.partition("\n# [capabilities.NAME]")
+    named = intro + named
+    keys = re.findall(r"^#(\w+) = ", plain, re.M)
+    assert len(keys) == len([k for k, *_ in schema() if ".NAME." not in k])
+    uncommented = tmp_path / "uncommented.toml"
+    uncommented.write_text(re.sub(r"^#(\w+ = )", r"\1", plain, flags=re.M))
+    assert replace(load_config(str(uncommented), required=True), path=None) == Config()
+    examples = tmp_path / "examples.toml"
+    examples.write_text(re.sub(r"^#(\[[\w.-]+\]|\w+ = )", r"\1", named, flags=re.M))
+    loaded = load_config(str(examples), required=True)
+    assert loaded.capability_extras["compute"]["libraries"] == ("libnvidia-extra",) and "build-1234" in loaded.drivers

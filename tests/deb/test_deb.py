@@ -1,0 +1,176 @@
+"""The Debian package (make deb), as a node's operator meets it: built from a clean clone of HEAD,
+installed with apt-get into a pristine Debian 12 root (its dependencies from Debian's archive only),
+run there against a fake driver, upgraded from an older version, removed and purged without a trace.
+
+Marked ``deb`` (tests/conftest.py): ``make test-deb`` runs these alone. They need root and Debian's
+archive (scripts/debian-root.sh; skipped, saying so, when it cannot be reached).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ponytail.engines.hooksd import hook_file_text
+
+from support.commands import REPO
+from support.debianroot import DebianSystem, pristine_root
+from support.fakehost import NVML_DIR, FakeHost, gpus, make_rootfs
+
+OLD_VERSION = "0.0.9"  # an older package to upgrade from
+HOOK_FILE = "/usr/share/containers/oci/hooks.d/ponytail.json"
+CONFIG = "/etc/ponytail/config.toml"
+# what apt and dpkg keep about any install, and the linker cache: not ponytail's files
+BOOKKEEPING = ("/var/lib/dpkg/", "/var/lib/apt/", "/var/cache/apt/", "/var/log/apt/", "/var/cache/debconf/",
+               "/var/log/dpkg.log", "/var/log/alternatives.log", "/var/cache/ldconfig/", "/etc/ld.so.cache")
+
+
+@pytest.fixture(scope="module")
+def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The package of HEAD, and the same as OLD_VERSION, each built by make deb's script from a clean clone."""
+    base = tmp_path_factory.mktemp("debs")
+    clone = base / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    out = base / "out"
+    built = {}
+    for version in ("", OLD_VERSION):
+        args = [str(clone / "scripts/build-deb.sh"), "--out", str(out), *(["--version", version] if version else [])]
+        result = subprocess.run(args, capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stdout + result.stderr
+        # lintian prints nothing but its refusal to like root: no error, no warning, no info tag
+        assert not [line for line in result.stdout.splitlines() if line[:2] in ("E:", "W:", "I:")], result.stdout
+        built[version or "new"] = Path(result.stdout.strip().splitlines()[-1].split()[1])
+    assert built["new"].name == f"ponytail_{_changelog_version()}_all.deb"
+    return built
+
+
+def _changelog_version() -> str:
+    return (REPO / "debian/changelog").read_text().split("(", 1)[1].split(")", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def lower() -> Path:
+    root = pristine_root("deb")  # a root of its own name: debian-root.sh keeps one root per name
+    if isinstance(root, str):
+        pytest.skip(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> FakeHost:
+    """2 GPUs, MIG on the one with minor 1; its rootfs to inject into is beside it."""
+    base = tmp_path_factory.mktemp("debhost")
+    fake = FakeHost(base / "host", gpu_list=gpus(2), mig={1: [(1, 0)]})
+    make_rootfs(base / "rootfs")
+    # the host's paths only: log and caches at their defaults, where the package's purge must find them
+    (base / "config.toml").write_text(
+        f'[host]\ndriver_root = "{fake.driver}"\nproc_root = "{fake.proc}"\nsys_root = "{fake.sys}"\n'
+        f'dev_root = "{fake.dev}"\nipc_root = "{fake.ipc}"\n'
+    )
+    return fake
+
+
+def _system(lower: Path, tmp_path: Path, host: FakeHost, debs: dict[str, Path]) -> DebianSystem:
+    return DebianSystem(lower, tmp_path / "system", binds=[host.base.parent, NVML_DIR, debs["new"].parent])
+
+
+def test_installs_runs_and_purges_without_a_trace(lower: Path, tmp_path: Path, host: FakeHost, debs: dict[str, Path]) -> None:
+    system = _system(lower, tmp_path, host, debs)
+    before = system.files()
+    config = host.base.parent / "config.toml"
+    rootfs = host.base.parent / "rootfs"
+
+    installed = system.check(f"apt-get install -y --no-install-recommends {debs['new']}")
+    assert "ponytail configure --runtime docker" in installed  # the one command that registers it; nothing was
+    assert "Setting up python3-click" in installed and "Setting up python3-pynvml" not in installed  # Debian's modules, MIG's only suggested
+
+    out = system.check(f"""
+        ponytail --version
+        ponytail info -config {config}
+        ls /usr/bin/ponytail /usr/bin/ponytail-runtime {CONFIG} /lib/udev/rules.d/71-ponytail-dev-char-links.rules
+        cat {HOOK_FILE}
+        ls /etc/systemd/system/multi-user.target.wants/
+        ls /usr/share/man/man1/
+        """)
+    assert f"ponytail, version {_changelog_version()}" in out
+    assert "550.54.15" in out and host.gpu_list[0].uuid in out and host.gpu_list[1].uuid in out
+    hook = hook_file_text("/usr/bin/ponytail")
+    assert hook in out and json.loads(hook)["hook"]["path"] == "/usr/bin/ponytail"
+    # enabled the Debian way (deb-systemd-helper), and not started: no systemd runs here
+    assert "ponytail-dev-char-links.path\nponytail-dev-char-links.service\n" in out
+    assert "ponytail-info.1.gz" in out and "ponytail-runtime.1.gz" in out
+    # every key of the conffile is commented: as installed it means the built-in defaults
+    assert not [line for line in system.check(f"cat {CONFIG}").splitlines() if line and line[0] not in "#["]
+
+    # the hook's manual mode injects GPU 0 into a rootfs: its libcuda loads, its node opens (ENXIO: no driver behind it)
+    out = system.check(f"""
+        ponytail -config {config} -root {rootfs} -device 0
+        chroot {rootfs} /usr/local/bin/cudacheck /dev/nvidia0 /dev/nvidia1
+        """)
+    assert "cuDriverGetVersion 12040" in out and "open /dev/nvidia0 ENXIO" in out and "open /dev/nvidia1 ENOENT" in out
+
+    # what ponytail leaves on a node besides its files: the log, the caches, an engine configured and
+    # undone, the /dev/char links of the NVIDIA nodes (on a real node udev made /dev/char; here the test does)
+    made = system.check(f"""
+        mknod /dev/nvidia0 c 195 0 && mknod /dev/nvidiactl c 195 255 && mkdir /dev/char
+        ponytail dev-char-links -config {config} --dev-root /dev
+        ls -l /dev/char
+        echo '{{}}' >/etc/engine.json
+        ponytail configure --runtime docker --config-file /etc/engine.json --path /usr/bin/ponytail-runtime
+        ponytail configure --runtime docker --config-file /etc/engine.json --uninstall
+        rm /etc/engine.json
+        ls /var/log/ponytail.log /run/ponytail
+        find /var/lib/ponytail
+        """)
+    assert "195:0 -> ../nvidia0" in made and "195:255 -> ../nvidiactl" in made
+    assert "probe-" in made and "cuda-version.json" in made  # the caches under /run/ponytail
+    assert "/var/lib/ponytail\n" in made  # the configure state, emptied by the undo
+
+    system.check("apt-get remove -y ponytail")
+    assert system.check(f"cat {CONFIG}; dpkg-query -W -f '${{Status}}' ponytail").endswith("deinstall ok config-files")
+    system.check("apt-get purge -y ponytail")
+    gone = system.run("dpkg -L ponytail")
+    assert gone.returncode != 0 and "is not installed" in gone.stderr
+    system.check("rm /dev/nvidia0 /dev/nvidiactl && rmdir /dev/char")  # the links went with the purge
+    system.check("apt-get autoremove --purge -y")  # the dependencies apt brought in, too
+    after = system.files()
+    changed = sorted(p for p in set(before) ^ set(after) if not p.startswith(BOOKKEEPING))
+    changed += sorted(p for p in set(before) & set(after) if before[p] != after[p] and not p.startswith(BOOKKEEPING))
+    assert changed == [], changed
+    assert not [p for p in after if "ponytail" in p and not p.startswith("/.ponytail-root-")]  # dpkg/info too
+
+
+def test_an_upgrade_keeps_the_changed_config_mig_works_and_registered_engines_are_kept(
+    lower: Path, tmp_path: Path, host: FakeHost, debs: dict[str, Path]
+) -> None:
+    system = _system(lower, tmp_path, host, debs)
+    system.check(f"apt-get install -y --no-install-recommends {debs[OLD_VERSION]}")
+    assert system.check("dpkg-query -W -f '${Version}' ponytail") == OLD_VERSION
+    system.check(f"sed -i 's|^#file = .*|file = \"/var/log/gpu-hook.log\"|' {CONFIG}")
+    changed = system.check(f"cat {CONFIG}")
+    assert 'file = "/var/log/gpu-hook.log"' in changed
+    upgraded = system.check(f"apt-get install -y --no-install-recommends {debs['new']}")
+    assert "ponytail configure --runtime docker" not in upgraded  # said on the first install only
+    assert system.check("dpkg-query -W -f '${Version}' ponytail") == _changelog_version()
+    assert system.check(f"cat {CONFIG}") == changed
+
+    # MIG UUIDs are asked of NVML through Debian's python3-pynvml (contrib; the package only suggests it)
+    uuid = FakeHost.mig_uuid(1, 1, 0)
+    gi, ci = FakeHost.mig_minors(1, 1, 0)
+    mig = f"ponytail -config {host.base.parent / 'config.toml'} -root {host.base.parent / 'rootfs'} -device {uuid} -debug"
+    without = system.run(mig)
+    assert without.returncode == 1 and "apt install python3-pynvml" in without.stderr, without.stderr
+    system.check("apt-get install -y --no-install-recommends python3-pynvml")
+    out = system.check(mig)
+    assert f"nvidia-cap{gi}" in out and f"nvidia-cap{ci}" in out
+
+    # an engine still registered: removal warns, and the purge keeps its record (the engine's config as it was)
+    system.check("echo '{}' >/etc/engine.json && ponytail configure --runtime docker --config-file /etc/engine.json")
+    removed = system.run("apt-get remove -y ponytail")
+    assert removed.returncode == 0 and "ponytail configure --runtime ENGINE --uninstall" in removed.stderr, removed.stderr
+    purged = system.run("apt-get purge -y ponytail")
+    assert purged.returncode == 0 and "kept /var/lib/ponytail/configure" in purged.stderr, purged.stderr
+    assert "%2Fetc%2Fengine.json.json" in system.check("ls /var/lib/ponytail/configure")
