@@ -1,0 +1,269 @@
+"""ponytail guard on real runc containers started with ponytail's prestart hook, on cgroup v1 and on a
+pure cgroup v2 view: their device rules rewritten the way systemctl daemon-reload leaves them
+(the GPU's rules taken out of devices.list; on v2 the device program replaced by the engine's own,
+without the GPU). ``--report-only`` names the container and changes nothing; ``--once`` gives back
+exactly the allotted nodes (checked inside the container: ENXIO = allowed on a fake node, EPERM =
+denied; a GPU node nobody was given stays denied); a second pass is a no-op. A driver upgrade while
+the container runs is reported; records survive the guard being killed and started again."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ponytail.apply import bpf
+from ponytail.plan.devicefilter import allow_block
+
+from support.engines import RUNTIMES, TIMEOUT, console_script, hook_entry, oci_bundle, unique
+from support.fakehost import FakeHost, compile_program
+
+GPU0 = ((195, 2), (195, 255), (511, 0), (511, 1))  # what NVIDIA_VISIBLE_DEVICES=0 injects on conftest's host
+DENIED = "/denied-nvidia200"  # c 195:200: a GPU node nobody was given
+CHECK = ["/usr/local/bin/cudacheck", "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", DENIED]
+ALLOWED = ["open /dev/nvidia2 ENXIO", "open /dev/nvidiactl ENXIO", "open /dev/nvidia-uvm ENXIO", f"open {DENIED} EPERM"]
+LOST = ["open /dev/nvidia2 EPERM", "open /dev/nvidiactl EPERM", "open /dev/nvidia-uvm EPERM", f"open {DENIED} EPERM"]
+
+
+class Running:
+    """A runc container running ``busybox sleep`` with ponytail as its prestart hook."""
+
+    def __init__(self, runtime: str, host: FakeHost, base: Path, command: list[str] | None = None) -> None:
+        self.runtime = RUNTIMES[runtime]
+        self.id = unique("guard")
+        bundle = oci_bundle(base, command or ["/bin/busybox", "sleep", "600"], env=["NVIDIA_VISIBLE_DEVICES=0"],
+                            hooks={"prestart": [hook_entry(host.write_config())]})
+        os.mknod(bundle / "rootfs" / DENIED.lstrip("/"), 0o666 | stat.S_IFCHR, os.makedev(195, 200))
+        shutil.copy(compile_program("cudahold.c"), bundle / "rootfs/usr/local/bin/cudahold")
+        self.proc = subprocess.Popen([*self.runtime, "run", "--bundle", str(bundle), self.id], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.pid = self._wait_running()
+
+    def _wait_running(self) -> int:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            state = subprocess.run([*self.runtime, "state", self.id], capture_output=True, text=True)
+            if state.returncode == 0 and json.loads(state.stdout)["status"] == "running":
+                return int(json.loads(state.stdout)["pid"])
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the container did not start: {self.proc.stderr.read().decode() if self.proc.stderr else ''}")
+            time.sleep(0.05)
+        raise AssertionError("the container did not start in time")
+
+    def opens(self) -> list[str]:
+        result = subprocess.run([*self.runtime, "exec", self.id, *CHECK], capture_output=True, text=True, timeout=TIMEOUT)
+        return [line for line in result.stdout.splitlines() if line.startswith("open ")]
+
+    def stop(self) -> None:
+        subprocess.run([*self.runtime, "delete", "-f", self.id], capture_output=True, timeout=TIMEOUT)
+        self.proc.wait(timeout=TIMEOUT)
+
+
+@pytest.fixture
+def v1(host: FakeHost, tmp_path: Path):
+    container = Running("runc", host, tmp_path)
+    yield container
+    container.stop()
+
+
+def guard(host: FakeHost, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([console_script("ponytail"), "guard", "--config", str(host.base / "config.toml"), *args],
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def devices_dir(pid: int) -> Path:
+    line = next(x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if ":devices:" in x)
+    return Path("/sys/fs/cgroup/devices") / line.split(":", 2)[2].lstrip("/")
+
+
+def unified_dir(pid: int) -> Path:
+    line = next(x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if x.startswith("0::"))
+    return Path("/sys/fs/cgroup/unified") / line[3:].lstrip("/")
+
+
+def records(host: FakeHost) -> Path:
+    return host.base / "cache" / "containers"
+
+
+def reload_v1(pid: int) -> None:
+    """What systemd's reload leaves on cgroup v1: the GPU's rules gone from devices.list."""
+    for major, minor in GPU0:
+        (devices_dir(pid) / "devices.deny").write_text(f"c {major}:{minor} rwm")
+
+
+def test_the_hook_records_the_container_root_only(host: FakeHost, v1: Running) -> None:
+    path = records(host) / f"{v1.id}.json"
+    assert stat.S_IMODE(records(host).stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    record = json.loads(path.read_text())
+    assert record["id"] == v1.id and record["pid"] == v1.pid and record["started_by"] == "hook"
+    assert record["cgroup"]["v1"] == "/" + str(devices_dir(v1.pid).relative_to("/sys/fs/cgroup/devices"))
+    assert [(d["type"], d["major"], d["minor"], d["path"]) for d in record["devices"]] == [
+        ("c", 195, 2, "/dev/nvidia2"), ("c", 195, 255, "/dev/nvidiactl"), ("c", 511, 0, "/dev/nvidia-uvm"), ("c", 511, 1, "/dev/nvidia-uvm-tools")]
+    assert record["driver_version"] == host.driver_version and record["libcuda"]["path"].endswith(f"libcuda.so.{host.driver_version}")
+
+
+def test_cgroup_v1_report_only_then_once_gives_back_exactly_the_gpu(host: FakeHost, v1: Running) -> None:
+    assert v1.opens() == ALLOWED
+    first = guard(host, "--once")
+    assert first.returncode == 0 and "all 4 allotted node(s) allowed" in first.stdout, first.stdout + first.stderr
+    reload_v1(v1.pid)
+    before = (devices_dir(v1.pid) / "devices.list").read_text()
+    assert v1.opens() == LOST
+
+    report = guard(host, "--once", "--report-only")
+    assert report.returncode == 1, report.stdout + report.stderr
+    assert f"container {v1.id}" in report.stdout and "has lost c 195:2 /dev/nvidia2, c 195:255 /dev/nvidiactl" in report.stdout
+    assert (devices_dir(v1.pid) / "devices.list").read_text() == before and v1.opens() == LOST
+
+    repaired = guard(host, "--once", "--json")
+    assert repaired.returncode == 1, repaired.stdout + repaired.stderr
+    status = json.loads(repaired.stdout)
+    assert (status["watched"], status["lost"], status["repaired"]) == (1, 1, 1)
+    assert v1.opens() == ALLOWED  # the GPU back, the node nobody was given still denied
+    after = set((devices_dir(v1.pid) / "devices.list").read_text().splitlines())
+    assert after - set(before.splitlines()) == {f"c {major}:{minor} rw" for major, minor in GPU0}
+    assert f"container={v1.id}" not in host.log.read_text() or "given back" in host.log.read_text()
+
+    again = guard(host, "--once")
+    assert again.returncode == 0 and "all 4 allotted node(s) allowed" in again.stdout, again.stdout
+    assert set((devices_dir(v1.pid) / "devices.list").read_text().splitlines()) == after
+
+
+def test_a_driver_upgrade_while_the_container_runs_is_reported(host: FakeHost, tmp_path: Path) -> None:
+    container = Running("runc", host, tmp_path, ["/usr/local/bin/cudahold"])  # a job with libcuda loaded
+    try:
+        assert guard(host, "--once").returncode == 0
+        version = host.proc / "driver/nvidia/version"
+        version.write_text(version.read_text().replace(host.driver_version, "570.86.10"))
+        found = next(host.driver.rglob(f"libcuda.so.{host.driver_version}"))
+        replacement = found.with_name(found.name + ".new")
+        replacement.write_bytes(found.read_bytes())
+        os.rename(replacement, found)  # the package manager's way: the old file deleted, a new one in its place
+        result = guard(host, "--once", "--report-only")
+        assert result.returncode == 1, result.stdout + result.stderr
+        line = next(x for x in result.stdout.splitlines() if container.id in x)
+        assert f"given driver {host.driver_version}, 570.86.10 runs now" in line
+        assert "has been replaced" in line and "map a deleted" in line and "libcuda.so" in line, line
+        status = json.loads(guard(host, "--once", "--json").stdout)
+        assert status["stale"] == 1 and status["containers"][0]["id"] == container.id
+    finally:
+        container.stop()
+
+
+def test_the_record_of_a_container_that_is_gone_is_removed(host: FakeHost, tmp_path: Path) -> None:
+    container = Running("runc", host, tmp_path)
+    path = records(host) / f"{container.id}.json"
+    assert path.exists()
+    container.stop()
+    report = guard(host, "--once", "--report-only")
+    assert f"container {container.id}" in report.stdout and "gone" in report.stdout and path.exists()
+    assert guard(host, "--once").returncode == 0 and not path.exists()
+
+
+def test_a_record_not_root_only_is_not_believed(host: FakeHost, v1: Running) -> None:
+    path = records(host) / f"{v1.id}.json"
+    reload_v1(v1.pid)
+    os.chmod(path, 0o644)
+    result = guard(host, "--once")
+    assert result.returncode == 1 and "record ignored" in result.stdout and v1.opens() == LOST, result.stdout
+
+
+def test_the_daemon_killed_and_restarted_keeps_its_records(host: FakeHost, v1: Running, tmp_path: Path) -> None:
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    textfile = tmp_path / "ponytail.prom"
+    command = [console_script("ponytail"), "guard", "--config", str(host.base / "config.toml"), "--events", str(fifo),
+               "--textfile", str(textfile), "--interval", "600"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _wait(lambda: textfile.exists())
+    assert "ponytail_guard_containers_watched 1" in textfile.read_text()
+    first.kill()
+    first.wait()
+    reload_v1(v1.pid)
+    second = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: v1.opens() == ALLOWED)  # its first pass: the record was still there
+        assert "ponytail_guard_containers_repaired 1" in textfile.read_text()
+        reload_v1(v1.pid)
+        with open(fifo, "w") as f:  # a driver event (a test FIFO stands for the kernel's uevents)
+            f.write("add module nvidia\n")
+        _wait(lambda: v1.opens() == ALLOWED)
+        _wait(lambda: "ponytail_guard_events_total 1" in textfile.read_text())
+        assert "ponytail_guard_repairs_total 2" in textfile.read_text()
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=30) == 0
+    assert "guard stopped" in host.log.read_text()
+
+
+def _wait(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
+
+
+# --- a pure cgroup v2 view -------------------------------------------------------------------
+
+def reload_v2(pid: int) -> tuple[int, bytes]:
+    """What systemd's reload leaves on cgroup v2: the container's program replaced by the engine's
+    own, without the GPU (ponytail's allow block taken off the front)."""
+    fd = os.open(unified_dir(pid), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        flags, ids = bpf.query_device_programs(fd)
+        assert len(ids) == 1, ids
+        old = bpf.program_fd(ids[0])
+        info = bpf.program_info(old)
+        block = allow_block(GPU0)
+        assert info.instructions.startswith(block)
+        engines = info.instructions[len(block):]
+        new = bpf.load_device_program(engines, "systemd_like")
+        bpf.attach_device_program(fd, new, flags | bpf.BPF_F_REPLACE, old)
+        os.close(old)
+        os.close(new)
+        return ids[0], engines
+    finally:
+        os.close(fd)
+
+
+def program_ids(pid: int) -> tuple[int, ...]:
+    fd = os.open(unified_dir(pid), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return bpf.query_device_programs(fd)[1]
+    finally:
+        os.close(fd)
+
+
+def test_pure_cgroup_v2_report_only_then_once_gives_back_exactly_the_gpu(host: FakeHost, tmp_path: Path) -> None:
+    container = Running("runc-v2", host, tmp_path)
+    try:
+        assert container.opens() == ALLOWED
+        record = json.loads((records(host) / f"{container.id}.json").read_text())
+        assert record["cgroup"]["v2"] == "/" + str(unified_dir(container.pid).relative_to("/sys/fs/cgroup/unified"))
+        reload_v2(container.pid)
+        assert container.opens() == LOST
+        reloaded = program_ids(container.pid)
+
+        report = guard(host, "--once", "--report-only")
+        assert report.returncode == 1 and f"container {container.id}" in report.stdout and "has lost" in report.stdout, report.stdout
+        assert program_ids(container.pid) == reloaded and container.opens() == LOST
+
+        repaired = guard(host, "--once")
+        assert repaired.returncode == 1 and "given back (only those)" in repaired.stdout, repaired.stdout + repaired.stderr
+        assert container.opens() == ALLOWED
+        fixed = program_ids(container.pid)
+        assert fixed != reloaded and len(fixed) == 1
+
+        again = guard(host, "--once")
+        assert again.returncode == 0 and "all 4 allotted node(s) allowed" in again.stdout, again.stdout
+        assert program_ids(container.pid) == fixed
+    finally:
+        container.stop()
