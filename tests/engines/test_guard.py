@@ -22,6 +22,7 @@ import pytest
 from ponytail.apply import bpf
 from ponytail.plan.devicefilter import allow_block
 
+from support.cdi_support import generate
 from support.engines import RUNTIMES, TIMEOUT, console_script, hook_entry, oci_bundle, unique
 from support.fakehost import FakeHost, compile_program
 
@@ -35,11 +36,15 @@ LOST = ["open /dev/nvidia2 EPERM", "open /dev/nvidiactl EPERM", "open /dev/nvidi
 class Running:
     """A runc container running ``busybox sleep`` with ponytail as its prestart hook."""
 
-    def __init__(self, runtime: str, host: FakeHost, base: Path, command: list[str] | None = None) -> None:
+    def __init__(self, runtime: str, host: FakeHost, base: Path, command: list[str] | None = None, cdi: dict | None = None) -> None:
         self.runtime = RUNTIMES[runtime]
         self.id = unique("guard")
-        bundle = oci_bundle(base, command or ["/bin/busybox", "sleep", "600"], env=["NVIDIA_VISIBLE_DEVICES=0"],
-                            hooks={"prestart": [hook_entry(host.write_config())]})
+        if cdi is None:
+            bundle = oci_bundle(base, command or ["/bin/busybox", "sleep", "600"], env=["NVIDIA_VISIBLE_DEVICES=0"],
+                                hooks={"prestart": [hook_entry(host.write_config())]})
+        else:
+            bundle = oci_bundle(base, command or ["/bin/busybox", "sleep", "600"])
+            apply_cdi(bundle / "config.json", cdi, "0")
         os.mknod(bundle / "rootfs" / DENIED.lstrip("/"), 0o666 | stat.S_IFCHR, os.makedev(195, 200))
         shutil.copy(compile_program("cudahold.c"), bundle / "rootfs/usr/local/bin/cudahold")
         self.proc = subprocess.Popen([*self.runtime, "run", "--bundle", str(bundle), self.id], stdin=subprocess.DEVNULL,
@@ -64,6 +69,25 @@ class Running:
     def stop(self) -> None:
         subprocess.run([*self.runtime, "delete", "-f", self.id], capture_output=True, timeout=TIMEOUT)
         self.proc.wait(timeout=TIMEOUT)
+
+
+def apply_cdi(config_json: Path, spec: dict, device: str) -> None:
+    """What an engine does with a CDI device: the spec's and the device's edits into config.json."""
+    config = json.loads(config_json.read_text())
+    [entry] = [d for d in spec["devices"] if d["name"] == device]
+    for edits in (spec["containerEdits"], entry["containerEdits"]):
+        config["process"]["env"] += edits.get("env", [])
+        for node in edits.get("deviceNodes", []):
+            config["linux"].setdefault("devices", []).append(
+                {"path": node["path"], "type": "c", "major": node["major"], "minor": node["minor"], "fileMode": 0o666})
+            config["linux"]["resources"]["devices"].append(
+                {"allow": True, "type": "c", "major": node["major"], "minor": node["minor"], "access": "rwm"})
+        for mount in edits.get("mounts", []):
+            config["mounts"].append({"destination": mount["containerPath"], "source": mount["hostPath"], "type": "bind",
+                                     "options": mount["options"]})
+        for hook in edits.get("hooks", []):
+            config.setdefault("hooks", {}).setdefault(hook["hookName"], []).append({"path": hook["path"], "args": hook["args"]})
+    config_json.write_text(json.dumps(config))
 
 
 @pytest.fixture
@@ -119,6 +143,8 @@ def test_cgroup_v1_report_only_then_once_gives_back_exactly_the_gpu(host: FakeHo
 
     report = guard(host, "--once", "--report-only")
     assert report.returncode == 1, report.stdout + report.stderr
+    [(level, subject, message)] = check(host)
+    assert (level, subject) == ("problem", v1.id) and message.startswith("lost access to c 195:2 /dev/nvidia2"), message
     assert f"container {v1.id}" in report.stdout and "has lost c 195:2 /dev/nvidia2, c 195:255 /dev/nvidiactl" in report.stdout
     assert (devices_dir(v1.pid) / "devices.list").read_text() == before and v1.opens() == LOST
 
@@ -134,6 +160,14 @@ def test_cgroup_v1_report_only_then_once_gives_back_exactly_the_gpu(host: FakeHo
     again = guard(host, "--once")
     assert again.returncode == 0 and "all 4 allotted node(s) allowed" in again.stdout, again.stdout
     assert set((devices_dir(v1.pid) / "devices.list").read_text().splitlines()) == after
+    assert check(host) == [("ok", "guard", "1 running GPU container(s) recorded: none lost a node, none on a stale driver")]
+
+
+def check(host: FakeHost) -> list[tuple[str, str, str]]:
+    """ponytail check's findings about the running containers."""
+    result = subprocess.run([console_script("ponytail"), "check", "--json", "--config", str(host.base / "config.toml")],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    return [(f["level"], f["subject"], f["message"]) for f in json.loads(result.stdout)["findings"] if f["area"] == "container"]
 
 
 def test_a_driver_upgrade_while_the_container_runs_is_reported(host: FakeHost, tmp_path: Path) -> None:
@@ -153,6 +187,8 @@ def test_a_driver_upgrade_while_the_container_runs_is_reported(host: FakeHost, t
         assert "has been replaced" in line and "map a deleted" in line and "libcuda.so" in line, line
         status = json.loads(guard(host, "--once", "--json").stdout)
         assert status["stale"] == 1 and status["containers"][0]["id"] == container.id
+        [(level, subject, message)] = check(host)
+        assert (level, subject) == ("warning", container.id) and "bound to a driver that no longer runs" in message, message
     finally:
         container.stop()
 
@@ -201,6 +237,28 @@ def test_the_daemon_killed_and_restarted_keeps_its_records(host: FakeHost, v1: R
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=30) == 0
     assert "guard stopped" in host.log.read_text()
+
+
+def test_a_cdi_container_is_recorded_by_the_cdi_hook_and_given_back_its_gpu(host: FakeHost, tmp_path: Path) -> None:
+    spec = generate(host, tmp_path / "spec.json")
+    container = Running("runc", host, tmp_path, cdi=spec)
+    try:
+        assert container.opens() == ALLOWED
+        record = json.loads((records(host) / f"{container.id}.json").read_text())
+        assert record["started_by"] == "cdi-hook" and record["pid"] == container.pid, record
+        assert record["spec_driver_version"] == host.driver_version
+        assert {(d["major"], d["minor"], d["path"]) for d in record["devices"]} >= {(195, 2, "/dev/nvidia2"), (195, 255, "/dev/nvidiactl")}
+        reload_v1(container.pid)
+        assert container.opens() == LOST
+        result = guard(host, "--once")
+        assert result.returncode == 1 and "given back" in result.stdout, result.stdout + result.stderr
+        assert container.opens() == ALLOWED
+        version = host.proc / "driver/nvidia/version"
+        version.write_text(version.read_text().replace(host.driver_version, "570.86.10"))
+        stale = guard(host, "--once", "--report-only")
+        assert f"started from a CDI spec made for driver {host.driver_version}, 570.86.10 runs now (stale spec)" in stale.stdout
+    finally:
+        container.stop()
 
 
 def _wait(condition, timeout: float = 30.0) -> None:
