@@ -21,7 +21,13 @@
 #   CDI_SPEC         containerd: where ponytail's CDI spec goes on the host (default /var/run/cdi/ponytail.yaml;
 #                    empty: none). containerd 2.x (and 1.7 with enable_cdi) resolves the device plugin's CDI
 #                    annotations itself from it; `ponytail cdi generate` writes it in the host's mount namespace
-#                    (hostPID), at install and every CDI_REFRESH seconds (default 300) while the pod runs
+#                    (hostPID) at install; while the pod runs, ponytail guard writes it again on the driver's
+#                    udev events (driver loaded or unloaded, a GPU added or removed, a MIG change)
+#   GUARD            true (default): while the pod runs, run `ponytail guard` on the host (hostPID): it gives
+#                    running GPU containers back the nodes a systemd reload took from their device rules, and
+#                    keeps the /dev/char links and the CDI spec true to the driver on its udev events | false
+#   GUARD_TEXTFILE   where the guard writes its Prometheus metrics on the host (node exporter's textfile
+#                    collector directory; default: none)
 # A second run with the same settings changes nothing and restarts nothing.
 set -eu
 
@@ -39,7 +45,8 @@ UNITS_DIR=${UNITS_DIR:-/opt/ponytail-units}
 UNITS="ponytail-dev-char-links.service ponytail-dev-char-links.path"
 UDEV_RULE=71-ponytail-dev-char-links.rules
 CDI_SPEC=${CDI_SPEC-/var/run/cdi/ponytail.yaml}
-CDI_REFRESH=${CDI_REFRESH:-300}
+GUARD=${GUARD:-true}
+GUARD_TEXTFILE=${GUARD_TEXTFILE:-}
 
 say() { echo "ponytail-installer: $*"; }
 fail() { echo "ponytail-installer: error: $*" >&2; exit 1; }
@@ -168,6 +175,26 @@ write_cdi_spec() {
     fi
 }
 
+# run_guard: `ponytail guard` in the host's mount namespace, in the background ($guard_pid); the pod waits on it.
+# Without hostPID it cannot see the containers: said, and the pod only waits.
+run_guard() {
+    set --
+    if [ "$ENGINE" = containerd ] && [ -n "$CDI_SPEC" ]; then set -- --cdi-spec "$CDI_SPEC"; fi
+    if [ -n "$GUARD_TEXTFILE" ]; then set -- "$@" --textfile "$GUARD_TEXTFILE"; fi
+    if [ "$GUARD" = true ] && on_host true; then
+        on_host "$INSTALL_DIR/ponytail" guard "$@" &
+        guard_pid=$!
+        say "running ponytail guard on the host (process $guard_pid)"
+    else
+        [ "$GUARD" != true ] || say "warning: cannot run ponytail guard on the host (hostPID needed): GPUs a systemd reload takes from running containers are not given back"
+        guard_pid=
+    fi
+}
+
+stop_guard() {
+    [ -z "$guard_pid" ] || kill "$guard_pid" 2>/dev/null || true
+}
+
 install() {
     copy_files
     write_policy
@@ -194,8 +221,19 @@ case "${1:-daemon}" in
     uninstall) uninstall ;;
     daemon)
         install
-        if [ "$CLEANUP_ON_EXIT" = true ]; then trap 'uninstall; exit 0' TERM INT; else trap 'exit 0' TERM INT; fi
+        guard_pid=
+        if [ "$CLEANUP_ON_EXIT" = true ]; then trap 'stop_guard; uninstall; exit 0' TERM INT; else trap 'stop_guard; exit 0' TERM INT; fi
+        run_guard
         say "installed; waiting"
-        while :; do sleep "$CDI_REFRESH" & wait $! || true; write_cdi_spec >/dev/null; done ;;
+        while :; do
+            if [ -n "$guard_pid" ]; then
+                wait "$guard_pid" || true
+                say "warning: ponytail guard ended; starting it again in 5 s"
+                sleep 5
+                run_guard
+            else
+                sleep 3600 & wait $! || true
+            fi
+        done ;;
     *) fail "usage: installer.sh [install|uninstall|daemon]" ;;
 esac

@@ -261,6 +261,37 @@ def test_a_cdi_container_is_recorded_by_the_cdi_hook_and_given_back_its_gpu(host
         container.stop()
 
 
+def test_the_daemon_acts_on_real_kernel_uevents(host: FakeHost, v1: Running, tmp_path: Path) -> None:
+    """A real uevent from the kernel (what 'udevadm trigger' makes: a write to a device's uevent file),
+    on a device this machine has (/dev/null; the guard is told to count it as the driver's). On the
+    event the guard makes the /dev/char links and the CDI spec true to the driver, then runs a pass."""
+    spec = tmp_path / "cdi" / "ponytail.yaml"
+    spec.parent.mkdir()
+    command = [console_script("ponytail"), "guard", "--config", str(host.base / "config.toml"), "--watch", "mem:null",
+               "--cdi-spec", str(spec), "--interval", "600"]
+    daemon = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: "guard started" in host.log.read_text() and "pass (start)" in host.log.read_text())
+        reload_v1(v1.pid)
+        assert not spec.exists() and not (host.dev / "char" / "195:2").exists()
+        Path("/sys/devices/virtual/mem/null/uevent").write_text("change")
+        _wait(lambda: v1.opens() == ALLOWED)
+        assert "1 event(s): change mem null" in host.log.read_text()
+        assert os.readlink(host.dev / "char" / "195:2") == "../nvidia2" and "nvidia.com/gpu" in spec.read_text()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0, daemon.stderr.read() if daemon.stderr else ""
+
+
+def test_the_systemd_unit_runs_a_guard_command_line_ponytail_accepts(host: FakeHost, v1: Running) -> None:
+    unit = (Path(__file__).resolve().parents[2] / "packaging/systemd/ponytail-guard.service").read_text()
+    [exec_start] = [line.split("=", 1)[1].split() for line in unit.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start[:2] == ["/usr/local/ponytail/ponytail", "guard"] and "Restart=always" in unit
+    result = subprocess.run([console_script("ponytail"), *exec_start[1:], "--config", str(host.base / "config.toml"), "--once"],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0 and "1 container(s) watched" in result.stdout, result.stdout + result.stderr
+
+
 def _wait(condition, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
