@@ -41,7 +41,7 @@ class UdevEvents:
             events.append((device.action or "", device.subsystem or "", name))
 
     def close(self) -> None:
-        self._monitor = None  # type: ignore[assignment]  # pyudev closes the netlink socket with the monitor
+        self._monitor = None  # pyudev closes the netlink socket with the monitor
 
 
 class FifoEvents:
