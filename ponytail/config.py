@@ -55,7 +55,7 @@ class Config:
     # `ponytail guard` gives back lost device access, its safety interval and its metrics file
     guard_records: str = ""
     guard_repair: bool = True
-    guard_interval: float = 300.0
+    guard_interval: float = 60.0
     guard_textfile: str = ""
 
     @property
@@ -149,8 +149,9 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
                     "container, read by `ponytail guard`); `\"\"`: `containers/` under `[cache] dir` (none when that is `\"\"`)."),
         "repair": ("guard_repair", bool, "`ponytail guard` gives back a recorded container's GPU nodes when its device "
                    "rules lost them (a systemd reload); `false`: it only reports, as `--report-only`."),
-        "interval": ("guard_interval", float, "Seconds between the guard daemon's safety passes (it also runs a pass on "
-                     "each udev event of the driver's devices); above 0, at most 600."),
+        "interval": ("guard_interval", float, "Seconds between the guard daemon's passes besides those on the driver's "
+                     "udev events: a systemd reload makes no event, so this is how long a container may be without a GPU "
+                     "node a reload took; above 0, at most 600."),
         "textfile": ("guard_textfile", str, "A Prometheus text file the guard rewrites after each pass, for node "
                      "exporter's textfile collector (`.../ponytail.prom`); `\"\"`: none."),
     },

@@ -8,7 +8,8 @@ v1 devices path and the v2 path, from /proc/<pid>/cgroup), the device nodes it w
 identity) it was given, and which start path made it. Files are root's alone: 0600, in a 0700
 directory that only root may change (ponytail.fs.trust), replaced atomically (ponytail.fs.atomic),
 so that the guard, which runs as root and edits cgroups from them, believes nothing another
-user could have written.
+user could have written. They are not fsynced: a record describes a running process, which a
+crash ends too, and an fsync is the one costly step of writing it.
 
 Writing costs a hook start one small file (tmpfs) and two reads of /proc; a record that
 cannot be written is a warning in the log, never a failed start. The guard removes the
@@ -55,7 +56,7 @@ def record_container(
 
     dir_fd = open_records_dir(directory, create=True)
     try:
-        replace_file(name, (dumps(data) + "\n").encode(), 0o600, dir_fd=dir_fd)
+        replace_file(name, (dumps(data) + "\n").encode(), 0o600, dir_fd=dir_fd, durable=False)  # no fsync: see the docstring
     finally:
         os.close(dir_fd)
     return os.path.join(directory, name)
