@@ -1,7 +1,8 @@
 """``ponytail guard``: one pass (``--once``), or the node agent that runs the pass on the driver's udev events.
 
-The pass is ponytail.engines.guard.watch's. The daemon waits on an event source
-(ponytail.engines.guard.events: the kernel's uevents through pyudev, or a test FIFO); on the
+The pass is ponytail.engines.guard.watch's. The daemon waits on its event sources
+(ponytail.engines.guard.events: the kernel's uevents through pyudev, or a test FIFO, and the
+nodes made or removed in /dev and /dev/nvidia-caps, which send no uevent); on the
 driver's events (its modules loaded or unloaded, a GPU added or removed, nvidia-caps nodes
 made or removed by a MIG change) it first makes the node's files true to the driver again
 (the /dev/char links, ponytail.engines.devchar, and the CDI specs it was given, with
@@ -23,7 +24,7 @@ from ponytail.logfile import RunLog
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ponytail.config import Config
-    from ponytail.engines.guard.events import FifoEvents, UdevEvents
+    from ponytail.engines.guard.events import FifoEvents, NodeEvents, UdevEvents
 
 SETTLE_S = 0.3  # events come in bursts (a module load makes every node): act once the burst is over
 
@@ -63,13 +64,13 @@ class Daemon:
     """The guard's loop: events and the safety interval, each ending in a pass."""
 
     def __init__(self, config: Config, config_file: str | None, repair: bool, textfile: str, interval: float,
-                 source: FifoEvents | UdevEvents, cdi_specs: tuple[str, ...], also: tuple[tuple[str, str], ...]) -> None:
+                 sources: list[FifoEvents | UdevEvents | NodeEvents], cdi_specs: tuple[str, ...], also: tuple[tuple[str, str], ...]) -> None:
         self.config = config
         self.config_file = config_file
         self.repair = repair
         self.textfile = textfile
         self.interval = interval
-        self.source = source
+        self.sources = sources
         self.cdi_specs = cdi_specs
         self.also = also
         self.log = RunLog(config.log_file)
@@ -92,15 +93,15 @@ class Daemon:
         self._run_pass("start")
         next_pass = time.monotonic() + self.interval
         while not self.stopping:  # a signal only sets the flag and wakes the select: a pass is never cut in half
-            ready, _, _ = select.select([self.source, self._wake[0]], [], [], max(0.0, next_pass - time.monotonic()))
+            ready, _, _ = select.select([*self.sources, self._wake[0]], [], [], max(0.0, next_pass - time.monotonic()))
             if self.stopping:
                 break
-            if self.source in ready:
-                events = [e for e in self.source.receive() if relevant(e, self.also)]
+            if any(source in ready for source in self.sources):
+                events = [e for source in self.sources if source in ready for e in source.receive() if relevant(e, self.also)]
                 if not events:
                     continue
                 time.sleep(SETTLE_S)
-                events += [e for e in self.source.receive() if relevant(e, self.also)]
+                events += [e for source in self.sources for e in source.receive() if relevant(e, self.also)]
                 self.events_total += len(events)
                 self._refresh_node(events)
                 self._run_pass(f"{len(events)} event(s): {', '.join(' '.join(e) for e in events[:4])}")
@@ -110,7 +111,8 @@ class Daemon:
                 continue
             next_pass = time.monotonic() + self.interval
         self.log.write("info", "guard stopped")
-        self.source.close()
+        for source in self.sources:
+            source.close()
         self.log.close()
         return 0
 
@@ -158,9 +160,9 @@ def _pass(config: Config, repair: bool, log: RunLog, textfile: str, daemon: Daem
 
 def run_daemon(config: Config, config_file: str | None, repair: bool, textfile: str, interval: float | None,
                events: str | None, cdi_specs: tuple[str, ...], also: tuple[str, ...]) -> int:
-    from ponytail.engines.guard.events import FifoEvents, UdevEvents
+    from ponytail.engines.guard.events import FifoEvents, NodeEvents, UdevEvents
 
-    source: FifoEvents | UdevEvents = FifoEvents(events) if events else UdevEvents()
+    sources: list[FifoEvents | UdevEvents | NodeEvents] = [FifoEvents(events) if events else UdevEvents(), NodeEvents(config.dev_root)]
     watch = tuple((a.partition(":")[0], a.partition(":")[2]) for a in also)
-    daemon = Daemon(config, config_file, repair, textfile, interval or config.guard_interval, source, cdi_specs, watch)
+    daemon = Daemon(config, config_file, repair, textfile, interval or config.guard_interval, sources, cdi_specs, watch)
     return daemon.run()

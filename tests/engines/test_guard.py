@@ -283,6 +283,27 @@ def test_the_daemon_acts_on_real_kernel_uevents(host: FakeHost, v1: Running, tmp
         assert daemon.wait(timeout=30) == 0, daemon.stderr.read() if daemon.stderr else ""
 
 
+def test_the_daemon_links_a_node_the_driver_makes_without_a_uevent(host: FakeHost, tmp_path: Path) -> None:
+    """nvidia-modprobe makes the nodes (MIG's nvidia-caps ones too) with mknod, which sends no uevent:
+    the guard watches /dev and /dev/nvidia-caps itself, and links the new node."""
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    daemon = subprocess.Popen([console_script("ponytail"), "guard", "--config", str(host.write_config()), "--events", str(fifo)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: "pass (start)" in host.log.read_text())
+        caps = host.dev / "nvidia-caps"
+        caps.mkdir(exist_ok=True)
+        time.sleep(0.5)  # the directory made after the guard started: it watches it from its creation
+        os.mknod(caps / "nvidia-cap5", 0o400 | stat.S_IFCHR, os.makedev(239, 5))
+        _wait(lambda: os.path.islink(host.dev / "char" / "239:5"))
+        assert os.readlink(host.dev / "char" / "239:5") == "../nvidia-caps/nvidia-cap5"
+        assert "event(s): add" in host.log.read_text() and "nvidia-cap5" in host.log.read_text()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+
+
 def test_the_systemd_unit_runs_a_guard_command_line_ponytail_accepts(host: FakeHost, v1: Running) -> None:
     unit = (Path(__file__).resolve().parents[2] / "packaging/systemd/ponytail-guard.service").read_text()
     [exec_start] = [line.split("=", 1)[1].split() for line in unit.splitlines() if line.startswith("ExecStart=")]
@@ -294,10 +315,17 @@ def test_the_systemd_unit_runs_a_guard_command_line_ponytail_accepts(host: FakeH
 
 def _wait(condition, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not _holds(condition):
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.1)
+
+
+def _holds(condition) -> bool:
+    try:
+        return bool(condition())
+    except FileNotFoundError:  # the log, before the guard wrote its first line
+        return False
 
 
 # --- a pure cgroup v2 view -------------------------------------------------------------------

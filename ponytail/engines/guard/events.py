@@ -1,6 +1,7 @@
-"""Where the guard daemon's events come from: the kernel's uevents through pyudev, or, for tests, a FIFO.
+"""Where the guard daemon's events come from: the kernel's uevents through pyudev (or, for tests, a FIFO),
+and the driver's nodes made or removed in /dev (inotify).
 
-Both sources have one shape: ``fileno()`` to wait on, ``receive()`` the events ready now
+The sources have one shape: ``fileno()`` to wait on, ``receive()`` the events ready now
 (without blocking) as (action, subsystem, name) tuples, ``close()``. The daemon acts on the
 events ``relevant`` accepts: the NVIDIA driver's modules loaded or unloaded, an NVIDIA PCI
 function added, removed, bound or unbound, and the driver's device nodes (nvidia-caps, MIG's
@@ -66,6 +67,55 @@ class FifoEvents:
             if len(parts) == 3:
                 events.append((parts[0], parts[1], parts[2]))
         return events
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+IN_CREATE, IN_DELETE, IN_MOVED_TO, IN_NONBLOCK, IN_CLOEXEC = 0x100, 0x200, 0x80, 0o4000, 0o2000000
+_INOTIFY_HEADER = 16  # struct inotify_event: int wd; uint32 mask, cookie, len; then the name
+
+
+class NodeEvents:
+    """Entries made or removed in the /dev directory and its nvidia-caps/ (inotify): nvidia-modprobe makes
+    the driver's nodes, MIG's capability nodes among them, with mknod, which sends no uevent."""
+
+    def __init__(self, dev_root: str) -> None:
+        from ponytail.fs.libc import check, libc
+
+        self._libc = libc()
+        self._fd = check(self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC), "inotify_init1")
+        self._dev_root = dev_root
+        self._watches: dict[int, str] = {}
+        self._watch(dev_root)
+        self._watch(os.path.join(dev_root, "nvidia-caps"))
+
+    def _watch(self, path: str) -> None:
+        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), IN_CREATE | IN_DELETE | IN_MOVED_TO)
+        if wd >= 0:
+            self._watches[wd] = os.path.basename(path)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def receive(self) -> list[Event]:
+        import struct
+
+        events: list[Event] = []
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return events
+            offset = 0
+            while offset + _INOTIFY_HEADER <= len(data):
+                wd, mask, _, length = struct.unpack_from("=iIII", data, offset)
+                name = data[offset + _INOTIFY_HEADER:offset + _INOTIFY_HEADER + length].split(b"\0", 1)[0].decode("utf-8", "replace")
+                offset += _INOTIFY_HEADER + length
+                action = "remove" if mask & IN_DELETE else "add"
+                events.append((action, "dev" if self._watches.get(wd) != "nvidia-caps" else "nvidia-caps", name))
+                if name == "nvidia-caps" and action == "add":
+                    self._watch(os.path.join(self._dev_root, "nvidia-caps"))
 
     def close(self) -> None:
         os.close(self._fd)
