@@ -304,6 +304,38 @@ def test_the_daemon_links_a_node_the_driver_makes_without_a_uevent(host: FakeHos
         assert daemon.wait(timeout=30) == 0
 
 
+def test_a_container_started_through_the_shim_is_recorded_and_given_back_its_gpu(host: FakeHost, tmp_path: Path) -> None:
+    """ponytail-runtime, as containerd calls it: the device rules in config.json, and the prestart hook it adds records it."""
+    config = host.write_config()
+    bundle = oci_bundle(tmp_path, ["/bin/busybox", "sleep", "600"], env=["NVIDIA_VISIBLE_DEVICES=0"])
+    os.mknod(bundle / "rootfs" / DENIED.lstrip("/"), 0o666 | stat.S_IFCHR, os.makedev(195, 200))
+    container_id = unique("guard")
+    runc = ["runc", "--root", str(tmp_path / "runc-state")]
+    env = {"PATH": os.environ["PATH"], "PONYTAIL_CONFIG": str(config)}
+    shim = [console_script("ponytail-runtime"), "--root", str(tmp_path / "runc-state")]
+    with open(tmp_path / "out", "w") as out:  # create leaves the container holding its stdio: no pipes
+        created = subprocess.run([*shim, "create", "--bundle", str(bundle), container_id], env=env, stdout=out, stderr=out,
+                                 timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    try:
+        assert created.returncode == 0, (tmp_path / "out").read_text()
+        assert subprocess.run([*shim, "start", container_id], env=env, capture_output=True, timeout=TIMEOUT).returncode == 0
+        pid = int(json.loads(subprocess.run([*runc, "state", container_id], capture_output=True, text=True).stdout)["pid"])
+
+        def opens() -> list[str]:
+            result = subprocess.run([*runc, "exec", container_id, *CHECK], capture_output=True, text=True, timeout=TIMEOUT)
+            return [line for line in result.stdout.splitlines() if line.startswith("open ")]
+
+        assert opens() == ALLOWED
+        assert json.loads((records(host) / f"{container_id}.json").read_text())["pid"] == pid
+        reload_v1(pid)
+        assert opens() == LOST
+        result = guard(host, "--once")
+        assert result.returncode == 1 and f"container {container_id}" in result.stdout and "given back" in result.stdout, result.stdout
+        assert opens() == ALLOWED
+    finally:
+        subprocess.run([*runc, "delete", "-f", container_id], capture_output=True, timeout=TIMEOUT)
+
+
 def test_the_systemd_unit_runs_a_guard_command_line_ponytail_accepts(host: FakeHost, v1: Running) -> None:
     unit = (Path(__file__).resolve().parents[2] / "packaging/systemd/ponytail-guard.service").read_text()
     [exec_start] = [line.split("=", 1)[1].split() for line in unit.splitlines() if line.startswith("ExecStart=")]
