@@ -36,7 +36,8 @@ LOST = ["open /dev/nvidia2 EPERM", "open /dev/nvidiactl EPERM", "open /dev/nvidi
 class Running:
     """A runc container running ``busybox sleep`` with ponytail as its prestart hook."""
 
-    def __init__(self, runtime: str, host: FakeHost, base: Path, command: list[str] | None = None, cdi: dict | None = None) -> None:
+    def __init__(self, runtime: str, host: FakeHost, base: Path, command: list[str] | None = None, cdi: dict | None = None,
+                 hooks: bool = True) -> None:
         self.runtime = RUNTIMES[runtime]
         self.id = unique("guard")
         if cdi is None:
@@ -44,7 +45,7 @@ class Running:
                                 hooks={"prestart": [hook_entry(host.write_config())]})
         else:
             bundle = oci_bundle(base, command or ["/bin/busybox", "sleep", "600"])
-            apply_cdi(bundle / "config.json", cdi, "0")
+            apply_cdi(bundle / "config.json", cdi, "0", hooks)
         os.mknod(bundle / "rootfs" / DENIED.lstrip("/"), 0o666 | stat.S_IFCHR, os.makedev(195, 200))
         shutil.copy(compile_program("cudahold.c"), bundle / "rootfs/usr/local/bin/cudahold")
         self.proc = subprocess.Popen([*self.runtime, "run", "--bundle", str(bundle), self.id], stdin=subprocess.DEVNULL,
@@ -66,12 +67,19 @@ class Running:
         result = subprocess.run([*self.runtime, "exec", self.id, *CHECK], capture_output=True, text=True, timeout=TIMEOUT)
         return [line for line in result.stdout.splitlines() if line.startswith("open ")]
 
+    def opens_without_libcuda(self) -> list[str]:
+        """The same opens with busybox's cat, for a container without libcuda (cudacheck needs it)."""
+        script = " ".join(f'echo "open {node} $(cat {node} 2>&1 >/dev/null)";' for node in CHECK[1:])
+        result = subprocess.run([*self.runtime, "exec", self.id, "/bin/sh", "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+        names = {"No such device or address": "ENXIO", "Operation not permitted": "EPERM"}
+        return [" ".join(line.split()[:2] + [next((v for k, v in names.items() if k in line), line)]) for line in result.stdout.splitlines()]
+
     def stop(self) -> None:
         subprocess.run([*self.runtime, "delete", "-f", self.id], capture_output=True, timeout=TIMEOUT)
         self.proc.wait(timeout=TIMEOUT)
 
 
-def apply_cdi(config_json: Path, spec: dict, device: str) -> None:
+def apply_cdi(config_json: Path, spec: dict, device: str, hooks: bool = True) -> None:
     """What an engine does with a CDI device: the spec's and the device's edits into config.json."""
     config = json.loads(config_json.read_text())
     [entry] = [d for d in spec["devices"] if d["name"] == device]
@@ -85,7 +93,7 @@ def apply_cdi(config_json: Path, spec: dict, device: str) -> None:
         for mount in edits.get("mounts", []):
             config["mounts"].append({"destination": mount["containerPath"], "source": mount["hostPath"], "type": "bind",
                                      "options": mount["options"]})
-        for hook in edits.get("hooks", []):
+        for hook in edits.get("hooks", []) if hooks else []:
             config.setdefault("hooks", {}).setdefault(hook["hookName"], []).append({"path": hook["path"], "args": hook["args"]})
     config_json.write_text(json.dumps(config))
 
@@ -334,6 +342,23 @@ def test_a_container_started_through_the_shim_is_recorded_and_given_back_its_gpu
         assert opens() == ALLOWED
     finally:
         subprocess.run([*runc, "delete", "-f", container_id], capture_output=True, timeout=TIMEOUT)
+
+
+def test_a_container_ponytail_did_not_start_is_never_touched(host: FakeHost, v1: Running, tmp_path: Path) -> None:
+    """Another container with the same GPU (its nodes and rules from config.json, no ponytail hook): not
+    recorded, so when both lose the GPU only ponytail's gets it back."""
+    other = Running("runc", host, tmp_path / "other", cdi=generate(host, tmp_path / "spec.json"), hooks=False)
+    try:
+        assert other.opens_without_libcuda() == ALLOWED and not (records(host) / f"{other.id}.json").exists()
+        reload_v1(v1.pid)
+        reload_v1(other.pid)
+        before = (devices_dir(other.pid) / "devices.list").read_text()
+        result = guard(host, "--once")
+        assert result.returncode == 1 and other.id not in result.stdout, result.stdout
+        assert v1.opens() == ALLOWED and other.opens_without_libcuda() == LOST
+        assert (devices_dir(other.pid) / "devices.list").read_text() == before
+    finally:
+        other.stop()
 
 
 def test_the_systemd_unit_runs_a_guard_command_line_ponytail_accepts(host: FakeHost, v1: Running) -> None:
