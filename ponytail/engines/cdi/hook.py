@@ -151,6 +151,9 @@ def _record(config: Config, container_id: str, char_devices: tuple[tuple[int, in
         if not devices:
             return
         parent = int(read_small("/proc/self/stat").rpartition(")")[2].split()[1])
+        if not os.path.samestat(os.stat(f"/proc/{parent}/ns/mnt"), os.stat("/proc/self/ns/mnt")):
+            log.write("warning", f"container not recorded for ponytail guard: the hook's parent (process {parent}) is not the container's")
+            return
         path = record_container(config.records_dir, container_id, parent, "cdi-hook", devices, read_driver_version(config.proc_root),
                                 None, made_for)
     except (OSError, ValueError, PonytailError) as e:
