@@ -8,6 +8,7 @@ the container runs is reported; records survive the guard being killed and start
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -105,8 +106,8 @@ def v1(host: FakeHost, tmp_path: Path):
     container.stop()
 
 
-def guard(host: FakeHost, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([console_script("ponytail"), "guard", "--config", str(host.base / "config.toml"), *args],
+def guard(host: FakeHost, *args: str, command: list[str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*(command or [console_script("ponytail")]), "guard", "--config", str(host.base / "config.toml"), *args],
                           capture_output=True, text=True, timeout=TIMEOUT)
 
 
@@ -141,22 +142,23 @@ def test_the_hook_records_the_container_root_only(host: FakeHost, v1: Running) -
     assert record["driver_version"] == host.driver_version and record["libcuda"]["path"].endswith(f"libcuda.so.{host.driver_version}")
 
 
-def test_cgroup_v1_report_only_then_once_gives_back_exactly_the_gpu(host: FakeHost, v1: Running) -> None:
+def test_cgroup_v1_report_only_then_once_gives_back_exactly_the_gpu(host: FakeHost, v1: Running, ponytail_command: list[str]) -> None:
+    run = functools.partial(guard, command=ponytail_command)  # the installed command, then the binary
     assert v1.opens() == ALLOWED
-    first = guard(host, "--once")
+    first = run(host, "--once")
     assert first.returncode == 0 and "all 4 allotted node(s) allowed" in first.stdout, first.stdout + first.stderr
     reload_v1(v1.pid)
     before = (devices_dir(v1.pid) / "devices.list").read_text()
     assert v1.opens() == LOST
 
-    report = guard(host, "--once", "--report-only")
+    report = run(host, "--once", "--report-only")
     assert report.returncode == 1, report.stdout + report.stderr
     [(level, subject, message)] = check(host)
     assert (level, subject) == ("problem", v1.id) and message.startswith("lost access to c 195:2 /dev/nvidia2"), message
     assert f"container {v1.id}" in report.stdout and "has lost c 195:2 /dev/nvidia2, c 195:255 /dev/nvidiactl" in report.stdout
     assert (devices_dir(v1.pid) / "devices.list").read_text() == before and v1.opens() == LOST
 
-    repaired = guard(host, "--once", "--json")
+    repaired = run(host, "--once", "--json")
     assert repaired.returncode == 1, repaired.stdout + repaired.stderr
     status = json.loads(repaired.stdout)
     assert (status["watched"], status["lost"], status["repaired"]) == (1, 1, 1)
@@ -165,7 +167,7 @@ def test_cgroup_v1_report_only_then_once_gives_back_exactly_the_gpu(host: FakeHo
     assert after - set(before.splitlines()) == {f"c {major}:{minor} rw" for major, minor in GPU0}
     assert f"container={v1.id}" not in host.log.read_text() or "given back" in host.log.read_text()
 
-    again = guard(host, "--once")
+    again = run(host, "--once")
     assert again.returncode == 0 and "all 4 allotted node(s) allowed" in again.stdout, again.stdout
     assert set((devices_dir(v1.pid) / "devices.list").read_text().splitlines()) == after
     assert check(host) == [("ok", "guard", "1 running GPU container(s) recorded: none lost a node, none on a stale driver")]
@@ -269,13 +271,13 @@ def test_a_cdi_container_is_recorded_by_the_cdi_hook_and_given_back_its_gpu(host
         container.stop()
 
 
-def test_the_daemon_acts_on_real_kernel_uevents(host: FakeHost, v1: Running, tmp_path: Path) -> None:
+def test_the_daemon_acts_on_real_kernel_uevents(host: FakeHost, v1: Running, tmp_path: Path, ponytail_command: list[str]) -> None:
     """A real uevent from the kernel (what 'udevadm trigger' makes: a write to a device's uevent file),
     on a device this machine has (/dev/null; the guard is told to count it as the driver's). On the
     event the guard makes the /dev/char links and the CDI spec true to the driver, then runs a pass."""
     spec = tmp_path / "cdi" / "ponytail.yaml"
     spec.parent.mkdir()
-    command = [console_script("ponytail"), "guard", "--config", str(host.base / "config.toml"), "--watch", "mem:null",
+    command = [*ponytail_command, "guard", "--config", str(host.base / "config.toml"), "--watch", "mem:null",
                "--cdi-spec", str(spec), "--interval", "600"]
     daemon = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
