@@ -221,6 +221,18 @@ def test_a_record_not_root_only_is_not_believed(host: FakeHost, v1: Running) -> 
     assert result.returncode == 1 and "record ignored" in result.stdout and v1.opens() == LOST, result.stdout
 
 
+def test_records_under_a_directory_others_can_change_are_not_believed(host: FakeHost, v1: Running, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # anyone could rename the records directory away and plant another
+    shutil.copytree(records(host), shared / "containers")
+    config = host.base / "other.toml"
+    config.write_text(host.config_text() + f'[guard]\nrecords = "{shared}/containers"\n')
+    reload_v1(v1.pid)
+    result = subprocess.run([console_script("ponytail"), "guard", "--once", "--config", str(config)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 1 and "is not root's alone" in result.stdout and v1.opens() == LOST, result.stdout
+
+
 def test_the_daemon_killed_and_restarted_keeps_its_records(host: FakeHost, v1: Running, tmp_path: Path) -> None:
     fifo = tmp_path / "events"
     os.mkfifo(fifo)
