@@ -224,7 +224,7 @@ def test_a_record_not_root_only_is_not_believed(host: FakeHost, v1: Running) -> 
 def test_records_under_a_directory_others_can_change_are_not_believed(host: FakeHost, v1: Running, tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
-    os.chmod(shared, 0o777)  # anyone could rename the records directory away and plant another
+    os.chmod(shared, 0o777)  # noqa: S103 - the point: anyone could rename the records directory away and plant another
     shutil.copytree(records(host), shared / "containers")
     config = host.base / "other.toml"
     config.write_text(host.config_text() + f'[guard]\nrecords = "{shared}/containers"\n')
