@@ -13,7 +13,8 @@ crash ends too, and an fsync is the one costly step of writing it.
 
 Writing costs a hook start one small file (tmpfs) and two reads of /proc; a record that
 cannot be written is a warning in the log, never a failed start. The guard removes the
-record of a container that is gone.
+record of a container that is gone, and one start in 64 does too (``prune_records``), so
+that records do not pile up where no guard runs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 RECORD_VERSION = 1
 SUFFIX = ".json"
 MAX_RECORD_BYTES = 1 << 16
+PRUNE_CHANCE = 4  # of 256: one start in 64 also removes the records of containers that are gone
 _NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -57,9 +59,46 @@ def record_container(
     dir_fd = open_records_dir(directory, create=True)
     try:
         replace_file(name, (dumps(data) + "\n").encode(), 0o600, dir_fd=dir_fd, durable=False)  # no fsync: see the docstring
+        if os.urandom(1)[0] < PRUNE_CHANCE:
+            prune_records(dir_fd)
     finally:
         os.close(dir_fd)
     return os.path.join(directory, name)
+
+
+def prune_records(dir_fd: int) -> int:
+    """Remove the records of containers whose process is gone (and temporary files of killed writers);
+    how many went. The guard does this on each pass; a start does it now and then too, so that
+    records do not pile up in /run on a node where no guard runs."""
+    from ponytail.fs.atomic import writer_pid
+    from ponytail.lite.plainjson import loads_plain
+
+    removed = 0
+    for name in os.listdir(dir_fd):
+        gone = False
+        if name.endswith(SUFFIX) and not name.startswith("."):
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+            except OSError:
+                continue
+            try:
+                record = loads_plain(os.read(fd, MAX_RECORD_BYTES))
+            except OSError:
+                record = None
+            finally:
+                os.close(fd)
+            if isinstance(record, dict) and isinstance(record.get("pid"), int) and isinstance(record.get("pid_start"), int):
+                gone = process_start(record["pid"]) != record["pid_start"]
+        else:
+            pid = writer_pid(name)
+            gone = pid is not None and process_start(pid) == -1
+        if gone:
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def record_name(container_id: str) -> str:
