@@ -233,6 +233,15 @@ def test_records_under_a_directory_others_can_change_are_not_believed(host: Fake
     assert result.returncode == 1 and "is not root's alone" in result.stdout and v1.opens() == LOST, result.stdout
 
 
+def test_repair_off_in_the_config_only_reports(host: FakeHost, v1: Running) -> None:
+    config = host.base / "report-only.toml"
+    config.write_text(host.config_text() + "[guard]\nrepair = false\n")
+    reload_v1(v1.pid)
+    result = subprocess.run([console_script("ponytail"), "guard", "--once", "--config", str(config)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 1 and "not given back (report only)" in result.stdout, result.stdout
+    assert v1.opens() == LOST
+
+
 def test_the_daemon_killed_and_restarted_keeps_its_records(host: FakeHost, v1: Running, tmp_path: Path) -> None:
     fifo = tmp_path / "events"
     os.mkfifo(fifo)
