@@ -24,8 +24,8 @@ from ponytail.apply import bpf
 from ponytail.plan.devicefilter import allow_block
 
 from support.cdi_support import generate
-from support.engines import RUNTIMES, TIMEOUT, console_script, hook_entry, oci_bundle, unique
-from support.fakehost import FakeHost, compile_program
+from support.engines import RUNTIMES, TIMEOUT, Podman, console_script, hook_entry, oci_bundle, unique
+from support.fakehost import FakeHost, compile_program, make_rootfs
 
 GPU0 = ((195, 2), (195, 255), (511, 0), (511, 1))  # what NVIDIA_VISIBLE_DEVICES=0 injects on conftest's host
 DENIED = "/denied-nvidia200"  # c 195:200: a GPU node nobody was given
@@ -365,6 +365,41 @@ def test_a_container_started_through_the_shim_is_recorded_and_given_back_its_gpu
         assert opens() == ALLOWED
     finally:
         subprocess.run([*runc, "delete", "-f", container_id], capture_output=True, timeout=TIMEOUT)
+
+
+def test_a_podman_container_started_through_hooks_d_is_given_back_its_gpu(host: FakeHost, tmp_path: Path) -> None:
+    hooks_dir = tmp_path / "hooks.d"
+    installed = subprocess.run([console_script("ponytail"), "install-hook", "--dir", str(hooks_dir), "--config", str(host.write_config())],
+                               capture_output=True, text=True, timeout=TIMEOUT)
+    assert installed.returncode == 0, installed.stderr
+    podman = Podman(hooks_dir)
+    name = unique("guard")
+    rootfs = make_rootfs(tmp_path / "rootfs")
+    os.mknod(rootfs / DENIED.lstrip("/"), 0o666 | stat.S_IFCHR, os.makedev(195, 200))
+    try:
+        started = subprocess.run(podman.base + ["run", "-d", "--name", name, "--network=none", "--ulimit", "nofile=1024:1024",
+                                                "--ulimit", "nproc=4096:4096", "--annotation", "com.example.gpu=true",
+                                                "-e", "NVIDIA_VISIBLE_DEVICES=0", "--rootfs", str(rootfs), "/bin/busybox", "sleep", "600"],
+                                 capture_output=True, text=True, timeout=TIMEOUT)
+        assert started.returncode == 0, started.stderr
+        container_id = started.stdout.strip()
+        pid = int(subprocess.run(podman.base + ["inspect", "--format", "{{.State.Pid}}", name], capture_output=True, text=True).stdout)
+
+        def opens() -> list[str]:
+            result = subprocess.run(podman.base + ["exec", name, *CHECK], capture_output=True, text=True, timeout=TIMEOUT)
+            return [line for line in result.stdout.splitlines() if line.startswith("open ")]
+
+        assert opens() == ALLOWED
+        record = json.loads((records(host) / f"{container_id}.json").read_text())
+        assert record["pid"] == pid and record["started_by"] == "hook"
+        reload_v1(pid)
+        assert opens() == LOST
+        result = guard(host, "--once")
+        assert result.returncode == 1 and f"container {container_id}" in result.stdout and "given back" in result.stdout, result.stdout
+        assert opens() == ALLOWED
+    finally:
+        subprocess.run(podman.base + ["rm", "-f", "-t", "0", name], capture_output=True, timeout=TIMEOUT)
+        podman.close()
 
 
 def test_a_container_ponytail_did_not_start_is_never_touched(host: FakeHost, v1: Running, tmp_path: Path) -> None:
