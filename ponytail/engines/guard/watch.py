@@ -38,12 +38,13 @@ class Watched:
         self.stale: list[str] = []
         self.notes: list[str] = []
         self.allowed = 0
+        self.removed = False  # gone, and its record removed
 
     def line(self) -> str:
         """The one line said of this container."""
         head = f"container {self.id} (pid {self.pid}, {self.started_by})"
         if self.state == "gone":
-            return f"{head}: gone; its record removed"
+            return f"{head}: gone; {'its record removed' if self.removed else 'its record kept (report only)'}"
         parts = []
         if self.state == "repaired":
             parts.append(f"had lost {', '.join(self.lost)}; given back (only those)")
@@ -126,7 +127,7 @@ def guard_pass(config: Config, repair: bool) -> PassReport:
                 continue
             watched = _check(record, mountinfo, report.driver_version, repair, config)
             if watched.state == "gone" and repair:
-                _remove(dir_fd, name)
+                watched.removed = _remove(dir_fd, name)
             report.containers.append(watched)
     except PonytailError as e:
         report.problems.append(e.message)
@@ -245,8 +246,9 @@ def _cgroups_now(pid: int) -> dict[str, str | None] | None:
         return None
 
 
-def _remove(dir_fd: int, name: str) -> None:
+def _remove(dir_fd: int, name: str) -> bool:
     try:
         os.unlink(name, dir_fd=dir_fd)
     except OSError:
-        pass
+        return False
+    return True
