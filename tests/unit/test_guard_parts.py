@@ -60,6 +60,7 @@ def test_the_metrics_say_what_the_pass_found() -> None:
         watched.state = state
         report.containers.append(watched)
     report.containers[0].stale = ["given driver 550.54.15, 570.86.10 runs now"]
+    report.containers[3].removed = True
     text = render_metrics(report, repairs_total=3, events_total=2)
     values = dict(line.split() for line in text.splitlines() if not line.startswith("#"))
     assert values["ponytail_guard_containers_watched"] == "3" and values["ponytail_guard_containers_lost"] == "2"

@@ -16,7 +16,7 @@ _GAUGES = (
     ("containers_lost", "Watched containers whose device rules no longer allowed a GPU node they were given, in the last pass.", "lost"),
     ("containers_repaired", "Watched containers whose lost GPU nodes the last pass gave back.", "repaired"),
     ("containers_stale", "Watched containers bound to a driver that no longer runs (or started from a stale CDI spec).", "stale"),
-    ("records_removed", "Records of containers that were gone, removed by the last pass.", "gone"),
+    ("records_removed", "Records of containers that were gone, removed by the last pass.", "removed"),
 )
 
 

@@ -91,7 +91,8 @@ class PassReport:
         return {
             "records": self.records_dir, "repair": self.repair, "driver_version": self.driver_version,
             "watched": self.watched, "lost": self.count("lost") + self.count("repaired"), "repaired": self.count("repaired"),
-            "stale": self.stale, "gone": self.count("gone"), "problems": self.problems,
+            "stale": self.stale, "gone": self.count("gone"), "removed": sum(1 for c in self.containers if c.removed),
+            "problems": self.problems,
             "containers": [c.as_dict() for c in self.containers],
         }
 
