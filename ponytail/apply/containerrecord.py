@@ -113,7 +113,13 @@ def open_records_dir(directory: str, create: bool = False) -> int:
     ponytail.fs.trust.Untrusted (an OSError too: EPERM) when it cannot be used."""
     from ponytail.fs.trust import Untrusted, open_private_dir
 
-    parent = os.stat(os.path.dirname(os.path.abspath(directory)))
+    above = os.path.dirname(os.path.abspath(directory))
+    if create:
+        try:
+            os.mkdir(above, 0o700)  # [cache] dir, as the probe cache makes it: a node whose first GPU start is a CDI one
+        except FileExistsError:
+            pass
+    parent = os.stat(above)
     if parent.st_uid not in (0, os.geteuid()) or parent.st_mode & 0o022 and not parent.st_mode & 0o1000:
         # another user could rename the directory away and put one of theirs in its place
         raise PermissionError(1, f"the directory above {directory} is not root's alone (mode {parent.st_mode & 0o7777:04o}, uid {parent.st_uid})", directory)

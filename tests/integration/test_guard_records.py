@@ -17,8 +17,10 @@ GPU = [("c", 195, 0, "/dev/nvidia0")]
 def test_a_record_is_root_s_alone_and_names_the_process(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        path = Path(record_container(str(tmp_path / "records"), "c1", sleeper.pid, "hook", GPU, "550.54.15"))
-        assert stat.S_IMODE((tmp_path / "records").stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
+        directory = tmp_path / "cache" / "containers"  # [cache] dir not made yet (no probe cache written on this node)
+        path = Path(record_container(str(directory), "c1", sleeper.pid, "hook", GPU, "550.54.15"))
+        assert stat.S_IMODE(directory.parent.stat().st_mode) == 0o700
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
         record = json.loads(path.read_text())
         assert (record["pid"], record["pid_start"]) == (sleeper.pid, process_start(sleeper.pid)) and record["pid_start"] > 0
         assert record["devices"] == [{"type": "c", "major": 195, "minor": 0, "path": "/dev/nvidia0"}]
