@@ -640,7 +640,10 @@ def main() -> int:
         lines = report(results, hosts, phases, ponytails, cdi, tools_note, args.runs, floor)
         print("\n".join(lines))
         if not args.no_results:
-            args.results.write_text(RESULTS_HEAD + "\n".join(lines) + "\n")
+            kept = ""  # the sections other benchmarks keep in the file (bench/guardbench.py's), after this report
+            if args.results.exists() and GUARD_SECTION in args.results.read_text():
+                kept = "\n" + GUARD_SECTION + args.results.read_text().split(GUARD_SECTION, 1)[1]
+            args.results.write_text(RESULTS_HEAD + "\n".join(lines) + "\n" + kept)
             print(f"bench: wrote {args.results}", file=sys.stderr)
     finally:
         for h in hosts:
@@ -649,6 +652,7 @@ def main() -> int:
     return 0
 
 
+GUARD_SECTION = "## ponytail guard"
 RESULTS_HEAD = """# ponytail and NVIDIA's container tools, side by side
 
 Written by `make bench-nvidia` (bench/nvidiabench.py; how it measures is in its docstring). Ratios are

@@ -53,6 +53,19 @@ class Config:
     # [cgroup] extend_denying_programs: also extend a cgroup v2 device program that denies an injected node on
     # purpose (it allows devices it does not name: another tool's deny list); false: such a program wins
     extend_denying_programs: bool = False
+    # [guard]: where the hooks record each GPU container they start (""; under [cache] dir), whether
+    # `ponytail guard` gives back lost device access, its safety interval and its metrics file
+    guard_records: str = ""
+    guard_repair: bool = True
+    guard_interval: float = 60.0
+    guard_textfile: str = ""
+
+    @property
+    def records_dir(self) -> str:
+        """The directory of the containers' records ("": none are kept)."""
+        if self.guard_records:
+            return self.guard_records
+        return self.cache_dir.rstrip("/") + "/containers" if self.cache_dir else ""
 
 
 @record(frozen=True)
@@ -141,6 +154,17 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
     },
     "cache": {"dir": ("cache_dir", str, "Where the probe cache and the CUDA-version cache are kept (only root's 0600 files in a "
                       "directory only root can change are read); `\"\"` turns both off.")},
+    "guard": {
+        "records": ("guard_records", str, "Where the hooks record each GPU container they start (one root-only file per "
+                    "container, read by `ponytail guard`); `\"\"`: `containers/` under `[cache] dir` (none when that is `\"\"`)."),
+        "repair": ("guard_repair", bool, "`ponytail guard` gives back a recorded container's GPU nodes when its device "
+                   "rules lost them (a systemd reload); `false`: it only reports, as `--report-only`."),
+        "interval": ("guard_interval", float, "Seconds between the guard daemon's passes besides those on the driver's "
+                     "udev events: a systemd reload makes no event, so this is how long a container may be without a GPU "
+                     "node a reload took; above 0, at most 600."),
+        "textfile": ("guard_textfile", str, "A Prometheus text file the guard rewrites after each pass, for node "
+                     "exporter's textfile collector (`.../ponytail.prom`); `\"\"`: none."),
+    },
     "cgroup": {
         "extend_denying_programs": (
             "extend_denying_programs", bool,
@@ -362,7 +386,7 @@ def _check_type(path: str, key: str, value: object, expected: type) -> object:
     if expected is str:
         if not isinstance(value, str):
             raise ConfigError(f"config file {path}: '{key}' must be a string, not {_toml_type(value)}")
-        if (key.startswith("host.") and key != "host.ldconfig" or key == "cache.dir" and value) and not value.startswith("/"):
+        if (key.startswith("host.") and key != "host.ldconfig" or key in ("cache.dir", "guard.records", "guard.textfile") and value) and not value.startswith("/"):
             raise ConfigError(f"config file {path}: '{key}' must be an absolute path, not {value!r}")
         if "\0" in value:
             raise ConfigError(f"config file {path}: '{key}' contains a NUL character")

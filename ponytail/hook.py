@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checker
     from typing import BinaryIO, TextIO
 
     from ponytail.container.request import Request
+    from ponytail.plan.operations import Plan
 
 
 def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
@@ -122,6 +123,8 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         lambda step: log.write("info", f"step: {step}"),
     )
     log.write_all("debug", outcome.done + outcome.unchanged)
+    if container is not None:
+        _record(config, container, plan, host.driver_version, log)
     if driver is not None or len(plan.choices) > 1:  # a driver tree or a CUDA compat directory
         log.write_all("info", plan.choices)
     log.write_all("warning", plan.warnings + tuple(outcome.warnings))
@@ -137,6 +140,30 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         f"{len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms",
     )
     return 0
+
+
+def _record(config: Config, container: Container, plan: Plan, driver_version: str, log: RunLog) -> None:
+    """Record what the container was given, for ``ponytail guard`` (ponytail.apply.containerrecord)."""
+    from ponytail.plan.operations import AllowDevices, Mount
+
+    directory = config.records_dir
+    allow = next((op for op in plan.operations if isinstance(op, AllowDevices)), None)
+    if not directory or allow is None:
+        return
+    libcuda = next((op for op in plan.operations if isinstance(op, Mount) and op.kind == "library"
+                    and os.path.basename(op.source).startswith("libcuda.so")), None)
+    identity: dict[str, object] | None = None
+    if libcuda is not None:
+        identity = {"path": libcuda.source, "identity": list(libcuda.identity or ())}
+    from ponytail.apply.containerrecord import record_container
+
+    devices = [("c", major, minor, path) for (major, minor), path in zip(allow.devices, allow.nodes or ("",) * len(allow.devices), strict=False)]
+    try:
+        path = record_container(directory, container.id, container.pid, "hook", devices, driver_version, identity)
+    except (OSError, ValueError) as e:
+        log.write("warning", f"container not recorded for ponytail guard: {e}")
+        return
+    log.write("debug", f"recorded for ponytail guard: {path}")
 
 
 def _names_driver_tree(container: Container) -> bool:

@@ -21,7 +21,13 @@
 #   CDI_SPEC         containerd: where ponytail's CDI spec goes on the host (default /var/run/cdi/ponytail.yaml;
 #                    empty: none). containerd 2.x (and 1.7 with enable_cdi) resolves the device plugin's CDI
 #                    annotations itself from it; `ponytail cdi generate` writes it in the host's mount namespace
-#                    (hostPID), at install and every CDI_REFRESH seconds (default 300) while the pod runs
+#                    (hostPID) at install; while the pod runs, ponytail guard writes it again on the driver's
+#                    udev events (driver loaded or unloaded, a GPU added or removed, a MIG change)
+#   GUARD            true (default): while the pod runs, run `ponytail guard` on the host (hostPID): it gives
+#                    running GPU containers back the nodes a systemd reload took from their device rules, and
+#                    keeps the /dev/char links and the CDI spec true to the driver on its udev events | false
+#   GUARD_TEXTFILE   where the guard writes its Prometheus metrics on the host (node exporter's textfile
+#                    collector directory; default: none)
 # A second run with the same settings changes nothing and restarts nothing.
 set -eu
 
@@ -39,7 +45,8 @@ UNITS_DIR=${UNITS_DIR:-/opt/ponytail-units}
 UNITS="ponytail-dev-char-links.service ponytail-dev-char-links.path"
 UDEV_RULE=71-ponytail-dev-char-links.rules
 CDI_SPEC=${CDI_SPEC-/var/run/cdi/ponytail.yaml}
-CDI_REFRESH=${CDI_REFRESH:-300}
+GUARD=${GUARD:-true}
+GUARD_TEXTFILE=${GUARD_TEXTFILE:-}
 
 say() { echo "ponytail-installer: $*"; }
 fail() { echo "ponytail-installer: error: $*" >&2; exit 1; }
@@ -161,6 +168,7 @@ on_host() {
 # write_cdi_spec: ponytail's CDI spec of the node's GPUs, for an engine that resolves CDI itself (containerd 2.x)
 # (never a second spec of nvidia.com/gpu: with another generator's spec there, such as nvidia-ctk's, cdi generate
 # refuses, writing nothing, and the installer says why and the way out)
+cdi_spec_written=false
 write_cdi_spec() {
     [ "$ENGINE" = containerd ] && [ -n "$CDI_SPEC" ] || return 0
     if ! why=$("$IMAGE_DIR/ponytail" cdi owners --root "$HOST_ROOT" --may-write "$CDI_SPEC" 2>&1); then
@@ -169,6 +177,7 @@ write_cdi_spec() {
     elif ! on_host true; then
         say "warning: cannot write the CDI spec $CDI_SPEC on the host (hostPID needed): containerd 2.x then fails pods whose GPUs come as CDI annotations"
     elif why=$(on_host "$INSTALL_DIR/ponytail" cdi generate --output "$CDI_SPEC" 2>&1 >/dev/null); then
+        cdi_spec_written=true
         say "wrote the CDI spec $CDI_SPEC"
     else
         why=$(printf '%s\n' "$why" | tail -n 1)
@@ -183,6 +192,27 @@ warn_containerd_without_cdi() {
     case "$version" in
         v1.6.*|1.6.*|v1.5.*|1.5.*) say "warning: containerd $version ignores the CDI devices of CRI requests (the device plugin's cdi-cri strategy: pods start without their GPU, and no error): use its volume-mounts or cdi-annotations strategy with the runtime ponytail, or containerd 1.7+ with enable_cdi" ;;
     esac
+}
+
+# run_guard: `ponytail guard` in the host's mount namespace, in the background ($guard_pid); the pod waits on it.
+# Without hostPID it cannot see the containers: said, and the pod only waits.
+run_guard() {
+    set --
+    # the guard keeps the spec true to the driver only where this installer wrote it (never another owner's kind)
+    if [ "$cdi_spec_written" = true ]; then set -- --cdi-spec "$CDI_SPEC"; fi
+    if [ -n "$GUARD_TEXTFILE" ]; then set -- "$@" --textfile "$GUARD_TEXTFILE"; fi
+    if [ "$GUARD" = true ] && on_host true; then
+        on_host "$INSTALL_DIR/ponytail" guard "$@" &
+        guard_pid=$!
+        say "running ponytail guard on the host (process $guard_pid)"
+    else
+        [ "$GUARD" != true ] || say "warning: cannot run ponytail guard on the host (hostPID needed): GPUs a systemd reload takes from running containers are not given back"
+        guard_pid=
+    fi
+}
+
+stop_guard() {
+    [ -z "$guard_pid" ] || kill "$guard_pid" 2>/dev/null || true
 }
 
 install() {
@@ -224,8 +254,19 @@ case "${1:-daemon}" in
     uninstall) uninstall ;;
     daemon)
         install
-        if [ "$CLEANUP_ON_EXIT" = true ]; then trap 'uninstall; exit 0' TERM INT; else trap 'exit 0' TERM INT; fi
+        guard_pid=
+        if [ "$CLEANUP_ON_EXIT" = true ]; then trap 'stop_guard; uninstall; exit 0' TERM INT; else trap 'stop_guard; exit 0' TERM INT; fi
+        run_guard
         say "installed; waiting"
-        while :; do sleep "$CDI_REFRESH" & wait $! || true; write_cdi_spec >/dev/null; done ;;
+        while :; do
+            if [ -n "$guard_pid" ]; then
+                wait "$guard_pid" || true
+                say "warning: ponytail guard ended; starting it again in 5 s"
+                sleep 5
+                run_guard
+            else
+                sleep 3600 & wait $! || true
+            fi
+        done ;;
     *) fail "usage: installer.sh [install|uninstall|daemon]" ;;
 esac

@@ -26,6 +26,7 @@ def run_check(
 ) -> tuple[str, int]:
     """The report (text or JSON) and the exit status."""
     findings = check_host(config)
+    findings += check_running_containers(config)
     findings += check_engines(engine_root, config, engines)
     if bundle is not None or rootfs is not None:
         findings += check_container(config, bundle, rootfs)
@@ -39,6 +40,26 @@ def run_check(
     bad = sum(1 for f in findings if f.level != OK)
     lines.append("all is well" if status == 0 else f"{bad} finding(s) need attention")
     return "\n".join(lines) + "\n", status
+
+
+# -- the running GPU containers ponytail started (ponytail guard's records) --------------
+
+def check_running_containers(config: Config) -> list[Finding]:
+    """What a report-only guard pass finds: containers that lost a GPU node, containers on a stale
+    driver or CDI spec. Nothing when no container is recorded."""
+    from ponytail.engines.guard.watch import guard_pass
+
+    report = guard_pass(config, repair=False)
+    out = [Finding("container", "guard records", WARN, problem) for problem in report.problems if "nothing is watched" not in problem]
+    for c in report.containers:
+        if c.state == "lost":
+            out.append(Finding("container", c.id, FAIL, f"lost access to {', '.join(c.lost)} (a systemd reload?): run 'ponytail guard --once' "
+                                                       "to give them back, and see docs/cgroup-v2-and-systemd.md"))
+        if c.stale and c.state != "gone":
+            out.append(Finding("container", c.id, WARN, f"bound to a driver that no longer runs: {'; '.join(c.stale)}; restart it"))
+    if report.watched and not out:
+        out.append(Finding("container", "guard", OK, f"{report.watched} running GPU container(s) recorded: none lost a node, none on a stale driver"))
+    return out
 
 
 # -- the host -------------------------------------------------------------------------

@@ -245,6 +245,53 @@ def dev_char_links(config: str | None, dev_root: str | None, dry_run: bool) -> N
         sys.exit(1)
 
 
+@cli.command("guard", context_settings=CONTEXT)
+@click.option("-config", "--config", "config", metavar="FILE", help="Config file (its [guard] table; as for the hook).")
+@click.option("--once", is_flag=True, help="One pass, then exit: 0 all well, 1 something found or repaired.")
+@click.option("--report-only", "report_only", is_flag=True, help="Give nothing back and remove no record: only say what is found.")
+@click.option("--json", "-json", "as_json", is_flag=True, help="With --once: print JSON {watched, lost, repaired, stale, containers: [...]}.")
+@click.option("--textfile", metavar="PATH", default=None,
+              help="Write Prometheus metrics here after each pass (node exporter's textfile collector). Default: [guard] textfile.")
+@click.option("--interval", type=click.FloatRange(min=1.0, max=86400.0), metavar="SECONDS", default=None,
+              help="Seconds between the daemon's safety passes. Default: [guard] interval.")
+@click.option("--cdi-spec", "cdi_specs", metavar="PATH", multiple=True,
+              help="A CDI spec of ponytail's to write again (cdi generate --output PATH) on the driver's events.")
+@click.option("--events", metavar="FIFO", default=None, hidden=True, help="Tests: read events from FIFO instead of the kernel.")
+@click.option("--watch", "also", metavar="SUBSYSTEM[:NAME]", multiple=True, hidden=True, help="Tests: act on these uevents too.")
+def guard(config: str | None, once: bool, report_only: bool, as_json: bool, textfile: str | None, interval: float | None,
+          cdi_specs: tuple[str, ...], events: str | None, also: tuple[str, ...]) -> None:
+    """Watch the GPU containers ponytail started and give back GPU nodes their device rules lost.
+
+    \b
+    Each start through the hook or the CDI hook records the container (its process, cgroups,
+    GPU nodes, driver) in root-only files ([guard] records). A pass checks each recorded
+    container that still runs: its cgroup v1 devices.list, or its cgroup v2 device programs,
+    must allow every node it was given; 'systemctl daemon-reload' under the systemd cgroup
+    driver rewrites them and can take the GPUs away. The guard gives back exactly the lost
+    nodes (never more; --report-only or [guard] repair = false: it only says so), one line per
+    container, and reports containers still bound to a driver that no longer runs (a deleted
+    libcuda mapped, another driver version, a stale CDI spec). Records of containers that are
+    gone are removed. Without --once it runs as the node's agent: a pass on the driver's udev
+    events (after making /dev/char links and --cdi-spec files true again) and every --interval.
+    Examples:
+      ponytail guard --once --report-only
+      ponytail guard --once --json
+      ponytail guard --textfile /var/lib/node_exporter/textfile/ponytail.prom --cdi-spec /var/run/cdi/ponytail.yaml
+    """
+    from ponytail.cli.guard import run_daemon, run_once
+    from ponytail.config import config_path, load_config
+
+    with one_line_errors():
+        loaded = load_config(*config_path(config))
+    repair = loaded.guard_repair and not report_only
+    metrics = loaded.guard_textfile if textfile is None else textfile
+    if once:
+        sys.exit(run_once(loaded, repair, as_json, metrics))
+    if as_json:
+        raise click.UsageError("--json goes with --once (the daemon writes its status to --textfile and the log)")
+    sys.exit(run_daemon(loaded, config, repair, metrics, interval, events, cdi_specs, also))
+
+
 @cli.command("configure", context_settings=CONTEXT)
 @click.option("--runtime", "engine", required=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
               help="The engine whose configuration to edit.")

@@ -35,17 +35,20 @@ def replace_file(
     keep_owner: bool = False,
     owner: tuple[int, int] | None = None,
     dir_fd: int | None = None,
+    durable: bool = True,
 ) -> None:
     """Replace ``path`` by a new file holding ``data``, atomically (OSError on failure).
 
     ``mode`` (and ``owner``, a (uid, gid), when given) are set on the new file; with
     ``keep_mode`` (``keep_owner``), a regular file already at ``path`` lends its mode (owner)
-    instead. With ``dir_fd``, ``path`` is a name in that open directory."""
+    instead. With ``dir_fd``, ``path`` is a name in that open directory. ``durable`` False skips the
+    two fsyncs: still atomic for readers, but not kept through a crash (a file about running processes,
+    which a crash ends too: the containers' records on the hook's path)."""
     if dir_fd is None:
         directory, name = os.path.split(os.path.abspath(path))
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            replace_file(name, data, mode, keep_mode=keep_mode, keep_owner=keep_owner, owner=owner, dir_fd=fd)
+            replace_file(name, data, mode, keep_mode=keep_mode, keep_owner=keep_owner, owner=owner, dir_fd=fd, durable=durable)
         finally:
             os.close(fd)
         return
@@ -67,7 +70,8 @@ def replace_file(
             os.fchmod(fd, mode)
             if owner is not None:
                 os.fchown(fd, *owner)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(temporary, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -77,7 +81,8 @@ def replace_file(
         except OSError:
             pass
         raise
-    os.fsync(dir_fd)
+    if durable:
+        os.fsync(dir_fd)
 
 
 def replace_with_symlink(target: str, path: str) -> None:

@@ -130,8 +130,47 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
     )
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)
+    _record(config, state.id, container.char_devices, made_for if isinstance(made_for, str) else "", log)
     log.write("info", f"cdi-hook in {container.rootfs}: {len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
     return 0
+
+
+def _record(config: Config, container_id: str, char_devices: tuple[tuple[int, int], ...], made_for: str, log: RunLog) -> None:
+    """Record the container for ``ponytail guard`` (ponytail.apply.containerrecord): the engine made its
+    GPU nodes from the spec. The container's process is this hook's parent (the runtime's init, which
+    becomes the container's process), named as the host sees it in /proc/self/stat."""
+    if not config.records_dir:
+        return
+    from ponytail.apply.containerrecord import read_small, record_container
+    from ponytail.host.driver import read_char_majors, read_driver_version
+
+    try:
+        majors = read_char_majors(config.proc_root)
+        nvidia = {major: name for name, major in majors.items() if name.startswith("nvidia")}
+        devices = [("c", major, minor, _node_name(nvidia[major], minor)) for major, minor in char_devices if major in nvidia]
+        if not devices:
+            return
+        parent = int(read_small("/proc/self/stat").rpartition(")")[2].split()[1])
+        if not os.path.samestat(os.stat(f"/proc/{parent}/ns/mnt"), os.stat("/proc/self/ns/mnt")):
+            log.write("warning", f"container not recorded for ponytail guard: the hook's parent (process {parent}) is not the container's")
+            return
+        path = record_container(config.records_dir, container_id, parent, "cdi-hook", devices, read_driver_version(config.proc_root),
+                                None, made_for)
+    except (OSError, ValueError, PonytailError) as e:
+        log.write("warning", f"container not recorded for ponytail guard: {e}")
+        return
+    log.write("debug", f"recorded for ponytail guard: {path}")
+
+
+def _node_name(module: str, minor: int) -> str:
+    """The node's path in the container, as a CDI spec names it (/dev/nvidia0, /dev/nvidiactl, /dev/nvidia-uvm...)."""
+    if module in ("nvidia-frontend", "nvidia"):
+        return {255: "/dev/nvidiactl", 254: "/dev/nvidia-modeset"}.get(minor, f"/dev/nvidia{minor}")
+    if module == "nvidia-uvm":
+        return "/dev/nvidia-uvm-tools" if minor == 1 else "/dev/nvidia-uvm"
+    if module == "nvidia-caps":
+        return f"/dev/nvidia-caps/nvidia-cap{minor}"
+    return ""
 
 
 def recorded_nodes(options: Mapping[str, object]) -> tuple[list[tuple[int, str, str]], dict[str, int]]:
