@@ -106,7 +106,28 @@ class AllowDevices:
         return tuple(f"c {major}:{minor} rw" for major, minor in self.devices)
 
 
-Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices | HideNode
+@record(frozen=True)
+class WriteFile:
+    """Write ``content`` to ``target`` inside the rootfs as a new file (a config file NVIDIA's hooks
+    write: the driver's application profile, a linker-path file); never through what the image put
+    there (ponytail.fs.rootfswriter)."""
+
+    target: str
+    content: bytes
+    reason: str
+
+
+@record(frozen=True)
+class Chmod:
+    """Set the permission bits of ``target`` inside the rootfs (NVIDIA's ``chmod`` hook): only the
+    ordinary bits (no set-user-id, set-group-id or sticky bit), never through a symlink."""
+
+    target: str
+    mode: int
+    reason: str
+
+
+Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices | HideNode | WriteFile | Chmod
 
 
 @record(frozen=True)

@@ -1,0 +1,71 @@
+"""NVIDIA's own CDI spec (``nvidia-ctk cdi generate`` 1.20 from ../shared/anchor, on a fake host) with its
+hooks served by ponytail, through podman: the hook paths lead to a link named ``nvidia-cdi-hook`` (or
+``nvidia-ctk``, the older ``nvidia-ctk hook SUBCOMMAND`` form) to the ponytail command. The container
+gets exactly its GPU, libcuda.so.1 loads, every driver file and node is mounted once, /proc/driver/nvidia
+is masked (where the host has it), the first hook did the work of all five and the others did nothing."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.cdi_support import CdiPodman
+from support.engines import console_script
+from support.fakehost import FakeHost, gpus, make_rootfs
+from support.hostile import CUDA_OK
+from support.nvidia_tools import nvidia_spec
+
+NODES = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+CHECK = ["sh", "-c", f"/usr/local/bin/cudacheck {' '.join(NODES)}; cat /proc/self/mountinfo; "
+         "cat /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"]
+
+
+@pytest.fixture(scope="module", params=["nvidia-cdi-hook", "nvidia-ctk"])
+def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CdiPodman, FakeHost]]:
+    base = tmp_path_factory.mktemp("nvidiaspec")
+    host = FakeHost(base / "host", gpu_list=gpus(2))
+    links = base / "bin"
+    links.mkdir()
+    link = links / request.param
+    link.symlink_to(console_script("ponytail"))
+    spec = base / "nvidia.yaml"
+    nvidia_spec(host, spec, str(links / "nvidia-cdi-hook"), {"PONYTAIL_CONFIG": str(host.write_config())},
+                ctk=str(link) if request.param == "nvidia-ctk" else "")
+    podman = CdiPodman(spec, base / "hooks.d")
+    yield podman, host
+    podman.close()
+
+
+def test_nvidias_spec_with_ponytail_as_its_hook_gives_exactly_the_gpu(engine: tuple[CdiPodman, FakeHost], tmp_path: Path) -> None:
+    podman, host = engine
+    rootfs = make_rootfs(tmp_path / "rootfs")
+    result = podman.run(rootfs, CHECK, devices=["nvidia.com/gpu=1"])
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert CUDA_OK in out, out
+    opened = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("open ")}
+    assert opened == {"/dev/nvidia0": "ENOENT", "/dev/nvidia1": "ENXIO", "/dev/nvidiactl": "ENXIO", "/dev/nvidia-uvm": "ENXIO"}, out
+    targets = collections.Counter(line.split()[4] for line in out.splitlines() if line[:1].isdigit() and len(line.split()) > 4)
+    driver = {t: n for t, n in targets.items() if "nvidia" in t or "libcuda" in t}
+    assert any("libcuda.so" in t for t in driver) and all(n == 1 for n in driver.values()), driver
+    assert '"EGLVisibleDGPUDevices",0x2]' in out, out  # update-application-profile: minor 1
+    assert (rootfs / "usr/lib/x86_64-linux-gnu/libcuda.so.1").is_symlink()
+    log = host.log.read_text()
+    assert "5 NVIDIA hook(s): create-symlinks, enable-cuda-compat, update-ldcache, disable-device-node-modification, update-application-profile" in log, log[-3000:]
+    assert log.count("NVIDIA hook(s)") == 1, log[-3000:]  # the four later hooks found their work done
+
+
+def test_a_spec_for_another_driver_stops_the_start_with_one_line(engine: tuple[CdiPodman, FakeHost], tmp_path: Path) -> None:
+    podman, host = engine
+    version = host.proc / "driver/nvidia/version"
+    original = version.read_text()
+    version.write_text(original.replace("550.54.15", "560.28.03"))
+    try:
+        result = podman.run(make_rootfs(tmp_path / "rootfs"), ["true"], devices=["nvidia.com/gpu=0"])
+    finally:
+        version.write_text(original)
+    assert result.returncode != 0
+    assert "the CDI spec was generated for NVIDIA driver 550.54.15 but 560.28.03 is running" in result.stderr, result.stderr
