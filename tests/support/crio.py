@@ -57,6 +57,8 @@ monitor_path = "{CONMON}"
 pause_command = ""
 pause_image = "{pause_image}"
 signature_policy = "{state}/policy.json"
+signature_policy_dir = "{state}/policies"
+namespaced_auth_dir = "{state}/auth"
 
 [crio.network]
 network_dir = "{state}/cni"
