@@ -15,27 +15,37 @@ import os
 from ponytail.errors import InjectionError, UsageError
 
 
-def make_link(path: str, command: str, does: str, hint: str, dry_run: bool = False) -> str:
-    """Make ``path`` a link to ``command``; the line that says what was done (``does``: what the
-    link then does; ``hint``: what to do instead when another vendor's file is there)."""
+def make_link(path: str, command: str, does: str, hint: str, dry_run: bool = False, script: bytes = b"") -> str:
+    """Make ``path`` a link to ``command`` (or, given ``script``, an executable file holding it, which
+    must hold SCRIPT_MARK); the line that says what was done (``does``: what it then does; ``hint``:
+    what to do instead when another vendor's file is there)."""
     require_command(command)
-    if is_ours(path, command):
+    if is_ours(path, command) and (not script or _holds(path, script)):
         return f"{path} already runs {command}: nothing changed"
-    refuse_foreign(path, hint)
+    refuse_foreign(path, hint, command=command)
     if not dry_run:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            from ponytail.fs.atomic import replace_with_symlink
+            if script:
+                from ponytail.fs.atomic import replace_file
 
-            replace_with_symlink(command, path)
+                replace_file(path, script, 0o755)
+            else:
+                from ponytail.fs.atomic import replace_with_symlink
+
+                replace_with_symlink(command, path)
         except OSError as e:
             raise InjectionError(f"cannot make {path}: {e.strerror}") from e
-    return f"{'would link' if dry_run else 'linked'} {path} -> {command}: {does}"
+    verb = ("would write" if dry_run else "wrote") if script else ("would link" if dry_run else "linked")
+    return f"{verb} {path} -> {command}: {does}"
+
+
+SCRIPT_MARK = b"\n# ponytail-hook-script: "  # the second line of a script make_link wrote: ponytail's own file
 
 
 def remove_link(path: str, command: str, hint: str, dry_run: bool = False) -> str | None:
-    """Remove ``path`` when it is ponytail's link; None when nothing is there. Another vendor's
-    file is an error and stays."""
+    """Remove ``path`` when it is ponytail's link (or script); None when nothing is there. Another
+    vendor's file is an error and stays."""
     if not os.path.lexists(path):
         return None
     if not is_ours(path, command):
@@ -54,15 +64,32 @@ def require_command(command: str) -> None:
 
 
 def is_ours(path: str, command: str) -> bool:
-    """A link to this ponytail command, or to another install's ``ponytail`` (an upgrade)."""
+    """A link to this ponytail command, or to another install's ``ponytail`` (an upgrade), or a
+    script make_link wrote."""
     if not os.path.islink(path):
-        return False
+        return _is_our_script(path)
     target = os.readlink(path)
     return os.path.realpath(path) == os.path.realpath(command) or os.path.basename(target) == "ponytail"
 
 
-def refuse_foreign(path: str, hint: str, doing: str = "replace") -> None:
-    if not os.path.lexists(path):
+def _is_our_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return SCRIPT_MARK in f.read(512)
+    except OSError:
+        return False
+
+
+def _holds(path: str, content: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(content) + 1) == content
+    except OSError:
+        return False
+
+
+def refuse_foreign(path: str, hint: str, doing: str = "replace", command: str = "") -> None:
+    if not os.path.lexists(path) or (command and is_ours(path, command)):
         return
     what = f"a link to {os.readlink(path)}" if os.path.islink(path) else "a file that is not a link to ponytail"
     raise InjectionError(

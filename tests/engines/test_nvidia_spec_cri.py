@@ -1,5 +1,5 @@
 """NVIDIA's own CDI spec (``nvidia-ctk cdi generate`` 1.20, ../shared/anchor) with its hooks served by ponytail
-(a link named nvidia-cdi-hook to the ponytail command, as ``ponytail install-nvidia-hook`` makes) on
+(the nvidia-cdi-hook script ``ponytail install-nvidia-hook`` writes) on
 Kubernetes' engines: containerd 2.3 and CRI-O 1.36 (from $ENGINES_DIR, `make test-engines`) resolve the
 spec themselves from the CRI CDIDevices field or a ``cdi.k8s.io/*`` annotation, under their default runc
 handler. In every container: exactly its GPU, libcuda.so.1 loads, each node and library mounted once, and
@@ -7,6 +7,7 @@ one hook process did the work of the spec's five (the log says so once per conta
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +40,9 @@ class NvidiaNode:
 
 def _spec_into(cdi_dir: Path, host: FakeHost, config: Path, base: Path) -> None:
     links = base / "bin"
-    links.mkdir()
-    (links / "nvidia-cdi-hook").symlink_to(console_script("ponytail"))
+    installed = subprocess.run([console_script("ponytail"), "install-nvidia-hook", "--at", str(links / "nvidia-cdi-hook")],
+                               capture_output=True, text=True, timeout=60)
+    assert installed.returncode == 0, installed.stderr
     cdi_dir.mkdir(exist_ok=True)
     nvidia_spec(host, cdi_dir / "nvidia.yaml", str(links / "nvidia-cdi-hook"), {"PONYTAIL_CONFIG": str(config)})
 

@@ -7,6 +7,7 @@ is masked (where the host has it), the first hook did the work of all five and t
 from __future__ import annotations
 
 import collections
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,9 +29,13 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     base = tmp_path_factory.mktemp("nvidiaspec")
     host = FakeHost(base / "host", gpu_list=gpus(2))
     links = base / "bin"
-    links.mkdir()
     link = links / request.param
-    link.symlink_to(console_script("ponytail"))
+    if request.param == "nvidia-cdi-hook":  # the script install-nvidia-hook writes
+        installed = subprocess.run([console_script("ponytail"), "install-nvidia-hook", "--at", str(link)], capture_output=True, text=True, timeout=60)
+        assert installed.returncode == 0, installed.stderr
+    else:  # a plain link to the ponytail command works too
+        links.mkdir()
+        link.symlink_to(console_script("ponytail"))
     spec = base / "nvidia.yaml"
     nvidia_spec(host, spec, str(links / "nvidia-cdi-hook"), {"PONYTAIL_CONFIG": str(host.write_config())},
                 ctk=str(link) if request.param == "nvidia-ctk" else "")

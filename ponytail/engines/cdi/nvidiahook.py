@@ -63,6 +63,7 @@ SUBCOMMANDS: dict[str, dict[str, str]] = {
 }
 GLOBAL_FLAGS = {"debug": _FLAG, "d": _FLAG, "quiet": _FLAG}  # logging: ponytail's log file has its own levels
 CTK_GLOBAL_FLAGS = {**GLOBAL_FLAGS, "config": _ONE}
+MARK = ".ponytail-nvidia-hooks-done"  # in the bundle, with the hooks' parent's pid: this start's hooks are done (nvidiainstall's script)
 APPLICATION_PROFILE = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"
 COMPAT_CONF_FILE = "/etc/ld.so.conf.d/00-compat-ponytail.conf"
 _DRIVER_LIBRARIES = ("libcuda.so.", "libnvidia-")  # a link to one of these with a version suffix names the driver's version
@@ -215,8 +216,7 @@ def _run(mine: Invocation, prog: str, log: RunLog) -> int:
     check_stage(container.rootfs, state.pid, os.path.basename(prog))
     from ponytail.host.driver import read_driver_version
 
-    needs_driver = any(s == "enable-cuda-compat" for s, _ in work) or any(s == "create-symlinks" for s, _ in work)
-    running = read_driver_version(config.proc_root) if needs_driver else None
+    running = read_driver_version(config.proc_root) if _names_a_driver(work) else None
     ops = operations(work, container, config, running, log)
     from ponytail.apply.executor import apply_operations
 
@@ -225,9 +225,29 @@ def _run(mine: Invocation, prog: str, log: RunLog) -> int:
     )
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)
+    if len(work) > 1:
+        _mark_done(state.bundle)
     log.write("info", f"{os.path.basename(prog)} in {container.rootfs}: {len(outcome.done)} change(s), "
                       f"{len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
     return 0
+
+
+def _mark_done(bundle: str) -> None:
+    """Leave MARK in the bundle for the later hooks of this start (their parent is this one's), and
+    take away the marks of earlier starts. The bundle is the engine's directory on the host, named
+    by the engine; the mark is a new empty file, never written through a link."""
+    name = f"{MARK}.{os.getppid()}"
+    try:
+        for old in os.listdir(bundle):
+            if old.startswith(MARK + ".") and old != name:
+                os.unlink(os.path.join(bundle, old))
+        fd = os.open(os.path.join(bundle, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # noqa: S110 - no mark: the later hooks ask ponytail, which finds them done in config.json
+        pass
 
 
 def _own_program(prog: str) -> str:
@@ -317,6 +337,27 @@ def _check_values(name: str, subcommand: str, found: dict[str, list[str]]) -> No
 # -- what the work reads --------------------------------------------------------------------
 
 
+def _names_a_driver(work: list[Invocation]) -> bool:
+    """Whether the hooks name the driver they were made for (then the running one is read)."""
+    for subcommand, given in work:
+        for flag, values in given:
+            if (subcommand, flag) == ("enable-cuda-compat", "host-driver-version"):
+                return True
+            if (subcommand, flag) == ("create-symlinks", "link") and any(_library_version(v) for v in values):
+                return True
+    return False
+
+
+def _library_version(link: str) -> str | None:
+    """The driver version in a --link's target named like a versioned driver library, else None."""
+    target = os.path.basename(link.partition("::")[0])
+    if not target.startswith(_DRIVER_LIBRARIES) or ".so." not in target:
+        return None
+    suffix = target.split(".so.", 1)[1]
+    parts = suffix.split(".")
+    return suffix if len(parts) >= 2 and all(p.isdecimal() for p in parts) else None
+
+
 def _check_driver(flags: dict[str, list[str]], running: str | None) -> None:
     """A spec made for another driver than the running one stops the start."""
     if running is None:
@@ -328,14 +369,12 @@ def _check_driver(flags: dict[str, list[str]], running: str | None) -> None:
                 "(nvidia-ctk cdi generate, or restart the device plugin that writes it)"
             )
     for spec in flags.get("create-symlinks link", []):
-        target = os.path.basename(spec.partition("::")[0])
-        if target.startswith(_DRIVER_LIBRARIES) and ".so." in target:
-            suffix = target.split(".so.", 1)[1]
-            parts = suffix.split(".")
-            if len(parts) >= 2 and all(p.isdecimal() for p in parts) and suffix != running:
-                raise InjectionError(
-                    f"the CDI spec links {target}, a library of NVIDIA driver {suffix}, but {running} is running: generate the spec again"
-                )
+        made_for = _library_version(spec)
+        if made_for is not None and made_for != running:
+            target = os.path.basename(spec.partition("::")[0])
+            raise InjectionError(
+                f"the CDI spec links {target}, a library of NVIDIA driver {made_for}, but {running} is running: generate the spec again"
+            )
 
 
 def _compat_directory(flags: dict[str, list[str]], container: Container, log: RunLog | None) -> str | None:

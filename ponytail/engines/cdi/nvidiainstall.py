@@ -4,9 +4,17 @@ A spec names its hook by absolute path: ``nvidia-ctk cdi generate`` writes its
 ``--nvidia-cdi-hook-path`` (default /usr/bin/nvidia-cdi-hook), NVIDIA's device plugin its own
 ``--nvidia-cdi-hook-path`` (default /usr/bin/nvidia-ctk, the ``nvidia-ctk hook`` form), the GPU
 Operator's toolkit container /usr/local/nvidia/toolkit/nvidia-cdi-hook, the DRA driver the path it
-is configured with. Each of these paths becomes a link to the ponytail command
+is configured with. Each of these paths becomes a small shell script that runs the ponytail command
 (ponytail.engines.hooklinks: another vendor's file there is never replaced or removed), so the
 spec's hooks run ponytail (ponytail.engines.cdi.nvidiahook).
+
+The script is there for speed. NVIDIA's spec runs five hook processes a start; the first ponytail
+run does the work of all of them and leaves a mark in the bundle (ponytail.engines.cdi.nvidiahook's
+MARK, named by the process that runs the hooks: runc's or crun's, the same for all hooks of one
+start, another for the next start). The script reads the OCI state with the shell's builtins and,
+when that mark is there and newer than the bundle's config.json, exits at once: the later hooks of a
+start cost a shell, not a Python interpreter. Anything it cannot read so goes to ponytail, which
+decides from config.json's hook list as before.
 """
 
 from __future__ import annotations
@@ -42,7 +50,34 @@ def hook_paths(at: tuple[str, ...], specs: tuple[str, ...], toolkit_dirs: tuple[
 
 def install(paths: list[str], command: str, dry_run: bool = False) -> list[str]:
     does = "NVIDIA's CDI specs naming it now run ponytail's hook"
-    return [make_link(path, command, does, _HINT, dry_run) for path in paths]
+    return [make_link(path, command, does, _HINT, dry_run, script(command)) for path in paths]
+
+
+def script(command: str) -> bytes:
+    """The hook script that runs ``command`` (an absolute path without quotes or backslashes)."""
+    from ponytail.engines.cdi.nvidiahook import MARK
+
+    if any(c in command for c in "'\\\n"):
+        raise UsageError(f"{command!r}: the ponytail command's path must not hold quotes, backslashes or newlines")
+    return _SCRIPT.replace("@MARK@", MARK).replace("@COMMAND@", command).encode()
+
+
+_SCRIPT = """#!/bin/sh
+# ponytail-hook-script: NVIDIA's CDI hook binary served by ponytail ('ponytail install-nvidia-hook'; --uninstall removes it)
+# The first hook of a container start does the work of all of them and marks the bundle: the later ones exit here.
+state=
+while IFS= read -r line; do state="$state$line
+"; done
+state="$state$line"
+bundle=${state#*'"bundle":'}
+while case $bundle in ' '*) true ;; *) false ;; esac; do bundle=${bundle#?}; done
+case $bundle in
+'"/'*) bundle=${bundle#'"'}; bundle=${bundle%%'"'*}; [ "$bundle/@MARK@.$PPID" -nt "$bundle/config.json" ] && exit 0 ;;
+esac
+exec '@COMMAND@' nvidia-hook "$0" "$@" <<PONYTAIL_STATE
+$state
+PONYTAIL_STATE
+"""
 
 
 def uninstall(paths: list[str], command: str, dry_run: bool = False) -> list[str]:
