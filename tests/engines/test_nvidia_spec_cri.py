@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from test_engine_containerd2 import MOUNTINFO, mounted
 
 from support.containerd_cri import (
@@ -25,11 +26,12 @@ from support.containerd_cri import (
     remove_state_dir,
 )
 from support.crio import CONMON, Crio
-from support.engines import EXPECTED_GPU0, console_script, current_engines
+from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script, current_engines
 from support.fakehost import FakeHost
-from support.nvidia_tools import nvidia_spec
+from support.nvidia_tools import dra_specs, nvidia_spec
 
 pytestmark = pytest.mark.current_engines
+CLAIM = "5d2c9a4e-7b1f-4c3a-9e8d-0f6a1b2c3d4e"  # a ResourceClaim's UID
 
 
 @dataclass
@@ -44,7 +46,13 @@ def _spec_into(cdi_dir: Path, host: FakeHost, config: Path, base: Path) -> None:
                                capture_output=True, text=True, timeout=60)
     assert installed.returncode == 0, installed.stderr
     cdi_dir.mkdir(exist_ok=True)
-    nvidia_spec(host, cdi_dir / "nvidia.yaml", str(links / "nvidia-cdi-hook"), {"PONYTAIL_CONFIG": str(config)})
+    spec = nvidia_spec(host, cdi_dir / "nvidia.yaml", str(links / "nvidia-cdi-hook"), {"PONYTAIL_CONFIG": str(config)})
+    # the DRA driver's specs, its hook path configured elsewhere: the same script, installed there too
+    dra_hook = base / "dra/nvidia-cdi-hook"
+    installed = subprocess.run([console_script("ponytail"), "install-nvidia-hook", "--at", str(dra_hook)], capture_output=True, text=True, timeout=60)
+    assert installed.returncode == 0, installed.stderr
+    for name, content in zip(("k8s.gpu.nvidia.com-device_base.yaml", f"k8s.gpu.nvidia.com-claim_{CLAIM}.yaml"), dra_specs(spec, CLAIM, str(dra_hook)), strict=True):
+        (cdi_dir / name).write_text(yaml.safe_dump(content))
 
 
 @pytest.fixture(scope="module", params=["containerd 2.3", "CRI-O 1.36"])
@@ -111,3 +119,19 @@ def test_an_unknown_hook_subcommand_in_the_spec_stops_the_start(node: NvidiaNode
 def _cdi_dirs(node: NvidiaNode) -> list[Path]:
     return list((node.pods.daemon.state / "cdi").iterdir())  # type: ignore[attr-defined]
 
+
+
+def test_a_dra_claims_devices_run_ponytails_hook_the_same_way(node: NvidiaNode) -> None:
+    """The DRA driver's base device (k8s.gpu.nvidia.com/device=gpu-0, NVIDIA's common edits and hooks) and the
+    claim's own device (k8s.gpu.nvidia.com/claim=<uid>-gpu-0, with a hook of its own), through the CRI
+    CDIDevices field as the kubelet passes a prepared claim: one ponytail run serves the six hooks."""
+    check = ["/bin/busybox", "sh", "-c", " ".join(CUDACHECK_GPU0) + "; echo claim=$DRA_CLAIM_UID; /bin/busybox readlink /etc/nvidia-dra-claim; "
+             "/bin/busybox cat /proc/self/mountinfo"]
+    before = node.host.log.read_text() if node.host.log.exists() else ""
+    _, code, lines = node.pods.run(check, cdi_devices=("k8s.gpu.nvidia.com/device=gpu-0", f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-0"))
+    log = node.host.log.read_text()[len(before):]
+    assert code == 0 and lines[:len(EXPECTED_GPU0)] == EXPECTED_GPU0, (lines, log[-3000:])
+    assert lines[len(EXPECTED_GPU0):len(EXPECTED_GPU0) + 2] == [f"claim={CLAIM}", f"{CLAIM}-gpu-0"], lines
+    counts = mounted(lines[len(EXPECTED_GPU0) + 2:])
+    assert any("libcuda.so" in target for target in counts) and all(n == 1 for n in counts.values()), counts
+    assert log.count("6 NVIDIA hook(s): create-symlinks, enable-cuda-compat, update-ldcache") == 1, log[-3000:]

@@ -73,3 +73,28 @@ def nvidia_spec(host: FakeHost, out: Path, hook: str, env: dict[str, str] | None
             entry["env"] = [*entry.get("env", []), *(f"{k}={v}" for k, v in (env or {}).items())]
     out.write_text(yaml.safe_dump(spec))
     return spec
+
+
+DRA_VENDOR = "k8s.gpu.nvidia.com"
+
+
+def dra_specs(spec: dict, claim_uid: str, hook: str) -> tuple[dict, dict]:
+    """The two specs NVIDIA's DRA driver (k8s-dra-driver-gpu's gpu-kubelet-plugin) writes, made from
+    nvidia-ctk's ``spec``: the base spec, kind k8s.gpu.nvidia.com/device, a device per GPU by its
+    canonical name (gpu-0, gpu-1 ...) with the common edits (the hooks at the driver's hook path
+    ``hook``), and one claim's spec, kind k8s.gpu.nvidia.com/claim, a device ``<claim uid>-gpu-N``
+    per allocated GPU with the claim's own edits (an environment variable, and a hook of its own:
+    a link, as a device's by-path hook is)."""
+    base = {"cdiVersion": spec["cdiVersion"], "kind": f"{DRA_VENDOR}/device", "containerEdits": spec["containerEdits"],
+            "devices": [{"name": f"gpu-{d['name']}", "containerEdits": d["containerEdits"]} for d in spec["devices"] if d["name"].isdecimal()]}
+    hooks = base["containerEdits"].get("hooks", [])
+    for entry in hooks:
+        assert entry["args"][0] == "nvidia-cdi-hook", entry
+        entry["path"] = hook
+    claim = {"cdiVersion": spec["cdiVersion"], "kind": f"{DRA_VENDOR}/claim", "devices": [
+        {"name": f"{claim_uid}-{d['name']}", "containerEdits": {
+            "env": [f"DRA_CLAIM_UID={claim_uid}"],
+            "hooks": [{"hookName": "createContainer", "path": hook, "env": hooks[0].get("env", []),
+                       "args": ["nvidia-cdi-hook", "create-symlinks", "--link", f"{claim_uid}-{d['name']}::/etc/nvidia-dra-claim"]}],
+        }} for d in base["devices"]]}
+    return base, claim

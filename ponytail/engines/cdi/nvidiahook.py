@@ -251,11 +251,10 @@ def _mark_done(bundle: str) -> None:
 
 
 def _own_program(prog: str) -> str:
-    """The file this process was started from, as a hook's ``path`` names it: the script's path
-    (a link's, for the console script), or the frozen binary's."""
-    if getattr(sys, "frozen", False) or not os.path.isabs(prog):
-        return sys.executable
-    return prog
+    """The file this process was started from, as a hook's ``path`` names it: the path it was
+    started by (install-nvidia-hook's script passes its own; a link's, for the console script), else
+    the executable's (the frozen binary started by a name alone)."""
+    return prog if os.path.isabs(prog) else sys.executable
 
 
 # -- the command line ---------------------------------------------------------------------
