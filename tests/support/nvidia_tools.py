@@ -38,8 +38,9 @@ def nvidia_tools() -> Path:
     return _CACHE
 
 
-def install_fake_nvml(host: FakeHost) -> None:
-    """The driver root's libnvidia-ml replaced by bench/fake_nvml.c answering for ``host``'s GPUs."""
+def install_fake_nvml(host: FakeHost, extra_sources: tuple[Path, ...] = ()) -> None:
+    """The driver root's libnvidia-ml replaced by bench/fake_nvml.c answering for ``host``'s GPUs
+    (with ``extra_sources`` compiled in)."""
     rows = ", ".join(f'{{ {g.minor}, "{g.bus_id}", "{g.uuid}", "{g.model}" }}' for g in sorted(host.gpu_list, key=lambda g: g.bus_id))
     table = host.base / "fake-nvml-table.h"
     table.write_text(f"#define FAKE_GPUS {rows}\n")
@@ -47,7 +48,7 @@ def install_fake_nvml(host: FakeHost) -> None:
     out.unlink()
     subprocess.run(
         ["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", f'-DDRIVER_VERSION="{host.driver_version}"',
-         f"-DCUDA_VERSION_INT={host.cuda_version}", "-include", str(table), "-o", str(out), str(REPO / "bench/fake_nvml.c")],
+         f"-DCUDA_VERSION_INT={host.cuda_version}", "-include", str(table), "-o", str(out), str(REPO / "bench/fake_nvml.c"), *map(str, extra_sources)],
         check=True,
     )
 

@@ -48,18 +48,23 @@ def hook_paths(at: tuple[str, ...], specs: tuple[str, ...], toolkit_dirs: tuple[
     return paths
 
 
-def install(paths: list[str], command: str, dry_run: bool = False) -> list[str]:
+def install(paths: list[str], command: str, dry_run: bool = False, config: str | None = None) -> list[str]:
     does = "NVIDIA's CDI specs naming it now run ponytail's hook"
-    return [make_link(path, command, does, _HINT, dry_run, script(command)) for path in paths]
+    return [make_link(path, command, does, _HINT, dry_run, script(command, config)) for path in paths]
 
 
-def script(command: str) -> bytes:
-    """The hook script that runs ``command`` (an absolute path without quotes or backslashes)."""
+def script(command: str, config: str | None = None) -> bytes:
+    """The hook script that runs ``command`` (an absolute path without quotes or backslashes), with
+    ``config`` as its config file (else $PONYTAIL_CONFIG from the hook's environment, or the default)."""
     from ponytail.engines.cdi.nvidiahook import MARK
 
-    if any(c in command for c in "'\\\n"):
-        raise UsageError(f"{command!r}: the ponytail command's path must not hold quotes, backslashes or newlines")
-    return _SCRIPT.replace("@MARK@", MARK).replace("@COMMAND@", command).encode()
+    for what, value in (("the ponytail command's path", command), ("the config file's path", config or "")):
+        if any(c in value for c in "'\\\n"):
+            raise UsageError(f"{value!r}: {what} must not hold quotes, backslashes or newlines")
+    if config is not None and not os.path.isabs(config):
+        raise UsageError(f"--config {config!r}: give the config file by an absolute path")
+    environment = f"PONYTAIL_CONFIG='{config}' " if config else ""
+    return _SCRIPT.replace("@MARK@", MARK).replace("@ENV@", environment).replace("@COMMAND@", command).encode()
 
 
 _SCRIPT = """#!/bin/sh
@@ -74,7 +79,7 @@ while case $bundle in ' '*) true ;; *) false ;; esac; do bundle=${bundle#?}; don
 case $bundle in
 '"/'*) bundle=${bundle#'"'}; bundle=${bundle%%'"'*}; [ "$bundle/@MARK@.$PPID" -nt "$bundle/config.json" ] && exit 0 ;;
 esac
-exec '@COMMAND@' nvidia-hook "$0" "$@" <<PONYTAIL_STATE
+@ENV@exec '@COMMAND@' nvidia-hook "$0" "$@" <<PONYTAIL_STATE
 $state
 PONYTAIL_STATE
 """
