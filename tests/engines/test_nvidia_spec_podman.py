@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from security.test_hostile_images import CASES, WORKS, Case
 from support.cdi_support import CdiPodman
 from support.engines import console_script
 from support.fakehost import FakeHost, gpus, make_rootfs
-from support.hostile import CUDA_OK
+from support.harness import tree_digest
+from support.hostile import CUDA_OK, Stage
 from support.nvidia_tools import nvidia_spec
 
 NODES = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
@@ -74,3 +76,30 @@ def test_a_spec_for_another_driver_stops_the_start_with_one_line(engine: tuple[C
         version.write_text(original)
     assert result.returncode != 0
     assert "the CDI spec was generated for NVIDIA driver 550.54.15 but 560.28.03 is running" in result.stderr, result.stderr
+
+
+RUNC_WRITES_THROUGH = {"dev-absolute", "dev-relative"}  # runc 1.1.5 itself writes through an image's /dev link (test_cdi_podman.py)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_image_under_nvidias_spec_served_by_ponytail_never_reaches_the_host(
+    engine: tuple[CdiPodman, FakeHost], tmp_path: Path, case: Case
+) -> None:
+    """The prestart suite's traps under NVIDIA's spec: runc places the spec's mounts and nodes, ponytail
+    (as nvidia-cdi-hook) the links, the masked /proc, the application profile and the linker cache. The
+    host never changes; no traceback, whatever the outcome."""
+    podman, host = engine
+    stage = Stage(tmp_path, host, container_id=f"nvspec-{case.name}"[:60])
+    try:
+        case.build(stage)
+        if case.name in RUNC_WRITES_THROUGH:
+            plain = podman.run(stage.rootfs, ["/bin/true"])
+            assert plain.returncode == 0, plain.stderr
+            stage.victim_digest = tree_digest(stage.victim)
+        result = podman.run(stage.rootfs, ["/usr/local/bin/cudacheck", "/dev/nvidia0", "/dev/nvidiactl"], devices=["nvidia.com/gpu=0"])
+        assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr
+        stage.assert_host_untouched()
+        if result.returncode == 0 and case.expect == WORKS:
+            assert CUDA_OK in result.stdout and "open /dev/nvidia0 ENXIO" in result.stdout, result.stdout
+    finally:
+        stage.close()

@@ -116,3 +116,29 @@ def test_a_spec_for_another_driver_is_refused(flags: dict, said: str) -> None:
     assert said in raised.value.message
     nvidiahook._check_driver({"create-symlinks link": ["libcuda.so.550.54.15::/usr/lib/libcuda.so.1", "../card1::/dev/dri/by-path/x"],
                               "enable-cuda-compat host-driver-version": ["550.54.15"]}, "550.54.15")
+
+
+def test_each_hooks_work_becomes_ponytails_operations(tmp_path) -> None:
+    """Two chmod hooks keep their own modes; links once each; folders and the compat directory in one
+    linker-cache run; the application profile from the container's GPU nodes."""
+    from ponytail.config import Config
+    from ponytail.container.oci import Container
+    from ponytail.plan.operations import Chmod, LinkerCache, Symlink, WriteFile
+
+    container = Container(id="c", pid=0, bundle=str(tmp_path), rootfs=str(tmp_path / "rootfs"), status="creating", env={},
+                          annotations={}, cgroups_path=None, privileged=False, plugin_devices=None, char_devices=((195, 1),),
+                          plugin_features=())
+    work = [nvidiahook.parse("nvidia-cdi-hook", args) for args in (
+        ["create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda.so", "--link", "libcuda.so.1::/usr/lib/libcuda.so"],
+        ["chmod", "--mode", "755", "--path", "/dev/dri"],
+        ["chmod", "--mode", "700", "--path", "/var/x"],
+        ["update-ldcache", "--folder", "/usr/lib64", "--folder", "/usr/lib"],
+        ["update-ldcache", "--folder", "/usr/lib"],
+        ["update-application-profile"],
+    )]
+    ops = nvidiahook.operations(work, container, Config(ldconfig="/sbin/ldconfig"), None)
+    assert [op for op in ops if isinstance(op, Symlink)] == [Symlink("/usr/lib/libcuda.so", "libcuda.so.1", "create-symlinks --link libcuda.so.1::/usr/lib/libcuda.so")]
+    assert [(op.target, op.mode) for op in ops if isinstance(op, Chmod)] == [("/dev/dri", 0o755), ("/var/x", 0o700)]
+    caches = [op for op in ops if isinstance(op, LinkerCache)]
+    assert len(caches) == 1 and caches[0].directories == ("/usr/lib64", "/usr/lib") and caches[0].ldconfig == "/sbin/ldconfig"
+    assert [op.target for op in ops if isinstance(op, WriteFile)] == [nvidiahook.APPLICATION_PROFILE]

@@ -164,8 +164,11 @@ def operations(
             if made.target not in seen:
                 seen.add(made.target)
                 ops.append(made)
-    for path in flags.get("chmod path", []):
-        ops.append(Chmod(path, int(flags["chmod mode"][-1], 8), f"chmod --mode {flags['chmod mode'][-1]}"))
+    for subcommand, given in invocations:  # each chmod hook with its own mode
+        if subcommand == "chmod":
+            chmod = dict(given)
+            mode = chmod["mode"][0]
+            ops += [Chmod(path, int(mode, 8), f"chmod --mode {mode}") for path in chmod.get("path", ())]
     if "disable-device-node-modification" in done:
         from ponytail.engines.cdi.hook import proc_mask_for
 
