@@ -26,14 +26,17 @@ CHECK = ["sh", "-c", f"/usr/local/bin/cudacheck {' '.join(NODES)}; cat /proc/sel
          "cat /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"]
 
 
-@pytest.fixture(scope="module", params=["nvidia-cdi-hook", "nvidia-ctk"])
+@pytest.fixture(scope="module", params=["nvidia-cdi-hook", "nvidia-ctk", "binary"])
 def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[CdiPodman, FakeHost]]:
+    """podman with nvidia-ctk's spec, its hooks: the script install-nvidia-hook writes (running the installed
+    command, or the binary), or a plain link named nvidia-ctk to the ponytail command (the older form)."""
     base = tmp_path_factory.mktemp("nvidiaspec")
     host = FakeHost(base / "host", gpu_list=gpus(2))
     links = base / "bin"
-    link = links / request.param
-    if request.param == "nvidia-cdi-hook":  # the script install-nvidia-hook writes
-        installed = subprocess.run([console_script("ponytail"), "install-nvidia-hook", "--at", str(link)], capture_output=True, text=True, timeout=60)
+    link = links / ("nvidia-ctk" if request.param == "nvidia-ctk" else "nvidia-cdi-hook")
+    if request.param != "nvidia-ctk":  # the script install-nvidia-hook writes
+        command = str(request.getfixturevalue("binary")) if request.param == "binary" else console_script("ponytail")
+        installed = subprocess.run([command, "install-nvidia-hook", "--at", str(link), "--path", command], capture_output=True, text=True, timeout=60)
         assert installed.returncode == 0, installed.stderr
     else:  # a plain link to the ponytail command works too
         links.mkdir()
@@ -41,6 +44,7 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     spec = base / "nvidia.yaml"
     nvidia_spec(host, spec, str(links / "nvidia-cdi-hook"), {"PONYTAIL_CONFIG": str(host.write_config())},
                 ctk=str(link) if request.param == "nvidia-ctk" else "")
+    assert request.param != "binary" or str(request.getfixturevalue("binary")) in link.read_text()
     podman = CdiPodman(spec, base / "hooks.d")
     yield podman, host
     podman.close()
