@@ -378,7 +378,10 @@ def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome, identit
             finally:
                 os.close(tree)
             return
-        if resolved.exists:
+        if resolved.exists and stat.S_ISREG(resolved.mode) and op.replace_file:
+            outcome.warnings.append(f"the image's own {resolved.path} was replaced by the link to the driver's {op.link_to}")
+            os.unlink(resolved.name, dir_fd=resolved.parent_fd)
+        elif resolved.exists:
             if not stat.S_ISLNK(resolved.mode):
                 raise UnsafePath(f"cannot create link {resolved.path} in the rootfs: something else is there")
             current = os.readlink(resolved.name, dir_fd=resolved.parent_fd)

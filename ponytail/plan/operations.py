@@ -47,12 +47,14 @@ class Mount:
 @record(frozen=True)
 class Symlink:
     """Create ``target`` -> ``link_to`` inside the rootfs (a SONAME link). Should the image
-    have a regular file there (its own copy of the library), ``library`` is mounted over it."""
+    have a regular file there (its own copy of the library), ``library`` is mounted over it, or,
+    with ``replace_file``, the file is removed for the link."""
 
     target: str
     link_to: str
     reason: str
     library: str = ""  # host path of the library the link names
+    replace_file: bool = False  # a regular file of the image there is replaced by the link (NVIDIA's create-symlinks)
 
 
 @record(frozen=True)

@@ -16,7 +16,7 @@ import pytest
 from security.test_hostile_images import CASES, WORKS, Case
 from support.cdi_support import CdiPodman
 from support.engines import console_script
-from support.fakehost import FakeHost, gpus, make_rootfs
+from support.fakehost import FakeHost, add_stale_libcuda, gpus, make_rootfs
 from support.harness import tree_digest
 from support.hostile import CUDA_OK, Stage
 from support.nvidia_tools import nvidia_spec
@@ -108,3 +108,16 @@ def test_hostile_image_under_nvidias_spec_served_by_ponytail_never_reaches_the_h
             assert CUDA_OK in result.stdout and "open /dev/nvidia0 ENXIO" in result.stdout, result.stdout
     finally:
         stage.close()
+
+
+def test_an_images_own_old_libcuda_gives_way_to_the_drivers(engine: tuple[CdiPodman, FakeHost], tmp_path: Path) -> None:
+    """An image that ships an old libcuda.so.1 as a file where the spec links the driver's: the file is
+    replaced by the link (as NVIDIA's create-symlinks does), said in the log, and the driver's libcuda loads."""
+    podman, host = engine
+    rootfs = make_rootfs(tmp_path / "rootfs")
+    add_stale_libcuda(rootfs, "535.104.05", 12020)
+    before = host.log.read_text() if host.log.exists() else ""
+    result = podman.run(rootfs, ["/usr/local/bin/cudacheck", "/dev/nvidia0"], devices=["nvidia.com/gpu=0"])
+    assert result.returncode == 0, result.stderr
+    assert CUDA_OK in result.stdout, result.stdout  # 12040: the running driver's, not the image's 12020
+    assert "the image's own /usr/lib/x86_64-linux-gnu/libcuda.so.1 was replaced by the link" in host.log.read_text()[len(before):]

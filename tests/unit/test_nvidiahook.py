@@ -137,7 +137,9 @@ def test_each_hooks_work_becomes_ponytails_operations(tmp_path) -> None:
         ["update-application-profile"],
     )]
     ops = nvidiahook.operations(work, container, Config(ldconfig="/sbin/ldconfig"), None)
-    assert [op for op in ops if isinstance(op, Symlink)] == [Symlink("/usr/lib/libcuda.so", "libcuda.so.1", "create-symlinks --link libcuda.so.1::/usr/lib/libcuda.so")]
+    assert [op for op in ops if isinstance(op, Symlink)] == [
+        Symlink("/usr/lib/libcuda.so", "libcuda.so.1", "create-symlinks --link libcuda.so.1::/usr/lib/libcuda.so", replace_file=True)
+    ]
     assert [(op.target, op.mode) for op in ops if isinstance(op, Chmod)] == [("/dev/dri", 0o755), ("/var/x", 0o700)]
     caches = [op for op in ops if isinstance(op, LinkerCache)]
     assert len(caches) == 1 and caches[0].directories == ("/usr/lib64", "/usr/lib") and caches[0].ldconfig == "/sbin/ldconfig"

@@ -158,7 +158,7 @@ def operations(
         target, _, link = spec.partition("::")
         if link not in seen:
             seen.add(link)
-            ops.append(Symlink(os.path.normpath(link), target, f"create-symlinks --link {spec}"))
+            ops.append(Symlink(os.path.normpath(link), target, f"create-symlinks --link {spec}", replace_file=True))
     for folder in flags.get("create-soname-symlinks folder", []):
         for made in _soname_links(container.rootfs, folder):
             if made.target not in seen:
