@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from security.test_hostile_images import CASES, WORKS, Case
 from support.cdi_support import CdiPodman
@@ -19,8 +20,9 @@ from support.engines import console_script
 from support.fakehost import FakeHost, add_stale_libcuda, gpus, make_rootfs
 from support.harness import tree_digest
 from support.hostile import CUDA_OK, Stage
-from support.nvidia_tools import nvidia_spec
+from support.nvidia_tools import dra_specs, nvidia_spec
 
+CLAIM = "0b7e4c1a-2f3d-4e5b-8a9c-1d2e3f4a5b6c"  # a ResourceClaim's UID
 NODES = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
 CHECK = ["sh", "-c", f"/usr/local/bin/cudacheck {' '.join(NODES)}; cat /proc/self/mountinfo; "
          "cat /etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"]
@@ -42,17 +44,35 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         links.mkdir()
         link.symlink_to(console_script("ponytail"))
     spec = base / "nvidia.yaml"
-    nvidia_spec(host, spec, str(links / "nvidia-cdi-hook"), {"PONYTAIL_CONFIG": str(host.write_config())},
-                ctk=str(link) if request.param == "nvidia-ctk" else "")
+    made = nvidia_spec(host, spec, str(links / "nvidia-cdi-hook"), {"PONYTAIL_CONFIG": str(host.write_config())},
+                       ctk=str(link) if request.param == "nvidia-ctk" else "")
     assert request.param != "binary" or str(request.getfixturevalue("binary")) in link.read_text()
-    podman = CdiPodman(spec, base / "hooks.d")
+    extra = []
+    if request.param != "nvidia-ctk":  # the DRA driver's specs (a base spec and one claim's), the same hook
+        for name, content in zip(("dra-base.yaml", "dra-claim.yaml"), dra_specs(made, CLAIM, str(link)), strict=True):
+            (base / name).write_text(yaml.safe_dump(content))
+            extra.append(base / name)
+    podman = CdiPodman(spec, base / "hooks.d", extra)
     yield podman, host
     podman.close()
+
+
+def test_a_dra_claims_devices_run_ponytails_hook_the_same_way(engine: tuple[CdiPodman, FakeHost], tmp_path: Path) -> None:
+    podman, host = engine
+    if not podman.specs.count("dra-claim"):
+        pytest.skip("the DRA driver writes nvidia-cdi-hook command lines")
+    before = host.log.read_text() if host.log.exists() else ""
+    result = podman.run(make_rootfs(tmp_path / "rootfs"), ["sh", "-c", "/usr/local/bin/cudacheck /dev/nvidia0 /dev/nvidia1; readlink /etc/nvidia-dra-claim"],
+                        devices=["k8s.gpu.nvidia.com/device=gpu-1", f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-1"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [CUDA_OK, "open /dev/nvidia0 ENOENT", "open /dev/nvidia1 ENXIO", f"{CLAIM}-gpu-1"], result.stdout
+    assert host.log.read_text()[len(before):].count("6 NVIDIA hook(s)") == 1
 
 
 def test_nvidias_spec_with_ponytail_as_its_hook_gives_exactly_the_gpu(engine: tuple[CdiPodman, FakeHost], tmp_path: Path) -> None:
     podman, host = engine
     rootfs = make_rootfs(tmp_path / "rootfs")
+    before = host.log.read_text() if host.log.exists() else ""
     result = podman.run(rootfs, CHECK, devices=["nvidia.com/gpu=1"])
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -64,7 +84,7 @@ def test_nvidias_spec_with_ponytail_as_its_hook_gives_exactly_the_gpu(engine: tu
     assert any("libcuda.so" in t for t in driver) and all(n == 1 for n in driver.values()), driver
     assert '"EGLVisibleDGPUDevices",0x2]' in out, out  # update-application-profile: minor 1
     assert (rootfs / "usr/lib/x86_64-linux-gnu/libcuda.so.1").is_symlink()
-    log = host.log.read_text()
+    log = host.log.read_text()[len(before):]
     assert "5 NVIDIA hook(s): create-symlinks, enable-cuda-compat, update-ldcache, disable-device-node-modification, update-application-profile" in log, log[-3000:]
     assert log.count("NVIDIA hook(s)") == 1, log[-3000:]  # the four later hooks found their work done
 
