@@ -7,6 +7,7 @@ the numbers."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -100,3 +101,7 @@ def test_nvidias_hooks_served_by_ponytail_import_no_heavy_module(host: FakeHost,
     assert (rootfs / lib.lstrip("/") / "libcuda.so.1").is_symlink() and (rootfs / "etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf").exists()
     modules = imported(err)
     assert "ponytail" in modules and not modules & WARM, sorted(modules & WARM)
+    # the mark the later hooks of this start (the same parent: here this test) find in the shell
+    assert [p.name for p in bundle.glob(".ponytail-nvidia-hooks-done.*")] == [f".ponytail-nvidia-hooks-done.{os.getpid()}"]
+    later = subprocess.run(["/bin/sh", "-x", str(hook), *hooks[2]], input=state_for(bundle, 0), capture_output=True, text=True, timeout=30)
+    assert later.returncode == 0 and "+ exit 0" in later.stderr and "exec" not in later.stderr, later.stderr  # the shell alone
