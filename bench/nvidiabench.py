@@ -32,7 +32,10 @@ Work measured, ponytail vs NVIDIA (each run checked: exit 0; mounts counted):
 - cdi generate: ``ponytail cdi generate`` vs ``nvidia-ctk cdi generate``;
 - cdi hooks: the createContainer hooks of each spec, run one after the other in the
   container's mount namespace as an engine runs them (NVIDIA's spec names five
-  ``nvidia-cdi-hook`` processes).
+  ``nvidia-cdi-hook`` processes);
+- nvidia spec hooks: NVIDIA's own spec's hooks, run by ``nvidia-cdi-hook`` vs by the
+  nvidia-cdi-hook script each ponytail command's ``install-nvidia-hook`` writes: the same
+  five processes, the bundle's config.json listing them as an engine writes it.
 
 ponytail's CDI rows say "not available in this build" where ``ponytail cdi`` does not
 exist. All configurations run interleaved, in a different order each round. The hook
@@ -46,6 +49,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -74,8 +78,9 @@ TARGETS = {
     "info": (2.0, None),
     "cdi generate": (1.0, None),
     "cdi hooks": (0.5, None),
+    "nvidia spec hooks": (1.0, None),
 }
-WORKS = ("inject", "hook", "info", "cdi generate", "cdi hooks")
+WORKS = ("inject", "hook", "info", "cdi generate", "cdi hooks", "nvidia spec hooks")
 
 
 # -- NVIDIA's tools and their view of the fake host -------------------------------------
@@ -205,24 +210,25 @@ class Host:
         return self.tools.env if self.tools else dict(hb.HOOK_ENV)
 
     def run(
-        self, what: str, argv: list[str], stdin: bytes = b"", launcher: tuple[str, ...] | None = None, cwd: Path | None = None
+        self, what: str, argv: list[str], stdin: bytes = b"", launcher: tuple[str, ...] | None = None, cwd: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> Sample:
         """``argv`` timed in the fake host's namespace (or ``launcher``'s); ``cwd``: where
         it starts there (an engine runs hooks in the bundle)."""
         launcher = self.ns.enter if launcher is None else launcher
         if cwd is not None:  # nsenter --wd would keep a directory of the namespace left behind
             launcher = (*launcher, "/bin/sh", "-c", 'cd "$0" && exec "$@"', str(cwd))
-        sample, code, err = spawn_timed(argv, stdin, env=self.env(), launcher=launcher)
+        sample, code, err = spawn_timed(argv, stdin, env={**self.env(), **(env or {})}, launcher=launcher)
         if code != 0:
             raise SystemExit(f"bench: {what} ({self.bench.gpu_count} GPUs): exit {code}: {err.strip()[-2000:]}")
         return sample
 
-    def container(self) -> tuple[hb.Bundle, StandIn]:
-        bundle = fresh_bundle(self.work, self.template)
+    def container(self, hooks: dict | None = None) -> tuple[hb.Bundle, StandIn]:
+        bundle = fresh_bundle(self.work, self.template, hooks)
         return bundle, StandIn(bundle.rootfs, launcher=self.ns.enter)
 
-    def in_container(self, what: str, label: str, runner: Callable[[hb.Bundle, StandIn], Sample]) -> Sample:
-        bundle, standin = self.container()
+    def in_container(self, what: str, label: str, runner: Callable[[hb.Bundle, StandIn], Sample], hooks: dict | None = None) -> Sample:
+        bundle, standin = self.container(hooks)
         try:
             sample = runner(bundle, standin)
             mounts = standin.mounts_under(bundle.rootfs)
@@ -292,25 +298,44 @@ class Host:
         script = [*enter, "/bin/sh", "-c", CDI_CONTAINER_SCRIPT, "sh", str(rootfs), str(self.bench.host.proc / "driver/nvidia"), *pairs]
         subprocess.run(script, check=True)
 
-    def cdi_hooks(self, label: str) -> Sample:
-        hooks = [h for h in self.specs[label].get("containerEdits", {}).get("hooks", []) if h.get("hookName") == "createContainer"]
+    def cdi_hooks(self, label: str, what: str = "cdi hooks", spec_key: str | None = None) -> Sample:
+        """The createContainer hooks of the spec ``spec_key`` (default: ``label``'s), each with the
+        environment the spec gives it; the bundle's config.json lists them, as an engine writes it."""
+        spec_key = spec_key or label
+        hooks = [h for h in self.specs[spec_key].get("containerEdits", {}).get("hooks", []) if h.get("hookName") == "createContainer"]
 
         def runner(bundle: hb.Bundle, standin: StandIn) -> Sample:
             # pid 0: at createContainer the hook's parent is the container's init, which a
-            # stand-in cannot be (ponytail's cdi-hook checks); the hooks run in its namespace
-            state = state_for(bundle, 0)
+            # stand-in cannot be (ponytail's cdi-hook checks); the hooks run in its namespace,
+            # one after the other from one shell, as runc's init runs them (one parent for all)
+            state = bundle.path / "state.json"
+            state.write_bytes(state_for(bundle, 0))
             enter = ("nsenter", "-t", str(standin.proc.pid), "-m")
-            self.as_engine_at_create_container(label, bundle.rootfs, enter)
-            total, rss, cpu = 0.0, 0, 0.0
+            self.as_engine_at_create_container(spec_key, bundle.rootfs, enter)
+            lines = ["set -e"]
             for hook in hooks:
-                argv = [hook["path"], *hook.get("args", [])[1:]]
-                sample = self.run(f"CDI hook {' '.join(argv[:2])}", argv, state, launcher=enter, cwd=bundle.path)
-                total, rss, cpu = total + sample.seconds, max(rss, sample.max_rss_kib), cpu + sample.cpu_seconds
-            return Sample(total, rss, cpu)
+                env = " ".join(shlex.quote(item) for item in hook.get("env", []))
+                argv = " ".join(shlex.quote(a) for a in [hook["path"], *hook.get("args", [])[1:]])
+                lines.append(f"{env} {argv} < {shlex.quote(str(state))}")
+            return self.run(f"the CDI hooks of {spec_key}", ["/bin/sh", "-c", "\n".join(lines)], launcher=enter, cwd=bundle.path)
 
-        key = f"cdi hooks: {label}"
+        key = f"{what}: {label}"
         self.did.setdefault(key, f"{len(hooks)} hook process(es)")
-        return self.in_container("cdi hooks", label, runner)
+        listed = {"createContainer": [{k: v for k, v in h.items() if k != "hookName"} for h in hooks]}
+        return self.in_container(what, label, runner, listed)
+
+    def nvidia_spec_for(self, label: str, command: list[str]) -> str:
+        """NVIDIA's spec with its hooks run by the nvidia-cdi-hook script ``command``'s
+        ``install-nvidia-hook`` writes; the key of that spec."""
+        link = self.work / f"nvidia-hook-{label.replace(' ', '-')}" / "nvidia-cdi-hook"
+        subprocess.run([*command, "install-nvidia-hook", "--at", str(link), "--path", command[0]], check=True, capture_output=True)
+        spec = json.loads(json.dumps(self.specs["NVIDIA"]))
+        for hook in spec.get("containerEdits", {}).get("hooks", []):
+            hook["path"] = str(link)
+            hook["env"] = [*hook.get("env", []), f"PONYTAIL_CONFIG={self.bench.config}"]
+        key = f"NVIDIA spec, {label}"
+        self.specs[key] = spec
+        return key
 
 
 CDI_CONTAINER_SCRIPT = r"""
@@ -382,7 +407,11 @@ def configurations(h: Host, ponytails: dict[str, list[str]], cdi: dict[str, bool
         h.run("nvidia-ctk cdi generate", argv)
         h.specs["NVIDIA"] = json.loads(spec.read_text())
         runs["cdi hooks"]["NVIDIA"] = lambda: h.cdi_hooks("NVIDIA")
+        runs["nvidia spec hooks"]["NVIDIA"] = lambda: h.cdi_hooks("NVIDIA", "nvidia spec hooks")
     for label, command in ponytails.items():
+        if h.tools and len(command) == 1:
+            key = h.nvidia_spec_for(label, command)
+            runs["nvidia spec hooks"][label] = lambda k=key, lab=label: h.cdi_hooks(lab, "nvidia spec hooks", k)
         runs["inject"][label] = lambda c=command, lab=label: h.ponytail_inject(c, lab)
         runs["hook"][label] = lambda c=command, lab=label: h.ponytail_hook(c, lab)
         runs["info"][label] = lambda c=command: h.ponytail_info(c)
@@ -648,7 +677,10 @@ def main() -> int:
     finally:
         for h in hosts:
             h.ns.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP"):
+            print(f"bench: kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

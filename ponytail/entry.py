@@ -54,6 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if argv is None and os.path.basename(sys.argv[0]) == "nvidia-container-runtime-hook":  # Docker's --gpus
         return _docker_gpus_hook(args)
+    if argv is None and os.path.basename(sys.argv[0]) in ("nvidia-cdi-hook", "nvidia-ctk"):  # NVIDIA's CDI specs' hooks
+        from ponytail.engines.cdi.nvidiahook import main as nvidia_hook
+
+        return nvidia_hook(sys.argv[0], args)
+    if args[:1] == ["nvidia-hook"] and len(args) > 1:  # the script install-nvidia-hook writes: nvidia-hook PATH ARGS...
+        from ponytail.engines.cdi.nvidiahook import main as nvidia_hook
+
+        return nvidia_hook(args[1], args[2:])
     if args[:1] == ["cdi-hook"]:  # a CDI spec's createContainer hook: its own fast path, no click
         from ponytail.engines.cdi.hook import main as cdi_hook
         from ponytail.engines.cdi.hook import parse_args as parse_cdi_hook_args

@@ -42,8 +42,8 @@ from ponytail.errors import InjectionError, InputError, PonytailError
 from ponytail.fs.descriptors import Descriptors
 from ponytail.fs.inroot import InRoot, Resolved, UnsafePath, open_root, resolve_in_root
 from ponytail.fs.kernelfs import TMPFS_MAGIC, filesystem_magic, fstatfs
-from ponytail.fs.rootfswriter import refuse_kernel_fs, write_new_file
-from ponytail.plan.operations import MOUNT_OPTIONS, AllowDevices, HideNode, LinkerCache, Mount, ProcMask, Symlink
+from ponytail.fs.rootfswriter import refuse_kernel_fs, write_in_root, write_new_file
+from ponytail.plan.operations import MOUNT_OPTIONS, AllowDevices, Chmod, HideNode, LinkerCache, Mount, ProcMask, Symlink, WriteFile
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -121,6 +121,10 @@ def apply_operations(
                             _mask_proc(root_fd, op, outcome)
                         elif isinstance(op, HideNode):
                             _hide_node(paths, op, outcome)
+                        elif isinstance(op, WriteFile):
+                            write_in_root(paths, op.target, op.content, outcome, replace=True)
+                        elif isinstance(op, Chmod):
+                            _chmod(paths, op, outcome)
                         elif isinstance(op, LinkerCache):
                             step(f"linker cache ({op.ldconfig})")
                             linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
@@ -374,7 +378,10 @@ def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome, identit
             finally:
                 os.close(tree)
             return
-        if resolved.exists:
+        if resolved.exists and stat.S_ISREG(resolved.mode) and op.replace_file:
+            outcome.warnings.append(f"the image's own {resolved.path} was replaced by the link to the driver's {op.link_to}")
+            os.unlink(resolved.name, dir_fd=resolved.parent_fd)
+        elif resolved.exists:
             if not stat.S_ISLNK(resolved.mode):
                 raise UnsafePath(f"cannot create link {resolved.path} in the rootfs: something else is there")
             current = os.readlink(resolved.name, dir_fd=resolved.parent_fd)
@@ -387,6 +394,31 @@ def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome, identit
         outcome.done.append(f"link {resolved.path} -> {op.link_to}")
     except OSError as e:
         raise InjectionError(f"cannot create link {resolved.path} -> {op.link_to} in the rootfs: {e.strerror}") from e
+    finally:
+        resolved.close()
+
+
+def _chmod(paths: InRoot, op: Chmod, outcome: Outcome) -> None:
+    """Set ``op.target``'s permission bits, through a descriptor of the file itself (never a link)."""
+    resolved = paths.resolve(op.target, follow_last=False)
+    try:
+        if not resolved.exists:
+            outcome.unchanged.append(f"{resolved.path}: not in the container, no mode to set")
+            return
+        if stat.S_ISLNK(resolved.mode):
+            raise UnsafePath(f"cannot set the mode of {resolved.path} in the rootfs: it is a symbolic link")
+        refuse_kernel_fs(resolved, resolved.parent_fd, f"chmod {op.mode:o}")
+        if stat.S_IMODE(resolved.mode) == op.mode:
+            outcome.unchanged.append(f"{resolved.path} (mode {op.mode:o} already)")
+            return
+        fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+        try:
+            os.chmod(f"/proc/self/fd/{fd}", op.mode)
+        finally:
+            os.close(fd)
+        outcome.done.append(f"mode {op.mode:o} on {resolved.path}")
+    except OSError as e:
+        raise InjectionError(f"cannot set the mode of {resolved.path} in the rootfs: {e.strerror}") from e
     finally:
         resolved.close()
 

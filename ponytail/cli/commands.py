@@ -213,6 +213,52 @@ def install_docker_gpus(bin_dir: str | None, command: str | None, dry_run: bool,
         click.echo(line, err=line.startswith("ponytail: warning:"))
 
 
+@cli.command("install-nvidia-hook", context_settings=CONTEXT)
+@click.option("--at", "at", metavar="PATH", multiple=True,
+              help="A path a spec names as its hook (nvidia-ctk's or the device plugin's --nvidia-cdi-hook-path); repeatable.")
+@click.option("--spec", "specs", metavar="FILE", multiple=True, help="A CDI spec whose NVIDIA hook paths to serve; repeatable.")
+@click.option("--toolkit-dir", "toolkit_dirs", metavar="DIR", multiple=True,
+              help="A toolkit directory (the GPU Operator's /usr/local/nvidia/toolkit): DIR/nvidia-cdi-hook.")
+@click.option("--path", "-path", "command", metavar="CMD", default=None,
+              help="The ponytail command the hook scripts run. Default: this install's.")
+@click.option("--config", "-config", "config", metavar="FILE", default=None,
+              help="The config file the hooks read. Default: $PONYTAIL_CONFIG of the hook's environment, else /etc/ponytail/config.toml.")
+@click.option("--dry-run", "-dry-run", "dry_run", is_flag=True, help="Say what would be done; change nothing.")
+@click.option("--uninstall", "-uninstall", "uninstall", is_flag=True, help="Remove the hook scripts again (only ponytail's).")
+def install_nvidia_hook(at: tuple[str, ...], specs: tuple[str, ...], toolkit_dirs: tuple[str, ...], command: str | None,
+                        config: str | None, dry_run: bool, uninstall: bool) -> None:
+    """Serve NVIDIA's CDI specs' hooks (nvidia-cdi-hook, nvidia-ctk hook) with ponytail.
+
+    \b
+    NVIDIA's specs (nvidia-ctk cdi generate, the device plugin's CDI modes, the DRA
+    driver's claims) run their hook binary by absolute path. This makes each such path a
+    small script that runs ponytail, which reads the hooks' subcommands into its own
+    in-root work (one ponytail process does all the hooks of a start; the later hooks end
+    in the script). A file there that is not ponytail's (NVIDIA's toolkit) is never
+    replaced nor removed. Default: /usr/bin/nvidia-cdi-hook.
+    Examples:
+      ponytail install-nvidia-hook --spec /etc/cdi/nvidia.yaml
+      ponytail install-nvidia-hook --at /usr/bin/nvidia-ctk          # the device plugin's default
+      ponytail install-nvidia-hook --toolkit-dir /usr/local/nvidia/toolkit
+      ponytail install-nvidia-hook --uninstall --at /usr/bin/nvidia-cdi-hook
+    """
+    from ponytail.engines.cdi import nvidiainstall
+    from ponytail.engines.command import installed_command
+    from ponytail.errors import UsageError
+
+    with one_line_errors():
+        command = command or installed_command()
+        if command is None:
+            raise UsageError("cannot find this install's ponytail command; pass --path CMD")
+        paths = nvidiainstall.hook_paths(at, specs, toolkit_dirs)
+        if uninstall:
+            lines = nvidiainstall.uninstall(paths, command, dry_run)
+        else:
+            lines = nvidiainstall.install(paths, command, dry_run, config)
+    for line in lines:
+        click.echo(line)
+
+
 @cli.command("dev-char-links", context_settings=CONTEXT)
 @click.option("-config", "--config", "config", metavar="FILE", help="Config file (its [host] dev_root and proc_root).")
 @click.option("--dev-root", "-dev-root", "dev_root", metavar="DIR", default=None,

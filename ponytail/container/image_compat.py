@@ -13,10 +13,47 @@ COMPAT_DIR = "/usr/local/cuda/compat"
 MAX_ENTRIES = 4096
 
 
-def read_compat_dir(rootfs: str | None) -> tuple[str, str, tuple[tuple[str, str], ...]] | None:
+def read_compat_dir(rootfs: str | None, where: str = COMPAT_DIR) -> tuple[str, str, tuple[tuple[str, str], ...]] | None:
     """(canonical directory, version of its libcuda ("" if none), (SONAME, in-root path of its link)
-    of that version's libraries) of the image's compat directory, or None when it has none (or no
-    rootfs is known)."""
+    of that version's libraries) of the image's compat directory (``where``), or None when it has
+    none (or no rootfs is known)."""
+    opened = _open_in_root(rootfs, where)
+    if opened is None:
+        return None
+    directory, dir_fd = opened
+    try:
+        version, sonames = _read_directory(dir_fd, directory)
+    finally:
+        os.close(dir_fd)
+    return directory, version, sonames
+
+
+def sonames_in(rootfs: str, where: str) -> list[tuple[str, str]]:
+    """(file name, SONAME) of the shared libraries ``lib*.so.*`` in the image's directory ``where``
+    whose SONAME is another name: the links ldconfig would make there (NVIDIA's
+    create-soname-symlinks). Read from their ELF headers inside the rootfs; nothing is run."""
+    opened = _open_in_root(rootfs, where)
+    if opened is None:
+        return []
+    dir_fd = opened[1]
+    try:
+        names = sorted(os.listdir(dir_fd))[:MAX_ENTRIES]
+        found = []
+        for name in names:
+            if name.startswith("lib") and ".so." in name:
+                soname = _elf_soname(dir_fd, name)
+                if soname and soname != name and "/" not in soname:
+                    found.append((name, soname))
+        return found
+    except OSError:
+        return []
+    finally:
+        os.close(dir_fd)
+
+
+def _open_in_root(rootfs: str | None, where: str) -> tuple[str, int] | None:
+    """(canonical path, descriptor) of the directory ``where`` inside ``rootfs``, resolved there
+    (a symlink never leads out), or None when it is not a directory there."""
     if rootfs is None:
         return None
     from ponytail.fs.inroot import UnsafePath, resolve_in_root
@@ -27,25 +64,20 @@ def read_compat_dir(rootfs: str | None) -> tuple[str, str, tuple[tuple[str, str]
         return None
     try:
         try:
-            resolved = resolve_in_root(root_fd, COMPAT_DIR)
+            resolved = resolve_in_root(root_fd, where)
         except (UnsafePath, OSError):
             return None
         try:
             if not resolved.exists or not stat.S_ISDIR(resolved.mode):
                 return None
-            directory = resolved.path
-            dir_fd = os.open(resolved.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+            fd = os.open(resolved.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
+            return resolved.path, fd
         except OSError:
             return None
         finally:
             resolved.close()
-        try:
-            version, sonames = _read_directory(dir_fd, directory)
-        finally:
-            os.close(dir_fd)
     finally:
         os.close(root_fd)
-    return directory, version, sonames
 
 
 def _read_directory(dir_fd: int, directory: str) -> tuple[str, tuple[tuple[str, str], ...]]:

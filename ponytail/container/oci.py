@@ -97,10 +97,10 @@ def parse_state(raw_state: bytes, lowest_pid: int = 1) -> State:
     return State(container_id, pid, bundle, status, annotations)
 
 
-def load_container(state: State) -> Container:
-    """The container ``state`` names: its bundle's config.json read and validated."""
+def load_container(state: State, raw: dict | None = None) -> Container:
+    """The container ``state`` names: its bundle's config.json (``raw`` when read already) validated."""
     bundle = state.bundle
-    raw = read_bundle_config(bundle)
+    raw = read_bundle_config(bundle) if raw is None else raw
     root = _section(raw, "root", f"{bundle}/config.json", required=True)
     root_path = root.get("path")
     if not isinstance(root_path, str) or not root_path or "\0" in root_path:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 
-from ponytail.errors import InjectionError, UsageError
+from ponytail.engines.hooklinks import make_link, remove_link
+from ponytail.errors import UsageError
 
 HOOK_NAME = "nvidia-container-runtime-hook"
 DEFAULT_BIN_DIR = "/usr/local/bin"
@@ -45,14 +46,7 @@ def install(bin_dir: str, command: str, dry_run: bool = False) -> list[str]:
     """Make ``bin_dir``/nvidia-container-runtime-hook a link to ``command``; what was done, one
     line each, with what dockerd needs next."""
     path = os.path.join(bin_dir, HOOK_NAME)
-    _require_command(command)
-    if _is_ours(path, command):
-        lines = [f"{path} already runs {command}: nothing changed"]
-    else:
-        _refuse_foreign(path)
-        if not dry_run:
-            _link(command, path)
-        lines = [f"{'would link' if dry_run else 'linked'} {path} -> {command}: docker run --gpus now runs ponytail's prestart hook"]
+    lines = [make_link(path, command, "docker run --gpus now runs ponytail's prestart hook", _HINT, dry_run)]
     lines += _path_warnings(bin_dir, path)
     lines.append("restart dockerd (e.g. systemctl restart docker): it looks for the hook only when it starts")
     return lines
@@ -62,49 +56,13 @@ def uninstall(bin_dir: str, command: str, dry_run: bool = False) -> list[str]:
     """Remove ``bin_dir``/nvidia-container-runtime-hook when it is ponytail's link; another
     vendor's file there is left alone."""
     path = os.path.join(bin_dir, HOOK_NAME)
-    if not os.path.lexists(path):
+    removed = remove_link(path, command, _HINT, dry_run)
+    if removed is None:
         return [f"{path} does not exist: nothing changed"]
-    if not _is_ours(path, command):
-        _refuse_foreign(path, doing="remove")
-    if not dry_run:
-        try:
-            os.unlink(path)
-        except OSError as e:
-            raise InjectionError(f"cannot remove {path}: {e.strerror}") from e
-    return [f"{'would remove' if dry_run else 'removed'} {path}; restart dockerd so that --gpus is no longer offered"]
+    return [f"{removed}; restart dockerd so that --gpus is no longer offered"]
 
 
-def _require_command(command: str) -> None:
-    if not os.path.isabs(command) or not os.path.isfile(command) or not os.access(command, os.X_OK):
-        raise UsageError(f"{command} is not an executable file given by an absolute path (the link must lead to the ponytail command)")
-
-
-def _is_ours(path: str, command: str) -> bool:
-    """A link to this ponytail command, or to another install's ``ponytail`` (an upgrade)."""
-    if not os.path.islink(path):
-        return False
-    target = os.readlink(path)
-    return os.path.realpath(path) == os.path.realpath(command) or os.path.basename(target) == "ponytail"
-
-
-def _refuse_foreign(path: str, doing: str = "replace") -> None:
-    if not os.path.lexists(path):
-        return
-    what = f"a link to {os.readlink(path)}" if os.path.islink(path) else "a file that is not a link to ponytail"
-    raise InjectionError(
-        f"{path} is {what} (NVIDIA's container toolkit installs one of that name): ponytail does not {doing} another "
-        f"vendor's file; uninstall that package or remove the file, or pass --bin-dir DIR for another directory on dockerd's PATH"
-    )
-
-
-def _link(command: str, path: str) -> None:
-    from ponytail.fs.atomic import replace_with_symlink
-
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        replace_with_symlink(command, path)
-    except OSError as e:
-        raise InjectionError(f"cannot make {path}: {e.strerror}") from e
+_HINT = "pass --bin-dir DIR for another directory on dockerd's PATH"
 
 
 def _path_warnings(bin_dir: str, path: str) -> list[str]:

@@ -47,12 +47,14 @@ class Mount:
 @record(frozen=True)
 class Symlink:
     """Create ``target`` -> ``link_to`` inside the rootfs (a SONAME link). Should the image
-    have a regular file there (its own copy of the library), ``library`` is mounted over it."""
+    have a regular file there (its own copy of the library), ``library`` is mounted over it, or,
+    with ``replace_file``, the file is removed for the link."""
 
     target: str
     link_to: str
     reason: str
     library: str = ""  # host path of the library the link names
+    replace_file: bool = False  # a regular file of the image there is replaced by the link (NVIDIA's create-symlinks)
 
 
 @record(frozen=True)
@@ -106,7 +108,28 @@ class AllowDevices:
         return tuple(f"c {major}:{minor} rw" for major, minor in self.devices)
 
 
-Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices | HideNode
+@record(frozen=True)
+class WriteFile:
+    """Write ``content`` to ``target`` inside the rootfs as a new file (a config file NVIDIA's hooks
+    write: the driver's application profile, a linker-path file); never through what the image put
+    there (ponytail.fs.rootfswriter)."""
+
+    target: str
+    content: bytes
+    reason: str
+
+
+@record(frozen=True)
+class Chmod:
+    """Set the permission bits of ``target`` inside the rootfs (NVIDIA's ``chmod`` hook): only the
+    ordinary bits (no set-user-id, set-group-id or sticky bit), never through a symlink."""
+
+    target: str
+    mode: int
+    reason: str
+
+
+Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices | HideNode | WriteFile | Chmod
 
 
 @record(frozen=True)

@@ -6,6 +6,9 @@ the numbers."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from pathlib import Path
 
 from support.engines import console_script
@@ -76,3 +79,31 @@ def test_a_manual_mode_run_imports_no_heavy_module(host: FakeHost, rootfs: Path,
     assert "ponytail" in modules and not modules & WARM, sorted(modules & WARM)
     assert "ponytail.fs.atomic" not in result.stderr  # no container, no record: nothing written on a warm start
     assert mounts_under(rootfs) == [] and mounts_under(warm) == []
+
+
+def test_nvidias_hooks_served_by_ponytail_import_no_heavy_module(host: FakeHost, tmp_path: Path) -> None:
+    """The first of NVIDIA's spec's hooks, served by ponytail (it does the work of all five: links, compat,
+    linker cache, masked /proc, application profile), in a mount namespace of its own as at createContainer."""
+    hook = tmp_path / "bin/nvidia-cdi-hook"
+    installed = subprocess.run([console_script("ponytail"), "install-nvidia-hook", "--at", str(hook)], capture_output=True, text=True, timeout=60)
+    assert installed.returncode == 0, installed.stderr
+    rootfs = make_rootfs(tmp_path / "bundle" / "rootfs")
+    bundle = bundle_for(tmp_path, rootfs)
+    lib = "/usr/lib/x86_64-linux-gnu"
+    hooks = [["create-symlinks", "--link", f"libcuda.so.550.54.15::{lib}/libcuda.so.1"], ["enable-cuda-compat", "--host-driver-version=550.54.15"],
+             ["update-ldcache", "--folder", lib], ["disable-device-node-modification"], ["update-application-profile"]]
+    config = json.loads((bundle / "config.json").read_text())
+    config["hooks"] = {"createContainer": [{"path": str(hook), "args": ["nvidia-cdi-hook", *args]} for args in hooks]}
+    config["linux"]["devices"] = [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]
+    (bundle / "config.json").write_text(json.dumps(config))
+    result = run_ponytail(["nvidia-hook", str(hook), *hooks[0]], stdin=state_for(bundle, 0),
+                          env={"PYTHONPROFILEIMPORTTIME": "1", "PONYTAIL_CONFIG": str(host.write_config())}, command=[console_script("ponytail")])
+    err = result.stderr.decode()
+    assert result.returncode == 0, err[-3000:]
+    assert (rootfs / lib.lstrip("/") / "libcuda.so.1").is_symlink() and (rootfs / "etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf").exists()
+    modules = imported(err)
+    assert "ponytail" in modules and not modules & WARM, sorted(modules & WARM)
+    # the mark the later hooks of this start (the same parent: here this test) find in the shell
+    assert [p.name for p in bundle.glob(".ponytail-nvidia-hooks-done.*")] == [f".ponytail-nvidia-hooks-done.{os.getpid()}"]
+    later = subprocess.run(["/bin/sh", "-x", str(hook), *hooks[2]], input=state_for(bundle, 0), capture_output=True, text=True, timeout=30)
+    assert later.returncode == 0 and "+ exit 0" in later.stderr and "exec" not in later.stderr, later.stderr  # the shell alone

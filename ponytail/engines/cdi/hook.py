@@ -96,7 +96,7 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
     log.context = state.id
     container = load_container(state)
     log.write("info", f"cdi-hook started: rootfs {container.rootfs}; step: check the spec")
-    _check_stage(container.rootfs, state.pid)
+    check_stage(container.rootfs, state.pid)
     proc_root = config.proc_root
     made_for = options.get("driver_version")
     if made_for is not None:
@@ -115,7 +115,7 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
     ops: list[Operation] = [Symlink(target, link_to, f"SONAME of {link_to}", library) for target, link_to, library in links]
     device_links: tuple[tuple[str, str], ...] = options.get("device_link") or ()  # type: ignore[assignment]
     ops += [Symlink(target, link_to, f"device link to {link_to}") for target, link_to in device_links]  # no library: a node's link
-    mask = _proc_mask(proc_root, container.char_devices) if options.get("mask_proc") else None
+    mask = proc_mask_for(proc_root, container.char_devices) if options.get("mask_proc") else None
     if mask is not None:
         ops.append(mask)
     ldconfig = options.get("ldconfig")
@@ -194,7 +194,7 @@ def _check_nodes(options: Mapping[str, object], proc_root: str, char_devices: tu
         raise InjectionError(f"the CDI spec is stale: {found[0]}; run 'ponytail cdi generate' again (see 'ponytail cdi check')")
 
 
-def _check_stage(rootfs: str, pid: int) -> None:
+def check_stage(rootfs: str, pid: int, name: str = "cdi-hook") -> None:
     """Only at createContainer: in the container's mount namespace, before it pivots into the
     image. There runc names the process that runs the hook (its pid in the container's own pid
     namespace) and crun names none (0); at prestart or createRuntime the state names the
@@ -202,26 +202,25 @@ def _check_stage(rootfs: str, pid: int) -> None:
     mount namespace, where mounts must not be made."""
     if pid not in (0, os.getppid()):
         raise InjectionError(
-            f"cdi-hook is a createContainer hook (the engine runs it from a CDI spec written by 'ponytail cdi "
-            f"generate'), but the OCI state names process {pid}, not the one that ran it: for prestart or "
+            f"{name} is a createContainer hook (the engine runs it from a CDI spec), but the OCI state names process {pid}, not the one that ran it: for prestart or "
             "createRuntime use 'ponytail' itself"
         )
     try:
         ours = os.stat("/proc/self/ns/mnt")
         pivoted = os.path.samestat(os.stat("/"), os.stat(rootfs))
     except OSError as e:
-        raise InjectionError(f"cdi-hook: cannot look at this process's mount namespace and root: {e.strerror}") from e
+        raise InjectionError(f"{name}: cannot look at this process's mount namespace and root: {e.strerror}") from e
     try:
         hosts = os.stat("/proc/1/ns/mnt")  # the host's init, in the host's /proc
     except OSError:  # may be denied, to the runtime's init as to a sandboxed host: nothing to compare
         hosts = None
     if hosts is not None and os.path.samestat(ours, hosts):
-        raise InjectionError("cdi-hook runs in the host's mount namespace: it is a createContainer hook; for prestart use 'ponytail' itself")
+        raise InjectionError(f"{name} runs in the host's mount namespace: it is a createContainer hook; for prestart use 'ponytail' itself")
     if pivoted:
-        raise InjectionError("cdi-hook: the container has already switched its root to the rootfs; run it at createContainer")
+        raise InjectionError(f"{name}: the container has already switched its root to the rootfs; run it at createContainer")
 
 
-def _proc_mask(proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> ProcMask | None:
+def proc_mask_for(proc_root: str, char_devices: tuple[tuple[int, int], ...]) -> ProcMask | None:
     """The masked /proc/driver/nvidia for the GPUs and MIG devices whose nodes the engine created."""
     from ponytail.host.driver import nvidia_major, read_char_majors, read_gpu_informations, read_proc_files
     from ponytail.plan.operations import proc_mask
