@@ -57,8 +57,11 @@ def test_migrate_moves_nvidias_toolkit_aside_and_undo_gives_back_every_byte(node
     assert f'BinaryName = "{runtime}"' in (root / "etc/containerd/conf.d/99-nvidia.toml").read_text()
     assert f'runtime_path = "{runtime}"' in (root / "etc/crio/crio.conf.d/99-nvidia.toml").read_text()
     assert os.readlink(root / "usr/bin/nvidia-container-runtime-hook") == console_script("ponytail")
-    for gone in ("usr/bin/nvidia-cdi-hook", "usr/bin/nvidia-ctk", "etc/nvidia-container-runtime/config.toml"):
+    for gone in ("usr/bin/nvidia-ctk", "etc/nvidia-container-runtime/config.toml"):
         assert not (root / gone).exists()
+    hook_script = (root / "usr/bin/nvidia-cdi-hook").read_text()  # the specs of the device plugin and the DRA driver name it
+    assert "ponytail-hook-script" in hook_script and f"'{console_script('ponytail')}' nvidia-hook" in hook_script, hook_script
+    assert os.stat(root / "usr/bin/nvidia-cdi-hook").st_mode & 0o111
     assert "cdi-hook" in (root / "etc/cdi/nvidia.yaml").read_text()  # ponytail's spec in its place
     report = json.loads(run_ponytail(["check", "-config", str(host.write_config()), "--engine-root", str(root), "--json"]).stdout)
     cdi = [f for f in report["findings"] if f["subject"].startswith("CDI")]
@@ -152,7 +155,7 @@ def test_podman_beside_migrated_and_back(node: tuple[FakeHost, Path, dict[str, b
 def test_docker_runs_gpu_containers_through_ponytail_after_the_migration(node: tuple[FakeHost, Path, dict[str, bytes]], tmp_path: Path,
                                                                            release: str) -> None:
     """dockerd with the migrated daemon.json (the runtime 'nvidia' runs ponytail-runtime) and the root's /usr/bin on
-    its PATH (nvidia-container-runtime-hook is ponytail's link; NVIDIA's nvidia-cdi-hook is aside): `--runtime nvidia`
+    its PATH (nvidia-container-runtime-hook is ponytail's link, nvidia-cdi-hook ponytail's hook script): `--runtime nvidia`
     and `--gpus` both give the GPUs through ponytail."""
     host, root, _ = node
     engines_dir = engines_for(release)

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from ponytail.engines.dockergpus import HOOK_NAME, SERVICE_PATH
 
 # NVIDIA's programs on the engines' PATH that a migration moves aside, and what ponytail puts in the
-# place of those whose name it answers to (dockerd's --gpus looks for nvidia-container-runtime-hook)
+# place of those whose name it answers to: a link to ponytail for nvidia-container-runtime-hook (dockerd's
+# --gpus looks for it), the hook script of `ponytail install-nvidia-hook` for nvidia-cdi-hook (the specs the
+# device plugin and the DRA driver write name it); nvidia-ctk is only moved aside
 BINARIES = ("nvidia-container-runtime-hook", "nvidia-cdi-hook", "nvidia-ctk")
-SERVED = {HOOK_NAME: "ponytail"}
+SERVED = {HOOK_NAME: "link", "nvidia-cdi-hook": "script"}
 # the runtime NVIDIA's engine entries run (nvidia-ctk runtime configure: docker, containerd, CRI-O)
 RUNTIMES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 CONFIG = "/etc/nvidia-container-runtime/config.toml"

@@ -5,7 +5,9 @@ state directory) and then holds ponytail's replacement or nothing:
   NVIDIA's CDI specs       -> ponytail's spec of nvidia.com/gpu at the first one's path, the others gone
   engine entries           -> the same file, its entries running ponytail-runtime instead of
                               nvidia-container-runtime (their names kept: --runtime nvidia, RuntimeClass nvidia)
-  hook binaries on PATH    -> a link to ponytail where ponytail answers to the name (nvidia-container-runtime-hook), else nothing
+  hook binaries on PATH    -> a link to ponytail where ponytail answers to the name (nvidia-container-runtime-hook),
+                              ponytail's hook script for nvidia-cdi-hook (the specs other node daemons write name it),
+                              else nothing
   its config               -> nothing (ponytail reads /etc/ponytail/config.toml)
 """
 
@@ -51,9 +53,15 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
                           replace_runtime(text, runtime).encode()))
     for path in toolkit.binaries:
         served = SERVED.get(os.path.basename(path))
-        link = ponytail if served == "ponytail" else None
-        why = "NVIDIA's hook on the engines' PATH" + (": ponytail answers to its name" if link else "")
-        steps.append(Step(path, why, link=link))
+        if served == "link":
+            steps.append(Step(path, "NVIDIA's hook on the engines' PATH: ponytail answers to its name", link=ponytail))
+        elif served == "script":
+            from ponytail.engines.cdi.nvidiainstall import script
+
+            steps.append(Step(path, "NVIDIA's CDI hook on the engines' PATH: ponytail's hook script, for the specs the device "
+                                    "plugin and the DRA driver write", data=script(ponytail)))
+        else:
+            steps.append(Step(path, "NVIDIA's program on the engines' PATH"))
     if toolkit.config is not None:
         steps.append(Step(toolkit.config, "NVIDIA's runtime config (ponytail reads /etc/ponytail/config.toml; docs/migration.md maps the keys)"))
     notes = []
