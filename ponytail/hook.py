@@ -76,6 +76,9 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         log.write("info", f"not a GPU container ({request.devices.source}={request.devices.selector!r}); nothing injected")
         if options.debug:
             stdout.write(f"ponytail -debug: {request.devices.source}={request.devices.selector!r}: not a GPU container, nothing would be injected\n")
+        elif container is None:  # manual mode: say why nothing happened
+            print(f"ponytail: {request.devices.source}={request.devices.selector!r} asks for no GPU: nothing injected "
+                  "(name GPUs: -device 0,1, a UUID or all)", file=stderr)
         return 0
     if request.unknown_capabilities:  # from the image's env (an operator's -capabilities was refused): said, then ignored
         from ponytail.container.request import unknown_capabilities_message
@@ -86,6 +89,10 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
     # a real run on the container's critical path reads sysfs directly; the dry run asks udev
     rootfs = container.rootfs if container else options.root
+    if not options.debug and rootfs is not None:
+        refused = _not_root()
+        if refused is not None:
+            raise refused
     if not options.debug:  # so that a run the engine kills leaves which container, and where it was
         log.write("info", f"started: process {container.pid if container else '-'}, rootfs {rootfs}; step: plan")
     driver = None
@@ -109,9 +116,13 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     if options.debug:
         from ponytail.plan.render import render_plan
 
-        stdout.write(render_plan(plan, host, request, _header(options, config, container, request)))
+        not_root = _not_root() if rootfs is not None else None
+        stdout.write(render_plan(plan, host, request, _header(options, config, container, request),
+                                 in_container=container is not None, refusal=not_root.message if not_root else None))
         log.write("info", f"dry run: {len(plan.operations)} operation(s) planned, {len(plan.problems)} problem(s)")
-        return EXIT_INJECTION_FAILED if plan.problems else 0  # the status a real run would exit with
+        if plan.problems:  # the status a real run would exit with
+            return EXIT_INJECTION_FAILED
+        return not_root.exit_code if not_root is not None else 0
     if rootfs is None:  # pragma: no cover - _container guarantees one of them
         raise UsageError("no rootfs: pass -root DIR or run as an OCI hook")
 
@@ -129,14 +140,30 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         print(f"ponytail: warning: {one_line(warning)}", file=stderr)
     gpu_text = ",".join(str(g.index) for g in plan.selection.gpus) or "none"
     mig_text = f" MIG [{','.join(m.name for m in plan.selection.migs)}]" if plan.selection.migs else ""
-    log.write(
-        "info",
+    injected = (
         f"injected into {rootfs}: GPUs [{gpu_text}]{mig_text} ({request.devices.source}), capabilities "
-        f"{','.join(request.capabilities)}; {plan.count('device')} device node(s), {plan.count('library')} "
-        f"librar(ies), {plan.count('binary')} binar(ies); {len(outcome.done)} change(s), "
-        f"{len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms",
+        f"{','.join(request.capabilities)}; {_count(plan.count('device'), 'device node')}, "
+        f"{_count(plan.count('library'), 'library', 'libraries')}, {_count(plan.count('binary'), 'binary', 'binaries')}; "
+        f"{_count(len(outcome.done), 'change')}, {len(outcome.unchanged)} already in place"
     )
+    log.write("info", f"{injected}; {log.elapsed_ms():.1f} ms")
+    if container is None:  # manual mode: a person ran it, and is told what happened (stdout stays the command's own)
+        print(f"ponytail: {injected}", file=stderr)
     return 0
+
+
+def _count(n: int, one: str, many: str = "") -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _not_root() -> PonytailError | None:
+    """Why a real run by this process would stop at once: only root may mount into a rootfs (a
+    rootless engine runs its hooks as root in its user namespace)."""
+    if os.geteuid() == 0:
+        return None
+    from ponytail.errors import NOT_ROOT_HINT, PermissionDenied
+
+    return PermissionDenied(f"injecting mounts into the rootfs, which needs root (this is uid {os.geteuid()}): {NOT_ROOT_HINT}")
 
 
 def _names_driver_tree(container: Container) -> bool:

@@ -53,7 +53,7 @@ HOOK_OPTIONS: tuple[OptionSpec, ...] = (
         None,
         "Dry run: print every planned operation (nodes, libraries, links, linker cache) "
         "and why, change nothing, exit with the status a real run would (0, 1 a start that would fail, "
-        "2 bad usage or config). Works with or without OCI state on stdin.",
+        "2 bad usage, config, or not root). Works with or without OCI state on stdin.",
     ),
 )
 

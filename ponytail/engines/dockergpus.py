@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from ponytail.errors import InjectionError, UsageError
+from ponytail.errors import InjectionError, UsageError, os_failure
 
 HOOK_NAME = "nvidia-container-runtime-hook"
 DEFAULT_BIN_DIR = "/usr/local/bin"
@@ -70,7 +70,7 @@ def uninstall(bin_dir: str, command: str, dry_run: bool = False) -> list[str]:
         try:
             os.unlink(path)
         except OSError as e:
-            raise InjectionError(f"cannot remove {path}: {e.strerror}") from e
+            raise os_failure(f"cannot remove {path}", e, InjectionError) from e
     return [f"{'would remove' if dry_run else 'removed'} {path}; restart dockerd so that --gpus is no longer offered"]
 
 
@@ -104,7 +104,7 @@ def _link(command: str, path: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         replace_with_symlink(command, path)
     except OSError as e:
-        raise InjectionError(f"cannot make {path}: {e.strerror}") from e
+        raise os_failure(f"cannot make {path}", e, InjectionError) from e
 
 
 def _path_warnings(bin_dir: str, path: str) -> list[str]:

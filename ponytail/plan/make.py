@@ -51,7 +51,8 @@ def make_plan(
         for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
         if wanted is not None
     }
-    plan = pin_libraries(build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig), hide_other_gpus))
+    plan = pin_libraries(build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig), hide_other_gpus,
+                                    named_libraries=library_globs is not None))
     if host.lost:
         from ponytail.lite.records import replace
 

@@ -131,7 +131,7 @@ class Plan:
 
 def build_plan(
     host: Host, request: Request, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]], ldconfig: str | None,
-    hide_other_gpus: bool = False, nodes_only: bool = False,
+    hide_other_gpus: bool = False, nodes_only: bool = False, named_libraries: bool = False,
 ) -> Plan:
     """Every operation that gives the container what ``request`` asks for on ``host``, family
     by family: device nodes, libraries with their SONAME links, binaries and files, the masked
@@ -143,7 +143,8 @@ def build_plan(
     ``[request] isolate_privileged``): the GPU nodes not injected are hidden (HideNode).
     ``nodes_only``: the device nodes alone, with their problems and warnings (a CDI spec's device
     entry, ponytail.engines.cdi.files: the libraries, files, masked /proc and linker cache are the
-    shared plan's, and their problems are that plan's too, found with at least these capabilities)."""
+    shared plan's, and their problems are that plan's too, found with at least these capabilities).
+    ``named_libraries``: the libraries were named by -libs, not the config (what a miss blames)."""
     plan = _Draft(warnings=list(host.notes))
     plan.warnings += [f"unknown driver capability {c!r} in {request.capabilities_source} ignored" for c in request.unknown_capabilities]
     caps = request.capabilities
@@ -152,7 +153,7 @@ def build_plan(
         return Plan(tuple(plan.ops), _gpus(host, selection), selection, host.skipped, tuple(plan.warnings), tuple(plan.problems))
     if hide_other_gpus:
         _hide_other_gpus(plan, host)
-    sonames = _libraries(plan, host, caps)
+    sonames = _libraries(plan, host, caps, named_libraries)
     said = _binaries_without_libraries(host, caps)
     plan.warnings += said
     for binary in host.binaries:
@@ -287,7 +288,7 @@ def _hide_other_gpus(plan: _Draft, host: Host) -> None:
             plan.ops.append(HideNode(f"/dev/nvidia-caps/nvidia-cap{minor}", (host.caps_major, minor), what + why))
 
 
-def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:
+def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...], named: bool = False) -> dict[str, str]:
     """A library mount per driver library, then one SONAME link per SONAME that is not a
     library's own name; returns where each SONAME will be ("soname:bits" -> path)."""
     missing = _missing_libraries(host, caps)
@@ -296,9 +297,12 @@ def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str
         missing = []
     elif not host.libraries and host.reports:
         searched = ", ".join(r.search for r in host.reports[:4]) + (", ..." if len(host.reports) > 4 else "")
+        if named:
+            fix = "check -libs: each is a path or glob under the driver root, matching the driver's libraries"
+        else:
+            fix = "reinstall the tree" if host.tree else "set [host] driver_root, or [library] paths, in the config"
         plan.problems.append(
-            f"no library of {host.tree or f'driver {host.driver_version}'} found (searched {searched}, and its "
-            f"ld.so.cache): {'reinstall the tree' if host.tree else 'set [host] driver_root, or [library] paths, in the config'}"
+            f"no library of {host.tree or f'driver {host.driver_version}'} found (searched {searched}, and its ld.so.cache): {fix}"
         )
     plan.problems += missing
     links: dict[str, Symlink] = {}

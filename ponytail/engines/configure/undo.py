@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ponytail.engines.configure import files
-from ponytail.errors import ConfigError
+from ponytail.errors import ConfigError, InjectionError, os_failure
 
 LEGACY_BACKUP = ".ponytail-backup"
 LEGACY_CREATED = ".ponytail-created"
@@ -65,7 +65,10 @@ def write(state_dir: str, record: Record) -> str:
     where = record_path(state_dir, record.path)
     text = json.dumps({"path": record.path, "original": record.original, "written": record.written, "added": record.added},
                       indent=1) + "\n"
-    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise os_failure(f"cannot make the state directory {state_dir}", e, InjectionError) from e
     files.write_atomically(where, text, new_mode=0o600)  # a config may hold secrets
     return where
 
