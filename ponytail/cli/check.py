@@ -23,9 +23,11 @@ PERSISTENCED_SOCKET = "/run/nvidia-persistenced/socket"
 
 
 def run_check(
-    config: Config, bundle: str | None, rootfs: str | None, engine_root: str, as_json: bool, engines: tuple[str, ...] = ()
+    config: Config, bundle: str | None, rootfs: str | None, engine_root: str, as_json: bool, engines: tuple[str, ...] = (),
+    width: int | None = None,
 ) -> tuple[str, int]:
-    """The report (text or JSON) and the exit status."""
+    """The report (text or JSON) and the exit status; ``width``: wrap the text's lines there
+    (a terminal's width), their continuations indented under the message."""
     findings = check_host(config)
     findings += check_engines(engine_root, config, engines)
     if bundle is not None or rootfs is not None:
@@ -37,6 +39,10 @@ def run_check(
     from ponytail.errors import one_line
 
     lines = [f"{f.level:8} {f.area:9} {one_line(f.subject)}: {one_line(f.message)}" for f in findings]
+    if width is not None:
+        import textwrap
+
+        lines = [wrapped for line in lines for wrapped in textwrap.wrap(line, max(width, 60), subsequent_indent=" " * 19, break_on_hyphens=False)]
     bad = sum(1 for f in findings if f.level != OK)
     lines.append("all is well" if status == 0 else f"{bad} finding(s) need attention")
     return "\n".join(lines) + "\n", status
@@ -101,13 +107,16 @@ def _char_links(config: Config, broken: set[str]) -> list[Finding]:
     bad = [link for link in links if link.state != LINKED]
     if not bad:
         return [Finding("host", subject, OK, f"a link for each of the {len(links)} NVIDIA node(s)")]
-    named = ", ".join(f"{link.link} ({link.node}: {link.state}{', ' + link.found if link.found else ''})" for link in bad)
+    named = ", ".join(f"{link.link} ({link.node}: {link.state}{', ' + link.found if link.found else ''})" for link in bad[:_NAMED])
+    more = f" and {len(bad) - _NAMED} more ('ponytail dev-char-links --dry-run' lists them)" if len(bad) > _NAMED else ""
     return [Finding(
         "host", subject, WARN,
-        f"no good link for {len(bad)} NVIDIA node(s): {named}; under the systemd cgroup driver running containers lose these "
-        "on 'systemctl daemon-reload': run 'ponytail dev-char-links' and enable ponytail-dev-char-links.path (packaging/systemd) "
-        "to keep them current",
+        f"no good link for {len(bad)} NVIDIA node(s): {named}{more}; running containers lose these on 'systemctl "
+        "daemon-reload' under the systemd cgroup driver: run 'ponytail dev-char-links' (its units in packaging/systemd keep them current)",
     )]
+
+
+_NAMED = 2  # nodes a finding names before it counts the rest
 
 
 def _library_versions(config: Config, kernel: str) -> list[Finding]:
@@ -178,12 +187,28 @@ def _persistenced(config: Config) -> Finding:
 
 
 def _cgroup(config: Config) -> Finding:
+    """The cgroup version under [host] sys_root; a sys_root without cgroups (a simulated host,
+    as the demo's) leaves the machine's own /sys/fs/cgroup, which the containers use."""
     root = os.path.join(config.sys_root, "fs/cgroup")
+    where = ""
+    if not _cgroup_version(root) and os.path.normpath(config.sys_root) != "/sys":
+        where = f" (read at /sys/fs/cgroup: [host] sys_root {config.sys_root} has no fs/cgroup)"
+        root = "/sys/fs/cgroup"
+    version = _cgroup_version(root)
+    if version == "v2":
+        return Finding("host", "cgroup", OK, f"cgroup v2{where}: device access comes from eBPF programs; with Docker use ponytail-runtime, "
+                                             "which writes the rules into config.json")
+    if version == "v1":
+        return Finding("host", "cgroup", OK, f"cgroup v1{where}: the hook allows each injected node in the container's devices cgroup")
+    return Finding("host", "cgroup", WARN, f"no cgroup hierarchy under {root}: mount cgroup2 on /sys/fs/cgroup (containers need one)")
+
+
+def _cgroup_version(root: str) -> str | None:
     if os.path.exists(os.path.join(root, "cgroup.controllers")):
-        return Finding("host", "cgroup", OK, "cgroup v2: device access comes from eBPF programs; with Docker use ponytail-runtime, which writes the rules into config.json")
+        return "v2"
     if os.path.isdir(os.path.join(root, "devices")):
-        return Finding("host", "cgroup", OK, "cgroup v1: the hook allows each injected node in the container's devices cgroup")
-    return Finding("host", "cgroup", WARN, f"no cgroup hierarchy under {root}: mount cgroup2 on /sys/fs/cgroup, or check [host] sys_root")
+        return "v1"
+    return None
 
 
 # -- the engines ----------------------------------------------------------------------
@@ -324,7 +349,7 @@ def _docker(root: str) -> Finding:
                 default = isinstance(data, dict) and data.get("default-runtime") == name
                 how = "the default runtime" if default else f"used by 'docker run --runtime {name}'"
                 return _program_finding("docker", runtime, root, f"runtime '{name}' in {path} ({how})")
-    return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: add {{\"runtimes\": {{\"ponytail\": {{\"path\": \"/usr/local/bin/ponytail-runtime\"}}}}}} and restart dockerd")
+    return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: run {_configure_line('docker', root, path)}")
 
 
 def _containerd(root: str) -> Finding:
@@ -338,7 +363,14 @@ def _containerd(root: str) -> Finding:
         key, _, value = line.partition("=")
         if key.strip() == "BinaryName" and "ponytail" in value:
             return _program_finding("containerd", value.strip().strip("\"'"), root, f"BinaryName in {path}")
-    return Finding("engine", "containerd", FAIL, f"{path} has no runtime whose BinaryName is ponytail-runtime: add one under [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes] and restart containerd")
+    return Finding("engine", "containerd", FAIL,
+                   f"{path} has no runtime whose BinaryName is ponytail-runtime: run {_configure_line('containerd', root, path)}")
+
+
+def _configure_line(engine: str, root: str, path: str) -> str:
+    """The command that registers this install with ``engine`` (its output says what to restart)."""
+    where = f" --config-file {path}" if root != "/" else ""
+    return f"'ponytail configure --runtime {engine}{where}' (it says what to restart)"
 
 
 def _hooksd_engine(engine: str, hooks: list[tuple[str, str | None]], dirs: tuple[str, ...], where: str) -> Finding:
