@@ -81,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         from ponytail.cli.info import run_info
 
         return run_info(*info)
+    from ponytail.cli.clickclasses import run_main
     from ponytail.cli.commands import cli
 
-    return cli.main(args=args, prog_name="ponytail", standalone_mode=True)
+    return run_main(cli, args)
 
 
 def _docker_gpus_hook(args: list[str]) -> int:

@@ -11,7 +11,7 @@ import os
 
 from ponytail.capabilities import FEATURES, IMEX_FEATURE
 from ponytail.config import Config
-from ponytail.errors import InputError, ProbeError, UsageError
+from ponytail.errors import InputError, ProbeError, UsageError, os_failure
 from ponytail.fs.atomic import replace_file
 from ponytail.plan.cdi import VERSIONS, build_spec, problems
 
@@ -168,7 +168,7 @@ def write_atomically(path: str, data: bytes) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         replace_file(path, data, 0o644)
     except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror}") from e
+        raise os_failure(f"cannot write {path}", e, UsageError) from e
 
 
 def read_spec(path: str) -> dict:
@@ -211,7 +211,7 @@ def default_spec_path() -> str:
             path = os.path.join(directory, DEFAULT_NAME + ext)
             if os.path.exists(path):
                 return path
-    raise UsageError(f"no spec found ({', '.join(f'{d}/{DEFAULT_NAME}.yaml' for d in SPEC_DIRS)}); name one, or run 'ponytail cdi generate'")
+    raise UsageError(f"no spec found ({', '.join(f'{d}/{DEFAULT_NAME}.yaml' for d in SPEC_DIRS)}); name one, or run 'ponytail cdi generate --output {SPEC_DIRS[0]}/{DEFAULT_NAME}.yaml'")
 
 
 def qualified_names(spec: dict) -> list[str]:

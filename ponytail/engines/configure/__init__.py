@@ -154,7 +154,7 @@ def configure(
     state_dir: str = DEFAULT_STATE_DIR,
 ) -> list[str]:
     """``ponytail configure``: plan, then print the diff (dry run) or apply; the lines to print."""
-    from ponytail.engines.command import installed_command
+    from ponytail.engines.command import installed_command, transient_warning
     from ponytail.errors import UsageError
 
     if not name or not name.replace("-", "").replace("_", "").isalnum():
@@ -167,9 +167,11 @@ def configure(
         raise UsageError(f"--path {command}: must be an absolute path (the engine runs it from its own directory)")
     settings = Settings(name, command, command, set_as_default)
     edit = plan(engine, config_file, settings, remove=uninstall, state_dir=state_dir)
+    warning = None if uninstall or dry_run else transient_warning(command)
+    warnings = [f"ponytail: warning: {warning}"] if warning and edit.changed else []
     if dry_run:
         diff = render_diff(edit)
         if not diff:
             return [f"{edit.path}: {'not' if uninstall else 'already'} configured for ponytail; nothing would change"]
-        return [diff.rstrip("\n"), *(f"{edit.path}: would: {c}" for c in edit.changes), "dry run: nothing written"]
-    return list(apply(engine, edit, uninstall, state_dir).lines)
+        return [*warnings, diff.rstrip("\n"), *(f"{edit.path}: would: {c}" for c in edit.changes), "dry run: nothing written"]
+    return [*warnings, *apply(engine, edit, uninstall, state_dir).lines]

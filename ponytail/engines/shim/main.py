@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         call = parse_runtime_args(args, os.getcwd())
         config, config_error = _load_config()
         runtime = find_runtime(config.runtime_path, config.path)
+        if args[:1] in (["--version"], ["-v"]):  # the shim on stderr: engines parse the runtime's own lines on stdout
+            from ponytail import __version__
+
+            print(f"ponytail-runtime {__version__}: ponytail's shim in front of {runtime}", file=sys.stderr, flush=True)
         if call.bundle is not None:
             from ponytail.engines.shim.bundle import prepare_bundle
 
