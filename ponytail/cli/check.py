@@ -11,10 +11,13 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import asdict
 
 from ponytail.cli.findings import FAIL, OK, WARN, Finding
 from ponytail.config import Config
+from ponytail.engines import registry
+from ponytail.engines.registry import ENGINES, Engine
 
 EXPECTED_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
@@ -213,76 +216,49 @@ def _cgroup_version(root: str) -> str | None:
 
 # -- the engines ----------------------------------------------------------------------
 
-ENGINES = ("docker", "containerd", "crio", "podman")
-# where each engine's API listens when its service runs (systemd's socket units listen there too)
-ENGINE_SOCKETS = {
-    "docker": ("/run/docker.sock", "/var/run/docker.sock"),
-    "containerd": ("/run/containerd/containerd.sock",),
-    "crio": ("/run/crio/crio.sock", "/var/run/crio/crio.sock"),
-    "podman": ("/run/podman/podman.sock",),
-}
 KUBELET_CONFIGS = ("/var/lib/kubelet/config.yaml", "/etc/kubernetes/kubelet.conf")
-_LABELS = {"crio": "CRI-O"}
 
 
 def check_engines(root: str = "/", config: Config | None = None, engines: tuple[str, ...] = ()) -> list[Finding]:
     """The engines in use, and whether each will run ponytail: those named in ``engines``, else
     those whose service runs (its socket answers) and those already configured for ponytail; an
     engine that is only installed is not checked. ``root`` prefixes every configuration path and
-    socket (a test's fake /etc and /run); programs are looked up on PATH."""
+    socket (a test's fake /etc and /run); programs are looked up on PATH. Every engine of
+    ponytail.engines.registry, in its order."""
     out = []
-    installed = {name: _installed(name, root) for name in ENGINES}
-    for name in ENGINES:
-        label = _LABELS.get(name, name)
+    for engine in ENGINES:
+        installed = _installed(engine, root)
         if engines:
-            if name not in engines:
+            if engine.name not in engines:
                 continue
-            if not installed[name] and not _running(name, root):
-                out.append(Finding("engine", label, FAIL, f"{label} is not installed here (no {_PROGRAMS[name][0]} on PATH, no {_PROGRAMS[name][1]}): install it, or leave out --engine {name}"))
+            if not installed and not _running(engine, root):
+                out.append(Finding("engine", engine.label, FAIL, f"{engine.label} is not installed here (no {engine.program} on PATH, "
+                                                                 f"no {engine.config_dir}): install it, or leave out --engine {engine.name}"))
                 continue
-            out.append(_engine(name, root))
-        elif _running(name, root) or installed[name] and _configured(name, root):
-            out.append(_engine(name, root))
-        elif installed[name]:
-            out.append(Finding("engine", label, OK, f"installed, but its service is not running and it is not configured for ponytail: not checked ('ponytail check --engine {name}' checks it)"))
+            out.append(_engine(engine, root))
+        elif _running(engine, root) or installed and _configured(engine, root):
+            out.append(_engine(engine, root))
+        elif installed:
+            out.append(Finding("engine", engine.label, OK, "installed, but its service is not running and it is not configured for "
+                                                           f"ponytail: not checked ('ponytail check --engine {engine.name}' checks it)"))
     if not out:
         out.append(Finding("engine", "engines", WARN, "no docker, containerd, CRI-O or podman found: install one, or run ponytail as a hook of your runtime by hand"))
     out += _cdi_specs(root, config or Config())
     return out
 
 
-_PROGRAMS = {  # engine -> (program, its configuration directory)
-    "docker": ("dockerd", "/etc/docker"),
-    "containerd": ("containerd", "/etc/containerd"),
-    "crio": ("crio", "/etc/crio"),
-    "podman": ("podman", "/etc/containers"),
-}
-_HOOKS_CONFIGS = {
-    "podman": ("/etc/containers/containers.conf",),
-    "crio": ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
-}
+def _engine(engine: Engine, root: str) -> Finding:
+    """The engine's check (ENGINE_CHECKS, below)."""
+    return ENGINE_CHECKS[engine.name](engine, root)
 
 
-def _engine(name: str, root: str) -> Finding:
-    if name == "docker":
-        return _docker(root)
-    if name == "containerd":
-        return _containerd(root)
-    if name == "crio":
-        runtime = _crio_runtime(root)
-        if runtime is not None:
-            return _program_finding("CRI-O", runtime[1], root, f"runtime_path in {runtime[0]}")
-    dirs, where = _hooks_dirs(root, _HOOKS_CONFIGS[name])
-    return _hooksd_engine(_LABELS.get(name, name), _hook_files(root, dirs), dirs, where)
-
-
-def _running(name: str, root: str) -> bool:
+def _running(engine: Engine, root: str) -> bool:
     """The engine's service runs: its API socket answers (a socket file a crashed daemon left
     does not). Docker's own containerd listens elsewhere; the system containerd that serves only
     dockerd (Debian's docker.io) counts only where a kubelet is configured too."""
-    if not any(_answers(_under(root, path)) for path in ENGINE_SOCKETS[name]):
+    if not any(_answers(_under(root, path)) for path in engine.sockets):
         return False
-    if name == "containerd" and _running("docker", root):
+    if engine.name == "containerd" and _running(registry.engine("docker"), root):
         return any(os.path.exists(_under(root, path)) for path in KUBELET_CONFIGS)
     return True
 
@@ -308,16 +284,14 @@ def _answers(path: str) -> bool:
         os.close(directory)
 
 
-def _configured(name: str, root: str) -> bool:
+def _configured(engine: Engine, root: str) -> bool:
     """The engine's configuration names ponytail (set up for it, whether or not that works)."""
-    if name == "docker":
-        return "ponytail" in _head(_under(root, "/etc/docker/daemon.json"), 1 << 20)
-    if name == "containerd":
-        return "ponytail" in _head(_under(root, "/etc/containerd/config.toml"), 1 << 20)
-    if name == "crio" and _crio_runtime(root) is not None:
+    if engine.name in ("docker", "containerd"):
+        return "ponytail" in _head(_under(root, engine.config_path), 1 << 20)
+    if engine.name == "crio" and _crio_runtime(root) is not None:
         return True
     # ponytail's hooks file where the engine reads, or in a default directory it was moved away from
-    return bool(_hook_files(root, (*_hooks_dirs(root, _HOOKS_CONFIGS[name])[0], *HOOKS_DIRS)))
+    return bool(_hook_files(root, (*_hooks_dirs(root, engine.hooks_configs)[0], *HOOKS_DIRS)))
 
 
 def _crio_runtime(root: str) -> tuple[str, str] | None:
@@ -333,13 +307,12 @@ def _crio_runtime(root: str) -> tuple[str, str] | None:
     return None
 
 
-def _installed(name: str, root: str) -> bool:
-    program, config_dir = _PROGRAMS[name]
-    return (root == "/" and shutil.which(program) is not None) or os.path.isdir(_under(root, config_dir))
+def _installed(engine: Engine, root: str) -> bool:
+    return (root == "/" and shutil.which(engine.program) is not None) or os.path.isdir(_under(root, engine.config_dir))
 
 
-def _docker(root: str) -> Finding:
-    path = _under(root, "/etc/docker/daemon.json")
+def _docker(engine: Engine, root: str) -> Finding:
+    path = _under(root, engine.config_path)
     data = _read_json(path)
     runtimes = data.get("runtimes") if isinstance(data, dict) else None
     if isinstance(runtimes, dict):
@@ -352,8 +325,8 @@ def _docker(root: str) -> Finding:
     return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: run {_configure_line('docker', root, path)}")
 
 
-def _containerd(root: str) -> Finding:
-    path = _under(root, "/etc/containerd/config.toml")
+def _containerd(engine: Engine, root: str) -> Finding:
+    path = _under(root, engine.config_path)
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read(1 << 20)
@@ -371,6 +344,27 @@ def _configure_line(engine: str, root: str, path: str) -> str:
     """The command that registers this install with ``engine`` (its output says what to restart)."""
     where = f" --config-file {path}" if root != "/" else ""
     return f"'ponytail configure --runtime {engine}{where}' (it says what to restart)"
+
+
+def _crio(engine: Engine, root: str) -> Finding:
+    """CRI-O runs ponytail as a runtime (a drop-in) or as a hooks.d hook."""
+    runtime = _crio_runtime(root)
+    if runtime is not None:
+        return _program_finding(engine.label, runtime[1], root, f"runtime_path in {runtime[0]}")
+    return _hooksd(engine, root)
+
+
+def _hooksd(engine: Engine, root: str) -> Finding:
+    dirs, where = _hooks_dirs(root, engine.hooks_configs)
+    return _hooksd_engine(engine.label, _hook_files(root, dirs), dirs, where)
+
+
+ENGINE_CHECKS: dict[str, Callable[[Engine, str], Finding]] = {  # ponytail.engines.registry's engine -> its check
+    "docker": _docker,
+    "containerd": _containerd,
+    "crio": _crio,
+    "podman": _hooksd,
+}
 
 
 def _hooksd_engine(engine: str, hooks: list[tuple[str, str | None]], dirs: tuple[str, ...], where: str) -> Finding:

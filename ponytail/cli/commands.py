@@ -16,6 +16,8 @@ import click
 from ponytail import __version__
 from ponytail.capabilities import FEATURES, IMEX_FEATURE
 from ponytail.cli.clickclasses import CONTEXT, Group, OneLineErrors, one_line_errors, remember_options_before
+from ponytail.engines.registry import ENGINES
+from ponytail.engines.registry import NAMES as ENGINE_NAMES
 from ponytail.options import HOOK_OPTIONS, HookOptions
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -268,12 +270,10 @@ def dev_char_links(config: str | None, dev_root: str | None, dry_run: bool) -> N
 
 
 @cli.command("configure", context_settings=CONTEXT)
-@click.option("--runtime", "engine", required=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
-              help="The engine whose configuration to edit.")
+@click.option("--runtime", "engine", required=True, type=click.Choice(ENGINE_NAMES), help="The engine whose configuration to edit.")
 @click.option("--config-file", "config_file", metavar="PATH", default=None,
-              help="The engine's config. Default: /etc/docker/daemon.json, /etc/containerd/config.toml, "
-                   "/etc/crio/crio.conf (the drop-in goes to crio.conf.d/ beside it), "
-                   "/usr/share/containers/oci/hooks.d/ponytail.json.")
+              help="The engine's config. Default: " + ", ".join(f"{e.config_path} ({e.name})" for e in ENGINES)
+                   + "; CRI-O's drop-in goes to crio.conf.d/ beside crio.conf.")
 @click.option("--set-as-default", is_flag=True, help="Make ponytail the engine's default runtime (podman: run the hook for every container).")
 @click.option("--dry-run", is_flag=True, help="Print the change as a diff; write nothing.")
 @click.option("--uninstall", is_flag=True, help="Take ponytail out again (restores the backup when nothing else changed since).")
@@ -308,7 +308,7 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
 @click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook).")
 @click.option("--bundle", "-bundle", "bundle", metavar="DIR", help="Also check this OCI bundle's container (config.json, rootfs, env).")
 @click.option("--rootfs", "-rootfs", "rootfs", metavar="DIR", help="Also check this rootfs (an unpacked image), with an empty env.")
-@click.option("--engine", "-engine", "engines", multiple=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
+@click.option("--engine", "-engine", "engines", multiple=True, type=click.Choice(ENGINE_NAMES),
               help="Check this engine (again for more). Default: those whose service runs and those configured for ponytail.")
 @click.option("--engine-root", "engine_root", metavar="DIR", default="/", hidden=True, help="Read the engines' configuration under DIR.")
 def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | None, engines: tuple[str, ...], engine_root: str) -> None:

@@ -8,11 +8,11 @@ one rename). ``--dry-run`` prints the plan as a unified diff. ``--uninstall`` le
 byte for byte as it was, or, where it was changed by hand since, takes out exactly what ponytail
 added, and leaves nothing of ponytail's behind.
 
-Engines and what is edited:
-  docker      /etc/docker/daemon.json: "runtimes" (and "default-runtime")
-  containerd  /etc/containerd/config.toml (version 2, 3 or 4): a CRI runtime entry (and default_runtime_name)
-  crio        a drop-in crio.conf.d/99-ponytail.conf beside /etc/crio/crio.conf
-  podman      /usr/share/containers/oci/hooks.d/ponytail.json
+Engines and what is edited (their records, default files and restart hints: ponytail.engines.registry):
+  docker      daemon.json: "runtimes" (and "default-runtime")
+  containerd  config.toml (version 2, 3 or 4): a CRI runtime entry (and default_runtime_name)
+  crio        a drop-in crio.conf.d/99-ponytail.conf beside crio.conf
+  podman      the hooks.d file ponytail.json
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from types import ModuleType
 
+from ponytail.engines import registry
 from ponytail.engines.configure.model import Edit, Settings
 
 DEFAULT_STATE_DIR = "/var/lib/ponytail/configure"  # ponytail.engines.configure.undo: where no engine reads
@@ -33,10 +34,8 @@ class Outcome:
 
 
 def engine_module(name: str) -> ModuleType:
-    """The engine's module (imported by name, so that PyInstaller sees each one)."""
-    from ponytail.engines.configure import containerd, crio, docker, podman
-
-    return {"docker": docker, "containerd": containerd, "crio": crio}.get(name, podman)
+    """The engine's configure module (ponytail.engines.registry); an unknown name is a UsageError."""
+    return registry.engine(name).module()
 
 
 def plan(engine: str, config_file: str | None, settings: Settings, remove: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Edit:
@@ -45,7 +44,7 @@ def plan(engine: str, config_file: str | None, settings: Settings, remove: bool 
     from ponytail.engines.configure import files, undo
 
     module = engine_module(engine)
-    path = os.path.abspath(config_file or module.DEFAULT_PATH)
+    path = os.path.abspath(config_file or registry.engine(engine).config_path)
     if engine == "crio":
         module.check_main_config(path, files.read_text(path))
         path = module.drop_in_path(path)
@@ -77,7 +76,7 @@ def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEF
     lines saying what was done."""
     from ponytail.engines.configure import files, undo
 
-    restart = engine_module(engine).RESTART
+    restart = registry.engine(engine).restart
     record = undo.read(state_dir, edit.path)
     if not edit.changed:
         state = "not configured for ponytail" if uninstall else "already configured for ponytail"
@@ -159,7 +158,7 @@ def configure(
 
     if not name or not name.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"--name {name!r}: a runtime name is letters, digits, '-' and '_'")
-    program = "ponytail" if engine == "podman" else "ponytail-runtime"
+    program = registry.engine(engine).runs
     command = path or installed_command(program)
     if command is None:
         raise UsageError(f"cannot find this install's {program} command; pass --path CMD (its absolute path on the host)")

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from ponytail.engines.configure.model import Edit, Settings
 
-DEFAULT_PATH = "/usr/share/containers/oci/hooks.d/ponytail.json"  # what Debian 12's podman reads
-RESTART = "nothing to restart: podman reads hooks.d at every run"
-
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
     """The file is ponytail's own: a removal removes it (``added`` is not needed)."""
