@@ -147,7 +147,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
         f"{_count(len(outcome.done), 'change')}, {len(outcome.unchanged)} already in place"
     )
     log.write("info", f"{injected}; {log.elapsed_ms():.1f} ms")
-    if container is None:  # manual mode: a person ran it, and is told what happened (stdout stays the command's own)
+    if container is None and _interactive(stderr):  # manual mode at a terminal: the person is told what happened
         print(f"ponytail: {injected}", file=stderr)
     return 0
 
@@ -193,9 +193,9 @@ def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container 
     return load_container(state)
 
 
-def _interactive(stdin: BinaryIO) -> bool:
+def _interactive(stream: BinaryIO | TextIO) -> bool:
     try:
-        return os.isatty(stdin.fileno())
+        return os.isatty(stream.fileno())
     except (AttributeError, OSError, ValueError):
         return False
 

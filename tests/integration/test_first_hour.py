@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from support.commands import PONYTAIL, REPO, without_checkout_warning
+from support.commands import PONYTAIL, REPO, shell, without_checkout_warning
 from support.fakehost import FakeHost, gpus, make_rootfs
 from support.harness import run_ponytail
 
@@ -204,11 +204,14 @@ def test_list_says_every_problem_without_pointing_at_an_option_it_lacks(host: Fa
 
 def test_manual_mode_says_what_it_injected_and_why_not(host: FakeHost, rootfs: Path) -> None:
     config = str(host.write_config())
-    result = run_ponytail(["-config", config, "-root", str(rootfs), "-device", "0"])
-    assert result.returncode == 0, result.stderr
-    said = result.stderr.decode()
-    assert result.stdout == b"" and said.count("\n") == 1, said
-    assert said.startswith(f"ponytail: injected into {rootfs}: GPUs [0] (-device)"), said
+    quiet = run_ponytail(["-config", config, "-root", str(rootfs), "-device", "0"])
+    assert quiet.returncode == 0 and quiet.stdout == quiet.stderr == b"", quiet.stderr  # a script's run says nothing
+    at_terminal = shell([*PONYTAIL, "-config", config, "-root", str(rootfs), "-device", "0"])
+    result = subprocess.run(["unshare", "-m", "--propagation", "private", "script", "-qec", at_terminal, "/dev/null"],
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stdout
+    said = result.stdout.decode().replace("\r\n", "\n")
+    assert said.count("\n") == 1 and said.startswith(f"ponytail: injected into {rootfs}: GPUs [0] (-device)"), said
     assert "librar(ies)" not in said and " 1 binary;" in said
     assert "librar(ies)" not in host.log.read_text()
     nothing = run_ponytail(["-config", config, "-root", str(rootfs), "-device", ""])
