@@ -56,7 +56,7 @@ def run_check(
 def check_host(config: Config) -> list[Finding]:
     from ponytail.errors import PonytailError
     from ponytail.host.driver import read_driver_version
-    from ponytail.host.probe import probe_host
+    from ponytail.host.probe import NODE_MISSING, NODE_MODULE_NOT_LOADED, probe_host
 
     out: list[Finding] = []
     try:
@@ -72,11 +72,11 @@ def check_host(config: Config) -> list[Finding]:
     out += _firmware(config, kernel)
     out += _filelist(config)
     for node in [*host.gpu_nodes.values(), *host.control_nodes.values()]:
-        if node.name == "nvidia-modeset" and node.problem is not None and "does not exist" in node.problem:
+        if node.name == "nvidia-modeset" and node.kind == NODE_MISSING:
             continue  # only display drivers create it
         if node.problem is None:
             out.append(Finding("host", f"/dev/{node.name}", OK, f"c {node.major}:{node.minor}"))
-        elif "nvidia-uvm module" in node.problem:
+        elif node.kind == NODE_MODULE_NOT_LOADED:  # one finding for the module, not one per node
             if node.name == "nvidia-uvm":
                 out.append(Finding("host", "nvidia-uvm", FAIL, node.problem))
         else:

@@ -56,7 +56,7 @@ def make_plan(
     if host.lost:
         from ponytail.lite.records import replace
 
-        plan = replace(plan, warnings=plan.warnings + tuple(f"{m.partition('; ')[0]}: GPUs named by UUID or bus id only" for m in host.lost))
+        plan = replace(plan, warnings=plan.warnings + tuple(f"{g.found}: GPUs named by UUID or bus id only" for g in host.lost))
     plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
     plan = _mps_pipe_directory(plan, config, request, env)
     notes: list[str] = []
@@ -84,7 +84,7 @@ def _refuse_numbering(host: Host, request: Request) -> None:
 
     wanted = [request.devices] + [d for d in (request.mig_config, request.mig_monitor) if d is not None]
     if not all(names_by_identity(d) for d in wanted):
-        raise ProbeError(f"{host.lost[0]} (a container asking for a GPU by UUID or bus id still starts)")
+        raise ProbeError(f"{host.lost[0].message} (a container asking for a GPU by UUID or bus id still starts)")
 
 
 def pin_libraries(plan: Plan) -> Plan:

@@ -300,9 +300,9 @@ def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...], named: bool = Fa
         if named:
             fix = "check -libs: each is a path or glob under the driver root, matching the driver's libraries"
         else:
-            fix = "reinstall the tree" if host.tree else "set [host] driver_root, or [library] paths, in the config"
+            fix = "reinstall the tree" if host.tree_root else "set [host] driver_root, or [library] paths, in the config"
         plan.problems.append(
-            f"no library of {host.tree or f'driver {host.driver_version}'} found (searched {searched}, and its ld.so.cache): {fix}"
+            f"no library of {_tree(host) or f'driver {host.driver_version}'} found (searched {searched}, and its ld.so.cache): {fix}"
         )
     plan.problems += missing
     links: dict[str, Symlink] = {}
@@ -344,13 +344,17 @@ def _missing_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
         for soname in CAPABILITIES[cap].required_libraries:
             stem = soname.split(".so")[0]
             if host.library(soname) is None and any(stem in r.search for r in host.reports):
-                where = host.tree or f"the driver root ([host] driver_root) has none of driver {host.driver_version}"
-                if host.tree:
-                    where += " has none"
+                where = f"{_tree(host)} has none" if host.tree_root else \
+                    f"the driver root ([host] driver_root) has none of driver {host.driver_version}"
                 missing.append(
                     f"{cap} needs {soname}, and {where}: reinstall the driver's libraries, or leave {cap} out of NVIDIA_DRIVER_CAPABILITIES"
                 )
     return missing
+
+def _tree(host: Host) -> str:
+    """The registered driver tree the host's files come from, in words; "" for the driver root."""
+    return f"the driver tree at {host.tree_root}, version {host.tree_version}," if host.tree_root else ""
+
 
 def _binaries_without_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
     """A binary injected for a capability whose required library is not (``-libs`` names exactly
