@@ -417,7 +417,7 @@ def _driver_files(
         skipped += list_skipped
         binaries: list[DriverFile] = []
         for name, cap in wanted_binaries:
-            binary = find_binary(config.driver_root, name, cap)
+            binary = find_binary(config.driver_root, name, cap, cap if cap in CAPABILITIES else "")
             if binary is None:
                 skipped.append(SkippedFile(name, f"{cap}: binary not found in the driver root's bin directories"))
             elif binary.target not in {b.target for b in binaries}:

@@ -367,7 +367,7 @@ def _binaries_without_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
 
     lacking = []
     for cap in caps:
-        binaries = [os.path.basename(b.target) for b in host.binaries if b.found_by.split(",")[0] == cap]
+        binaries = [os.path.basename(b.target) for b in host.binaries if b.capability == cap]
         for soname in CAPABILITIES[cap].required_libraries if binaries else ():
             stem = soname.split(".so")[0]
             if host.library(soname) is None and not any(stem in r.search for r in host.reports):

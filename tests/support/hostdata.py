@@ -63,7 +63,7 @@ def library(name: str, soname: str | None, bits: int = 64, directory: str = "") 
 
 LIBCUDA = library(f"libcuda.so.{DRIVER}", "libcuda.so.1")
 LIBNVML = library(f"libnvidia-ml.so.{DRIVER}", "libnvidia-ml.so.1")
-NVIDIA_SMI = DriverFile("/usr/bin/nvidia-smi", "/driver/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi", None, "utility")
+NVIDIA_SMI = DriverFile("/usr/bin/nvidia-smi", "/driver/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi", None, "utility", capability="utility")
 
 
 @record(frozen=True)
