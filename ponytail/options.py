@@ -60,6 +60,9 @@ HOOK_OPTIONS: tuple[OptionSpec, ...] = (
 
 @record(frozen=True)
 class HookOptions:
+    """The hook's own options (HOOK_OPTIONS), parsed from its command line without click
+    (parse_hook_args) or by the click command: the data run_hook takes. None: not given."""
+
     config: str | None = None
     root: str | None = None
     device: str | None = None

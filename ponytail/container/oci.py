@@ -18,6 +18,12 @@ MAX_BUNDLE_CONFIG_BYTES = 4 << 20
 
 @record(frozen=True)
 class Container:
+    """The container a hook run serves, read from the OCI state on stdin and the bundle's
+    config.json (load_container): where its rootfs is and whose mount namespace it is in (pid),
+    what it asks for (env, annotations, the device plugin's list and features), and how much it
+    is trusted (privileged). Nothing in it comes from the image's files: the bundle is the
+    engine's."""
+
     id: str
     pid: int
     bundle: str

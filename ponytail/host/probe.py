@@ -105,6 +105,12 @@ class Gpus:
 
 @record(frozen=True)
 class Host:
+    """The host, probed once for one request (probe_host): the driver's version, its GPUs in bus
+    order with their device nodes, the control nodes, the driver's libraries, binaries and files
+    for the asked capabilities (and what was searched and skipped), the daemons' sockets, what
+    /proc/driver/nvidia holds, the opt-in features' findings. Plain data; the plan is made from
+    it and never reads the host itself."""
+
     driver_version: str
     gpus: tuple[Gpu, ...]
     gpu_nodes: dict[int, DeviceNode]  # by minor

@@ -111,6 +111,13 @@ Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices | HideNode
 
 @record(frozen=True)
 class Plan:
+    """Everything one run will do, as data: the operations in the order they are applied (device
+    nodes, libraries and their links, binaries and files, the masked /proc, the linker cache, the
+    device rules), each with its reason; the GPUs and MIG devices selected; what was skipped and
+    why; warnings; and problems, any of which makes a real run refuse to start. The executor
+    applies it (apply_plan), -debug prints it (render_plan), a CDI spec and a device program are
+    made from it (plan/cdi.py, plan/devicefilter.py). Built by build_plan, from make_plan."""
+
     operations: tuple[Operation, ...]
     gpus: tuple[Gpu, ...]
     selection: Selection

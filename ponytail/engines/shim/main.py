@@ -21,6 +21,10 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``ponytail-runtime ARGS``: for a call that names a bundle (create, run), prepare the bundle of a
+    GPU container (the hook and the device rules into its config.json: shim/bundle.py), then exec
+    the real runtime with the same ARGS. Errors are one line on stderr and in the runtime's --log;
+    returns only on error (the exit status)."""
     args = sys.argv[1:] if argv is None else argv
     call = RuntimeCall(None)
     try:
