@@ -2,7 +2,8 @@
 a bundle or a rootfs) one container, and says in one line per finding what is wrong and
 what to do. Exit status 0 only when every finding is ``ok``; 1 otherwise.
 
-Nothing here changes anything, loads a driver library or runs a program of an image.
+Nothing here changes anything, loads a driver library or runs a program of an image. The hook
+never loads this module: it imports what it uses plainly, at the top.
 """
 
 from __future__ import annotations
@@ -10,14 +11,27 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import stat
+import textwrap
 from collections.abc import Callable
 from dataclasses import asdict
 
 from ponytail.cli.findings import FAIL, OK, WARN, Finding
+from ponytail.cli.loaderview import loader_view
 from ponytail.config import Config
+from ponytail.container.oci import State, load_container
 from ponytail.engines import registry
+from ponytail.engines.cdi.files import read_spec, stale
 from ponytail.engines.registry import ENGINES, Engine
+from ponytail.errors import PonytailError, one_line
+from ponytail.host.devchar import OK as LINKED
+from ponytail.host.devchar import probe_char_links
+from ponytail.host.driver import read_driver_version
+from ponytail.host.driver_files import host_path, mismatch_message, soname_version
+from ponytail.host.driver_trees import describe_trees
+from ponytail.host.filelist import FILELIST, missing_from_tables, read_filelist
+from ponytail.host.probe import NODE_MISSING, NODE_MODULE_NOT_LOADED, firmware_dirs, probe_host
 
 EXPECTED_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
@@ -39,12 +53,8 @@ def run_check(
     if as_json:
         document = {"ok": status == 0, "findings": [asdict(f) for f in findings]}
         return json.dumps(document, indent=2) + "\n", status
-    from ponytail.errors import one_line
-
     lines = [f"{f.level:8} {f.area:9} {one_line(f.subject)}: {one_line(f.message)}" for f in findings]
     if width is not None:
-        import textwrap
-
         lines = [wrapped for line in lines for wrapped in textwrap.wrap(line, max(width, 60), subsequent_indent=" " * 19, break_on_hyphens=False)]
     bad = sum(1 for f in findings if f.level != OK)
     lines.append("all is well" if status == 0 else f"{bad} finding(s) need attention")
@@ -54,10 +64,6 @@ def run_check(
 # -- the host -------------------------------------------------------------------------
 
 def check_host(config: Config) -> list[Finding]:
-    from ponytail.errors import PonytailError
-    from ponytail.host.driver import read_driver_version
-    from ponytail.host.probe import NODE_MISSING, NODE_MODULE_NOT_LOADED, probe_host
-
     out: list[Finding] = []
     try:
         kernel = read_driver_version(config.proc_root)
@@ -85,8 +91,6 @@ def check_host(config: Config) -> list[Finding]:
     out += [Finding("host", "gpus", WARN, note) for note in host.notes]
     out.append(_persistenced(config))
     out.append(_cgroup(config))
-    from ponytail.host.driver_trees import describe_trees
-
     for tree, version, problem in describe_trees(config, kernel):
         if problem is None:
             out.append(Finding("host", f"driver tree {tree.name}", OK, f"{tree.root}, version {version}"))
@@ -100,9 +104,6 @@ def _char_links(config: Config, broken: set[str]) -> list[Finding]:
     finding of their own): without one, runc under the systemd cgroup driver leaves the node out
     of the container's DeviceAllow= list, and 'systemctl daemon-reload' takes it away from
     running containers."""
-    from ponytail.host.devchar import OK as LINKED
-    from ponytail.host.devchar import probe_char_links
-
     links = [link for link in probe_char_links(config.dev_root, config.proc_root) if link.node not in broken]
     if not links:
         return []
@@ -125,8 +126,6 @@ _NAMED = 2  # nodes a finding names before it counts the rest
 def _library_versions(config: Config, kernel: str) -> list[Finding]:
     """What libcuda.so.1 and libnvidia-ml.so.1 of the driver root lead to must be the kernel
     module's version: anything else is NVML's 'Driver/library version mismatch'."""
-    from ponytail.host.driver_files import host_path, mismatch_message, soname_version
-
     out = []
     for soname in EXPECTED_SONAMES:
         found = soname_version(config.driver_root, soname)
@@ -140,9 +139,6 @@ def _library_versions(config: Config, kernel: str) -> list[Finding]:
 
 
 def _firmware(config: Config, kernel: str) -> list[Finding]:
-    from ponytail.host.driver_files import host_path
-    from ponytail.host.probe import firmware_dirs
-
     for directory in firmware_dirs(config.sys_root, kernel):  # where the kernel looks first (updates, firmware_class.path)
         if os.path.isdir(host_path(config.driver_root, directory)):
             return [Finding("host", "firmware", OK, host_path(config.driver_root, directory))]
@@ -159,8 +155,6 @@ def _firmware(config: Config, kernel: str) -> list[Finding]:
 def _filelist(config: Config) -> list[Finding]:
     """The driver's own list of container files against the capability tables: what the
     tables miss (injected from the list all the same) and what in the list was unusable."""
-    from ponytail.host.filelist import FILELIST, missing_from_tables, read_filelist
-
     entries, notes = read_filelist(config.driver_root)
     out = [Finding("host", "driver file list", WARN, note) for note in notes]
     if not entries:
@@ -177,8 +171,6 @@ def _filelist(config: Config) -> list[Finding]:
 
 
 def _persistenced(config: Config) -> Finding:
-    from ponytail.host.driver_files import host_path
-
     path = host_path(config.ipc_root, PERSISTENCED_SOCKET)
     try:
         is_socket = stat.S_ISSOCK(os.stat(path).st_mode)
@@ -264,8 +256,6 @@ def _running(engine: Engine, root: str) -> bool:
 
 
 def _answers(path: str) -> bool:
-    import socket
-
     try:
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             return False
@@ -435,9 +425,6 @@ def _cdi_specs(root: str, config: Config) -> list[Finding]:
     """Each NVIDIA GPU spec in the engines' CDI directories (ponytail's or another
     generator's), checked against the running driver and GPUs with the same test as
     ``ponytail cdi check``: a driver upgrade leaves a spec naming libraries that are gone."""
-    from ponytail.engines.cdi.files import read_spec, stale
-    from ponytail.errors import PonytailError
-
     out = []
     for directory in CDI_DIRS:
         base = _under(root, directory)
@@ -495,15 +482,10 @@ def _read_json(path: str) -> object:
 def check_container(config: Config, bundle: str | None, rootfs: str | None) -> list[Finding]:
     """Which libcuda.so.1 and libnvidia-ml.so.1 the container's loader will pick once
     ponytail has injected the driver, and whether their versions match the kernel module."""
-    from ponytail.cli.loaderview import loader_view
-    from ponytail.errors import PonytailError
-
     env: dict[str, str] = {}
     annotations: dict[str, str] = {}
     privileged = True  # a rootfs alone: as a privileged container, whose choice of tree is always taken
     if bundle is not None:
-        from ponytail.container.oci import State, load_container
-
         try:
             container = load_container(State("check", 1, os.path.abspath(bundle), "created", {}))
         except PonytailError as e:

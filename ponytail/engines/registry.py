@@ -13,10 +13,7 @@ A new engine is a record here, a module in ``engines/configure/`` with its ``edi
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from types import ModuleType
+from types import ModuleType
 
 
 @dataclass(frozen=True)
