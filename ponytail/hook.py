@@ -89,7 +89,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 
     # a real run on the container's critical path reads sysfs directly; the dry run asks udev
     plan, host = make_plan(
-        config, request, _library_globs(options.libs), dry_run=options.debug, udev=options.debug,
+        config, request, library_globs=_library_globs(options.libs), dry_run=options.debug, udev=options.debug,
         driver=driver, rootfs=rootfs, env=container.env if container else None,
         hide_other_gpus=config.isolate_privileged and container is not None and container.privileged,
     )
@@ -103,16 +103,12 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
 def _request(options: HookOptions, config: Config, container: Container | None, log: RunLog) -> Request:
     """What the run asks for: -device and -capabilities, and the container's NVIDIA_* variables and
     device-plugin list (manual mode has no container: the options alone)."""
-    from ponytail.container.request import build_request
+    from ponytail.container.request import build_request, request_for
 
     if container is None:
-        return build_request(options.device, options.capabilities, None, True, None, config.accept_env_when_unprivileged, ())
-    from ponytail.container.deviceplugin import accepts_env
-
-    request = build_request(
-        options.device, options.capabilities, container.env, container.privileged, container.plugin_devices,
-        accepts_env(config, container.annotations), container.plugin_features,
-    )
+        return build_request(cli_device=options.device, cli_capabilities=options.capabilities,
+                             accept_env_when_unprivileged=config.accept_env_when_unprivileged)
+    request = request_for(container, config, cli_device=options.device, cli_capabilities=options.capabilities)
     if not container.privileged and not config.accept_env_when_unprivileged and not request.devices.is_void \
             and container.plugin_devices is None and options.device is None:  # believed only for its pod's namespace: say so
         from ponytail.container.deviceplugin import management_namespace

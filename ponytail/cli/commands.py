@@ -101,10 +101,10 @@ def list_paths(config: str | None, device: str, capabilities: str | None, driver
     from ponytail.plan.make import make_plan
 
     with one_line_errors():
-        request = build_request(device, capabilities, feature_options(features))
+        request = build_request(cli_device=device, cli_capabilities=capabilities, env=feature_options(features))
         loaded = load_config(*config_path(config))
         asked = (driver, "--driver") if driver is not None else None
-        plan, _ = make_plan(loaded, request, None, dry_run=True, driver=asked)  # every problem, not the first
+        plan, _ = make_plan(loaded, request, dry_run=True, driver=asked)  # every problem, not the first
     if plan.problems:
         from ponytail.errors import EXIT_INJECTION_FAILED
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ponytail.capabilities import CAPABILITIES, CONTROL_NODES, DRM_MAJOR, FEATURES, IMEX_FEATURE, MPS_PIPE_DIRECTORY, Feature
+from ponytail.capabilities import CAPABILITIES, CONTROL_NODES, DRM_MAJOR, FEATURES, IMEX_FEATURE, MPS_PIPE_DIRECTORY, Feature, FeatureAsk
 from ponytail.config import Config
 from ponytail.errors import ProbeError
 from ponytail.host.driver import (
@@ -213,7 +213,7 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
 
 def probe_host(
     config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None, udev: bool = True,
-    library_version: str = "", features: tuple[tuple[str, str, str], ...] = (), allow_lost: bool = False,
+    library_version: str = "", features: tuple[FeatureAsk, ...] = (), allow_lost: bool = False,
 ) -> Host:
     """Everything a plan needs for ``capabilities``, read once. ``library_globs`` (from
     -libs) replaces the capabilities' libraries and the config's globs. ``library_version``
@@ -261,7 +261,7 @@ def probe_host(
         gpu_information=found.information,
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
-        features=tuple(_feature(config, majors, name, selector, source, found.driver_version) for name, selector, source in features),
+        features=tuple(_feature(config, majors, ask.name, ask.selector, ask.source, found.driver_version) for ask in features),
         dri_nodes=_dri_nodes(config, found.gpus) if any(CAPABILITIES[c].dri_nodes for c in capabilities) else {},
         tree_root=config.driver_root if library_version else "", tree_version=library_version,
         lost=found.lost,

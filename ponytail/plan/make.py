@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checker
 
 
 def make_plan(
-    config: Config, request: Request, library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True,
+    config: Config, request: Request, *, library_globs: tuple[str, ...] | None = None, dry_run: bool, udev: bool = True,
     driver: tuple[str, str] | None = None, rootfs: str | None = None, env: dict[str, str] | None = None,
     hide_other_gpus: bool = False,
 ) -> tuple[Plan, Host]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ponytail.capabilities import FEATURES, IMEX_FEATURE
+from ponytail.capabilities import FEATURES, IMEX_FEATURE, FeatureAsk
 from ponytail.config import Config
 from ponytail.errors import InputError, ProbeError, UsageError, os_failure
 from ponytail.fs.atomic import replace_file
@@ -39,8 +39,8 @@ def generate(
 
     if strategy not in STRATEGIES:
         raise UsageError(f"--device-name-strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
-    request = build_request("all", capabilities, None)
-    host = probe_host(config, request.capabilities, features=tuple((name, "all", f"CDI {name}") for name in FEATURES))
+    request = build_request(cli_device="all", cli_capabilities=capabilities)
+    host = probe_host(config, request.capabilities, features=tuple(FeatureAsk(name, "all", f"CDI {name}") for name in FEATURES))
     features, host = host.features, replace(host, features=())
     ldconfig = find_ldconfig(config.ldconfig)
     ldconfig = os.path.abspath(ldconfig) if ldconfig else None
