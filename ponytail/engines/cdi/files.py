@@ -257,13 +257,13 @@ def stale(spec: dict, config: Config) -> list[str]:
     except ProbeError as e:
         return list(dict.fromkeys(found + [e.message]))
     found += _device_drift(spec, gpus, recorded[1] or read_char_majors(config.proc_root))
-    names = {d["name"] for d in spec["devices"]}
-    known = {str(g.index) for g in gpus} | {g.uuid for g in gpus} | {m.name for g in gpus for m in g.mig_devices}
-    for name in sorted(names - known - {"all"}):
-        if not name.startswith("MIG-"):
-            found.append(f"device {name} is not on this host any more")
+    from ponytail.plan.select import find_device
+
+    named = {d["name"]: find_device(gpus, d["name"]) for d in spec["devices"]}  # by the hook's grammar (plan/select.py)
+    for name in sorted(n for n, device in named.items() if device is None and n != "all" and not n.upper().startswith("MIG-")):
+        found.append(f"device {name} is not on this host any more")
     for gpu in gpus:
-        if not names & {str(gpu.index), gpu.uuid}:
+        if gpu not in named.values():
             found.append(f"GPU {gpu.index} ({gpu.uuid}) is not in the spec")
     return list(dict.fromkeys(found))
 
@@ -285,13 +285,14 @@ def _recorded(args: list, before: tuple[list[tuple[int, str, str]], dict[str, in
 def _device_drift(spec: dict, gpus: tuple, majors: dict[str, int]) -> list[str]:
     """Each device's GPU node is the minor its GPU (by index or UUID) has now."""
     from ponytail.host.driver import nvidia_major
+    from ponytail.host.probe import Gpu
+    from ponytail.plan.select import find_device
 
     gpu_major = nvidia_major(majors)
-    by_name = {str(g.index): g for g in gpus} | {g.uuid: g for g in gpus}
     found = []
     for device in spec["devices"]:
-        gpu = by_name.get(device["name"])
-        if gpu is None:
+        gpu = find_device(gpus, device["name"])  # the hook's grammar for names (plan/select.py)
+        if not isinstance(gpu, Gpu):
             continue
         for node in (device.get("containerEdits") or {}).get("deviceNodes") or []:
             if node.get("major") == gpu_major and node.get("minor", 0) < 254 and node.get("minor") != gpu.minor:
