@@ -28,7 +28,9 @@ DEFAULT_STATE_DIR = "/var/lib/ponytail/configure"  # ponytail.engines.configure.
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Written:
+    """What configure's apply did to an engine's config (apply.outcome.Outcome is a hook run's)."""
+
     edit: Edit
     lines: tuple[str, ...]  # what to print
 
@@ -71,7 +73,7 @@ def plan(engine: str, config_file: str | None, settings: Settings, remove: bool 
     return planned
 
 
-def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Outcome:
+def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Written:
     """Write ``edit`` (nothing when it changes nothing) and keep, or forget, what undoes it; the
     lines saying what was done."""
     from ponytail.engines.configure import files, undo
@@ -83,7 +85,7 @@ def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEF
         lines = [f"{edit.path}: {state}; nothing changed"]
         if uninstall and record is not None:
             lines += [f"removed {gone} (ponytail's record of the file)" for gone in undo.forget(state_dir, record)]
-        return Outcome(edit, tuple(lines))
+        return Written(edit, tuple(lines))
     files.check_writable(edit.path)
     lines = [f"{edit.path}: {change}" for change in edit.changes]
     if uninstall:
@@ -112,7 +114,7 @@ def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEF
         what = "the file as it was" if record.original is not None else "that there was no such file"
         lines.append(f"{edit.path}: {what} is kept in {saved} (for --uninstall)")
     lines.append(f"restart the engine to apply: {restart}" if not restart.startswith("nothing") else restart)
-    return Outcome(edit, tuple(lines))
+    return Written(edit, tuple(lines))
 
 
 def _remove_empty_directory(directory: str) -> None:
