@@ -135,6 +135,20 @@ def test_install_hook_names_the_config_ponytail_config_names(host: FakeHost, tmp
     assert json.loads((hooks / "ponytail.json").read_text())["hook"]["args"] == ["ponytail", "-config", str(other)]
 
 
+def test_configure_podman_names_the_config_ponytail_config_names(host: FakeHost, tmp_path: Path) -> None:
+    config = str(host.write_config())
+    hooks = tmp_path / "hooks.d" / "ponytail.json"
+    args = ["configure", "--runtime", "podman", "--config-file", str(hooks), "--state-dir", str(tmp_path / "state")]
+    result = run_ponytail(args, env={"PONYTAIL_CONFIG": config})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(hooks.read_text())["hook"]["args"] == ["ponytail", "-config", config]
+    assert f"-config {config} ($PONYTAIL_CONFIG)" in result.stdout.decode()
+    again = run_ponytail(args, env={"PONYTAIL_CONFIG": config})
+    assert "already configured for ponytail" in again.stdout.decode()
+    gone = run_ponytail([*args, "--uninstall"], env={"PONYTAIL_CONFIG": config})
+    assert gone.returncode == 0 and not hooks.exists(), gone.stdout
+
+
 def test_a_missing_ponytail_config_is_blamed_on_the_variable(tmp_path: Path) -> None:
     missing = str(tmp_path / "missing.toml")
     result = run_ponytail(["info"], env={"PONYTAIL_CONFIG": missing})

@@ -155,6 +155,7 @@ def configure(
     state_dir: str = DEFAULT_STATE_DIR,
 ) -> list[str]:
     """``ponytail configure``: plan, then print the diff (dry run) or apply; the lines to print."""
+    from ponytail.config import CONFIG_ENV_VAR
     from ponytail.engines.command import installed_command, transient_warning
     from ponytail.errors import UsageError
 
@@ -166,7 +167,10 @@ def configure(
         raise UsageError(f"cannot find this install's {program} command; pass --path CMD (its absolute path on the host)")
     if not os.path.isabs(command):
         raise UsageError(f"--path {command}: must be an absolute path (the engine runs it from its own directory)")
-    settings = Settings(name, command, command, set_as_default)
+    hook_config = None
+    if registry.engine(engine).runs == "ponytail" and os.environ.get(CONFIG_ENV_VAR):  # the hook reads what this shell's ponytail reads
+        hook_config = os.path.abspath(os.environ[CONFIG_ENV_VAR])
+    settings = Settings(name, command, command, set_as_default, hook_config)
     edit = plan(engine, config_file, settings, remove=uninstall, state_dir=state_dir)
     warning = None if uninstall or dry_run else transient_warning(command)
     warnings = [f"ponytail: warning: {warning}"] if warning and edit.changed else []

@@ -16,9 +16,10 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
 
     if remove:
         return Edit(path, text, None, (f"removed {path}",) if text is not None else ())
-    wanted = hook_file_text(settings.hook_path, None, always=settings.set_as_default)
+    wanted = hook_file_text(settings.hook_path, settings.hook_config, always=settings.set_as_default)
     if text == wanted:
         return Edit(path, text, text, ())
     when = "every container (it injects only into those that ask)" if settings.set_as_default else \
         "containers annotated com.example.gpu=true"
-    return Edit(path, text, wanted, (f"hooks.d file: runs {settings.hook_path} at prestart of {when}",))
+    with_config = f" -config {settings.hook_config} ($PONYTAIL_CONFIG)" if settings.hook_config else ""
+    return Edit(path, text, wanted, (f"hooks.d file: runs {settings.hook_path}{with_config} at prestart of {when}",))
