@@ -28,8 +28,18 @@ test: setup binary
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -q -m unit
 
-demo: setup
+# the demo needs less than the tests: a few Debian packages (no container engine) and ponytail
+# itself in the .venv (click, pyudev, tomli; no test or build tools); each step says what it installs
+demo:
+	./scripts/install-system-packages.sh demo
+	@$(MAKE) -s $(VENV)/.demo-installed
 	$(PY) scripts/demo.py
+
+$(VENV)/.demo-installed: pyproject.toml
+	@echo "make demo: installing ponytail and what it needs (click, pyudev, tomli) into $(VENV)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e . --config-settings editable_mode=compat
+	touch $@
 
 binary: $(BINARY)
 

@@ -150,6 +150,30 @@ class Feature:
     daemon: str = ""  # the host's service the feature needs, when installed: it must be of the running driver
 
 
+class FeatureAsk(tuple[str, str, str]):
+    """One opt-in feature a container asks for: ``name`` (a key of FEATURES), ``selector`` (``all``, or
+    IMEX channel numbers ``0,1``) and ``source`` (who asked: ``NVIDIA_GDS=enabled``, the device
+    plugin's mounts or annotations). A tuple (name, selector, source), so it unpacks and compares
+    as one; a record's fields by name."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, selector: str, source: str) -> FeatureAsk:
+        return tuple.__new__(cls, (name, selector, source))
+
+    @property
+    def name(self) -> str:
+        return self[0]
+
+    @property
+    def selector(self) -> str:
+        return self[1]
+
+    @property
+    def source(self) -> str:
+        return self[2]
+
+
 IMEX_FEATURE = "imex-channel"
 IMEX_CHANNEL_DIR = "nvidia-caps-imex-channels"  # under /dev: channel<N>, minor N
 FEATURES: dict[str, Feature] = {

@@ -238,6 +238,9 @@ def load_config(path: str, required: bool) -> Config:
             raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         if required:
+            if os.environ.get(CONFIG_ENV_VAR) == path:  # named by the environment, not on the command line
+                raise ConfigError(f"config file {path} does not exist (${CONFIG_ENV_VAR} names it): create it, or set "
+                                  f"${CONFIG_ENV_VAR} to an existing file or unset it") from None
             raise ConfigError(f"config file {path} does not exist: create it or pass an existing -config FILE") from None
         return Config()
     except OSError as e:

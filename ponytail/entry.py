@@ -51,6 +51,10 @@ def _open_standard_descriptors() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Route one command line (``argv``, else sys.argv) to its front end, cheapest first: the name
+    dockerd runs (nvidia-container-runtime-hook), a CDI spec's cdi-hook, a plain cdi generate,
+    the hook's own options (every container start), a plain info; anything else, help and every
+    error in the command line included, to the click command. The exit status."""
     args = sys.argv[1:] if argv is None else argv
     if argv is None and os.path.basename(sys.argv[0]) == "nvidia-container-runtime-hook":  # Docker's --gpus
         return _docker_gpus_hook(args)
@@ -89,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         from ponytail.cli.info import run_info
 
         return run_info(*info)
+    from ponytail.cli.clickclasses import run_main
     from ponytail.cli.commands import cli
 
-    return cli.main(args=args, prog_name="ponytail", standalone_mode=True)
+    return run_main(cli, args)
 
 
 def _docker_gpus_hook(args: list[str]) -> int:

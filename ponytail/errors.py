@@ -46,6 +46,34 @@ class InjectionError(PonytailError):
     exit_code = EXIT_INJECTION_FAILED
 
 
+class PermissionDenied(PonytailError):
+    """The kernel refused a change (EACCES, EPERM): usually a run that is not root. Exit 2 in
+    every command, as for bad usage: the same command as root is the fix."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+NOT_ROOT_HINT = "run as root"
+
+
+def os_failure(what: str, error: OSError, otherwise: type[PonytailError]) -> PonytailError:
+    """The error for ``what`` (``cannot write /etc/x``) failing with ``error``: a refusal is a
+    PermissionDenied, which says to run as root when this process is not; anything else is
+    ``otherwise``."""
+    import errno
+
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return PermissionDenied(f"{what}: {error.strerror}{not_root_hint()}")
+    return otherwise(f"{what}: {error.strerror}")
+
+
+def not_root_hint() -> str:
+    """``; run as root`` when this process is not root, else nothing."""
+    import os
+
+    return f"; {NOT_ROOT_HINT}" if os.geteuid() != 0 else ""
+
+
 MAX_LINE = 4096  # characters of one error or log line
 
 

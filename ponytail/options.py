@@ -53,13 +53,16 @@ HOOK_OPTIONS: tuple[OptionSpec, ...] = (
         None,
         "Dry run: print every planned operation (nodes, libraries, links, linker cache) "
         "and why, change nothing, exit with the status a real run would (0, 1 a start that would fail, "
-        "2 bad usage or config). Works with or without OCI state on stdin.",
+        "2 bad usage, config, or not root). Works with or without OCI state on stdin.",
     ),
 )
 
 
 @record(frozen=True)
 class HookOptions:
+    """The hook's own options (HOOK_OPTIONS), parsed from its command line without click
+    (parse_hook_args) or by the click command: the data run_hook takes. None: not given."""
+
     config: str | None = None
     root: str | None = None
     device: str | None = None

@@ -36,8 +36,11 @@ PRISTINE = DEMO / "rootfs.pristine"  # what --reset puts back
 def main(argv: list[str]) -> int:
     if argv == ["--reset"]:
         return reset()
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
     if argv:
-        print("usage: demo.py [--reset]", file=sys.stderr)
+        print(f"demo.py: error: unknown argument {argv[0]!r} (usage: demo.py [--reset | --help])", file=sys.stderr)
         return 2
     if DEMO.exists():
         shutil.rmtree(DEMO)

@@ -9,15 +9,26 @@
 # and tests/deb, scripts/debian-root.sh), for `make test-engines` CRI-O's monitor conmon and the SQLite library
 # crio links against, and what `make deb` builds the Debian package with (scripts/build-deb.sh --deps-only:
 # debhelper, dh-python, Debian's Python modules, lintian).
+#
+# With the argument `demo`, only what `make demo` needs: gcc and libc6-dev (the simulated driver's
+# libraries and the demo's CUDA check program), python3-venv, busybox (the demo rootfs) and util-linux
+# (unshare); no container engine is installed or started.
 set -euo pipefail
+for_what=${1:-tests}
+case "$for_what" in tests|demo) ;; *) echo "usage: $0 [tests|demo]" >&2; exit 2 ;; esac
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 have gcc || need+=(gcc libc6-dev)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
-pyver=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-ldconfig -p | grep "libpython$pyver\.so\.1\.0 " >/dev/null || need+=("libpython$pyver")  # make binary (PyInstaller)
 [ -x /bin/busybox ] || need+=(busybox-static)
 have unshare || need+=(util-linux)
+if [ "$for_what" = demo ] && [ ${#need[@]} -eq 0 ]; then
+    echo "make demo: the Debian packages it needs are there (gcc, libc6-dev, python3-venv, busybox, util-linux)"
+    exit 0
+fi
+[ "$for_what" = demo ] || {  # the tests' packages
+pyver=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+ldconfig -p | grep "libpython$pyver\.so\.1\.0 " >/dev/null || need+=("libpython$pyver")  # make binary (PyInstaller)
 have runc || need+=(runc)
 have crun || need+=(crun)
 have podman || need+=(podman)
@@ -29,13 +40,18 @@ have shellcheck || need+=(shellcheck)
 have debootstrap || need+=(debootstrap)  # scripts/debian-root.sh: make fresh-check, make test-real-driver, tests/deb
 have conmon || need+=(conmon)  # CRI-O's container monitor (make test-engines)
 ldconfig -p 2>/dev/null | grep 'libsqlite3\.so\.0 ' >/dev/null || need+=(libsqlite3-0)  # crio links against it
-if [ ${#need[@]} -eq 0 ]; then exec "$(dirname "$0")/build-deb.sh" --deps-only; fi
-if [ "$(id -u)" -ne 0 ]; then
-    echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
-    exit 1
+}
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
+        exit 1
+    fi
+    if [ "$for_what" = demo ]; then echo "make demo: installing the Debian packages it needs: ${need[*]}"
+    else echo "installing Debian packages: ${need[*]}"; fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-echo "installing Debian packages: ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq "${need[@]}" >/dev/null
-exec "$(dirname "$0")/build-deb.sh" --deps-only
+if [ "$for_what" = tests ]; then
+    exec "$(dirname "$0")/build-deb.sh" --deps-only
+fi

@@ -91,7 +91,7 @@ def apply_operations(
     try:
         with held:
             mounts = sum(1 for op in operations if isinstance(op, Mount) and op.kind in ("device", "library"))
-            step(f"clone {mounts} device node(s) and librar(ies) and check them")
+            step(f"clone {mounts} device node{'' if mounts == 1 else 's'} and libraries and check them")
             for i, op in enumerate(operations):
                 if isinstance(op, Mount):
                     trees[i] = held.own(_clone_source(op))

@@ -7,12 +7,8 @@ import sys
 import click
 
 from ponytail.cli.clickclasses import CONTEXT, Group, one_line_errors
+from ponytail.config import Config
 from ponytail.engines.cdi.files import DEFAULT_STRATEGY, STRATEGIES
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-
-    from ponytail.config import Config
 
 _CONFIG = click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook); the spec's hook is run with it.")
 

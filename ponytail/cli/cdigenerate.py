@@ -41,7 +41,7 @@ def run_generate(
 
     from ponytail.capabilities import FEATURES
     from ponytail.config import config_path, load_config
-    from ponytail.engines.cdi.files import feature_spec_path, form_of, generate, render, write_atomically
+    from ponytail.engines.cdi.files import SPEC_DIRS, feature_spec_path, form_of, generate, render, write_atomically
     from ponytail.errors import PonytailError, UsageError
 
     try:
@@ -66,6 +66,12 @@ def run_generate(
         _refuse_a_second_owner(output, spec, features, tuple(FEATURES))
         write_atomically(output, data)
         written = [(output, spec)]
+        if os.path.dirname(os.path.abspath(output)) in SPEC_DIRS:  # the engines read it: it must outlive the checkout
+            from ponytail.engines.command import transient_warning
+
+            transient = transient_warning(command)
+            if transient is not None:
+                print(f"ponytail: warning: {transient}", file=sys.stderr)
         for feature in FEATURES:  # the multi-node features this host has, each a kind of its own, beside it
             path = feature_spec_path(output, feature)
             if feature in features:

@@ -2,7 +2,8 @@
 a bundle or a rootfs) one container, and says in one line per finding what is wrong and
 what to do. Exit status 0 only when every finding is ``ok``; 1 otherwise.
 
-Nothing here changes anything, loads a driver library or runs a program of an image.
+Nothing here changes anything, loads a driver library or runs a program of an image. The hook
+never loads this module: it imports what it uses plainly, at the top.
 """
 
 from __future__ import annotations
@@ -10,11 +11,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import stat
+import textwrap
+from collections.abc import Callable
 from dataclasses import asdict
 
 from ponytail.cli.findings import FAIL, OK, WARN, Finding
+from ponytail.cli.loaderview import loader_view
 from ponytail.config import Config
+from ponytail.container.oci import State, load_container
+from ponytail.engines import registry
+from ponytail.engines.registry import ENGINES, Engine
+from ponytail.errors import PonytailError, one_line
+from ponytail.host.devchar import OK as LINKED
+from ponytail.host.devchar import probe_char_links
+from ponytail.host.driver import read_driver_version
+from ponytail.host.driver_files import host_path, mismatch_message, soname_version
+from ponytail.host.driver_trees import describe_trees
+from ponytail.host.filelist import FILELIST, missing_from_tables, read_filelist
+from ponytail.host.probe import NODE_MISSING, NODE_MODULE_NOT_LOADED, firmware_dirs, probe_host
 
 EXPECTED_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
@@ -22,9 +38,11 @@ PERSISTENCED_SOCKET = "/run/nvidia-persistenced/socket"
 
 
 def run_check(
-    config: Config, bundle: str | None, rootfs: str | None, engine_root: str, as_json: bool, engines: tuple[str, ...] = ()
+    config: Config, bundle: str | None, rootfs: str | None, engine_root: str, as_json: bool, engines: tuple[str, ...] = (),
+    width: int | None = None,
 ) -> tuple[str, int]:
-    """The report (text or JSON) and the exit status."""
+    """The report (text or JSON) and the exit status; ``width``: wrap the text's lines there
+    (a terminal's width), their continuations indented under the message."""
     findings = check_host(config)
     findings += check_running_containers(config)
     findings += check_engines(engine_root, config, engines)
@@ -34,9 +52,9 @@ def run_check(
     if as_json:
         document = {"ok": status == 0, "findings": [asdict(f) for f in findings]}
         return json.dumps(document, indent=2) + "\n", status
-    from ponytail.errors import one_line
-
     lines = [f"{f.level:8} {f.area:9} {one_line(f.subject)}: {one_line(f.message)}" for f in findings]
+    if width is not None:
+        lines = [wrapped for line in lines for wrapped in textwrap.wrap(line, max(width, 60), subsequent_indent=" " * 19, break_on_hyphens=False)]
     bad = sum(1 for f in findings if f.level != OK)
     lines.append("all is well" if status == 0 else f"{bad} finding(s) need attention")
     return "\n".join(lines) + "\n", status
@@ -65,10 +83,6 @@ def check_running_containers(config: Config) -> list[Finding]:
 # -- the host -------------------------------------------------------------------------
 
 def check_host(config: Config) -> list[Finding]:
-    from ponytail.errors import PonytailError
-    from ponytail.host.driver import read_driver_version
-    from ponytail.host.probe import probe_host
-
     out: list[Finding] = []
     try:
         kernel = read_driver_version(config.proc_root)
@@ -83,11 +97,11 @@ def check_host(config: Config) -> list[Finding]:
     out += _firmware(config, kernel)
     out += _filelist(config)
     for node in [*host.gpu_nodes.values(), *host.control_nodes.values()]:
-        if node.name == "nvidia-modeset" and node.problem is not None and "does not exist" in node.problem:
+        if node.name == "nvidia-modeset" and node.kind == NODE_MISSING:
             continue  # only display drivers create it
         if node.problem is None:
             out.append(Finding("host", f"/dev/{node.name}", OK, f"c {node.major}:{node.minor}"))
-        elif "nvidia-uvm module" in node.problem:
+        elif node.kind == NODE_MODULE_NOT_LOADED:  # one finding for the module, not one per node
             if node.name == "nvidia-uvm":
                 out.append(Finding("host", "nvidia-uvm", FAIL, node.problem))
         else:
@@ -96,8 +110,6 @@ def check_host(config: Config) -> list[Finding]:
     out += [Finding("host", "gpus", WARN, note) for note in host.notes]
     out.append(_persistenced(config))
     out.append(_cgroup(config))
-    from ponytail.host.driver_trees import describe_trees
-
     for tree, version, problem in describe_trees(config, kernel):
         if problem is None:
             out.append(Finding("host", f"driver tree {tree.name}", OK, f"{tree.root}, version {version}"))
@@ -111,9 +123,6 @@ def _char_links(config: Config, broken: set[str]) -> list[Finding]:
     finding of their own): without one, runc under the systemd cgroup driver leaves the node out
     of the container's DeviceAllow= list, and 'systemctl daemon-reload' takes it away from
     running containers."""
-    from ponytail.host.devchar import OK as LINKED
-    from ponytail.host.devchar import probe_char_links
-
     links = [link for link in probe_char_links(config.dev_root, config.proc_root) if link.node not in broken]
     if not links:
         return []
@@ -121,20 +130,21 @@ def _char_links(config: Config, broken: set[str]) -> list[Finding]:
     bad = [link for link in links if link.state != LINKED]
     if not bad:
         return [Finding("host", subject, OK, f"a link for each of the {len(links)} NVIDIA node(s)")]
-    named = ", ".join(f"{link.link} ({link.node}: {link.state}{', ' + link.found if link.found else ''})" for link in bad)
+    named = ", ".join(f"{link.link} ({link.node}: {link.state}{', ' + link.found if link.found else ''})" for link in bad[:_NAMED])
+    more = f" and {len(bad) - _NAMED} more ('ponytail dev-char-links --dry-run' lists them)" if len(bad) > _NAMED else ""
     return [Finding(
         "host", subject, WARN,
-        f"no good link for {len(bad)} NVIDIA node(s): {named}; under the systemd cgroup driver running containers lose these "
-        "on 'systemctl daemon-reload': run 'ponytail dev-char-links' and enable ponytail-dev-char-links.path (packaging/systemd) "
-        "to keep them current",
+        f"no good link for {len(bad)} NVIDIA node(s): {named}{more}; running containers lose these on 'systemctl "
+        "daemon-reload' under the systemd cgroup driver: run 'ponytail dev-char-links' (its units in packaging/systemd keep them current)",
     )]
+
+
+_NAMED = 2  # nodes a finding names before it counts the rest
 
 
 def _library_versions(config: Config, kernel: str) -> list[Finding]:
     """What libcuda.so.1 and libnvidia-ml.so.1 of the driver root lead to must be the kernel
     module's version: anything else is NVML's 'Driver/library version mismatch'."""
-    from ponytail.host.driver_files import host_path, mismatch_message, soname_version
-
     out = []
     for soname in EXPECTED_SONAMES:
         found = soname_version(config.driver_root, soname)
@@ -148,9 +158,6 @@ def _library_versions(config: Config, kernel: str) -> list[Finding]:
 
 
 def _firmware(config: Config, kernel: str) -> list[Finding]:
-    from ponytail.host.driver_files import host_path
-    from ponytail.host.probe import firmware_dirs
-
     for directory in firmware_dirs(config.sys_root, kernel):  # where the kernel looks first (updates, firmware_class.path)
         if os.path.isdir(host_path(config.driver_root, directory)):
             return [Finding("host", "firmware", OK, host_path(config.driver_root, directory))]
@@ -167,8 +174,6 @@ def _firmware(config: Config, kernel: str) -> list[Finding]:
 def _filelist(config: Config) -> list[Finding]:
     """The driver's own list of container files against the capability tables: what the
     tables miss (injected from the list all the same) and what in the list was unusable."""
-    from ponytail.host.filelist import FILELIST, missing_from_tables, read_filelist
-
     entries, notes = read_filelist(config.driver_root)
     out = [Finding("host", "driver file list", WARN, note) for note in notes]
     if not entries:
@@ -185,8 +190,6 @@ def _filelist(config: Config) -> list[Finding]:
 
 
 def _persistenced(config: Config) -> Finding:
-    from ponytail.host.driver_files import host_path
-
     path = host_path(config.ipc_root, PERSISTENCED_SOCKET)
     try:
         is_socket = stat.S_ISSOCK(os.stat(path).st_mode)
@@ -198,48 +201,57 @@ def _persistenced(config: Config) -> Finding:
 
 
 def _cgroup(config: Config) -> Finding:
+    """The cgroup version under [host] sys_root; a sys_root without cgroups (a simulated host,
+    as the demo's) leaves the machine's own /sys/fs/cgroup, which the containers use."""
     root = os.path.join(config.sys_root, "fs/cgroup")
+    where = ""
+    if not _cgroup_version(root) and os.path.normpath(config.sys_root) != "/sys":
+        where = f" (read at /sys/fs/cgroup: [host] sys_root {config.sys_root} has no fs/cgroup)"
+        root = "/sys/fs/cgroup"
+    version = _cgroup_version(root)
+    if version == "v2":
+        return Finding("host", "cgroup", OK, f"cgroup v2{where}: device access comes from eBPF programs; with Docker use ponytail-runtime, "
+                                             "which writes the rules into config.json")
+    if version == "v1":
+        return Finding("host", "cgroup", OK, f"cgroup v1{where}: the hook allows each injected node in the container's devices cgroup")
+    return Finding("host", "cgroup", WARN, f"no cgroup hierarchy under {root}: mount cgroup2 on /sys/fs/cgroup (containers need one)")
+
+
+def _cgroup_version(root: str) -> str | None:
     if os.path.exists(os.path.join(root, "cgroup.controllers")):
-        return Finding("host", "cgroup", OK, "cgroup v2: device access comes from eBPF programs; with Docker use ponytail-runtime, which writes the rules into config.json")
+        return "v2"
     if os.path.isdir(os.path.join(root, "devices")):
-        return Finding("host", "cgroup", OK, "cgroup v1: the hook allows each injected node in the container's devices cgroup")
-    return Finding("host", "cgroup", WARN, f"no cgroup hierarchy under {root}: mount cgroup2 on /sys/fs/cgroup, or check [host] sys_root")
+        return "v1"
+    return None
 
 
 # -- the engines ----------------------------------------------------------------------
 
-ENGINES = ("docker", "containerd", "crio", "podman")
-# where each engine's API listens when its service runs (systemd's socket units listen there too)
-ENGINE_SOCKETS = {
-    "docker": ("/run/docker.sock", "/var/run/docker.sock"),
-    "containerd": ("/run/containerd/containerd.sock",),
-    "crio": ("/run/crio/crio.sock", "/var/run/crio/crio.sock"),
-    "podman": ("/run/podman/podman.sock",),
-}
 KUBELET_CONFIGS = ("/var/lib/kubelet/config.yaml", "/etc/kubernetes/kubelet.conf")
-_LABELS = {"crio": "CRI-O"}
 
 
 def check_engines(root: str = "/", config: Config | None = None, engines: tuple[str, ...] = ()) -> list[Finding]:
     """The engines in use, and whether each will run ponytail: those named in ``engines``, else
     those whose service runs (its socket answers) and those already configured for ponytail; an
     engine that is only installed is not checked. ``root`` prefixes every configuration path and
-    socket (a test's fake /etc and /run); programs are looked up on PATH."""
+    socket (a test's fake /etc and /run); programs are looked up on PATH. Every engine of
+    ponytail.engines.registry, in its order."""
     out = []
-    installed = {name: _installed(name, root) for name in ENGINES}
-    for name in ENGINES:
-        label = _LABELS.get(name, name)
+    for engine in ENGINES:
+        installed = _installed(engine, root)
         if engines:
-            if name not in engines:
+            if engine.name not in engines:
                 continue
-            if not installed[name] and not _running(name, root):
-                out.append(Finding("engine", label, FAIL, f"{label} is not installed here (no {_PROGRAMS[name][0]} on PATH, no {_PROGRAMS[name][1]}): install it, or leave out --engine {name}"))
+            if not installed and not _running(engine, root):
+                out.append(Finding("engine", engine.label, FAIL, f"{engine.label} is not installed here (no {engine.program} on PATH, "
+                                                                 f"no {engine.config_dir}): install it, or leave out --engine {engine.name}"))
                 continue
-            out.append(_engine(name, root))
-        elif _running(name, root) or installed[name] and _configured(name, root):
-            out.append(_engine(name, root))
-        elif installed[name]:
-            out.append(Finding("engine", label, OK, f"installed, but its service is not running and it is not configured for ponytail: not checked ('ponytail check --engine {name}' checks it)"))
+            out.append(_engine(engine, root))
+        elif _running(engine, root) or installed and _configured(engine, root):
+            out.append(_engine(engine, root))
+        elif installed:
+            out.append(Finding("engine", engine.label, OK, "installed, but its service is not running and it is not configured for "
+                                                           f"ponytail: not checked ('ponytail check --engine {engine.name}' checks it)"))
     if not out:
         out.append(Finding("engine", "engines", WARN, "no docker, containerd, CRI-O or podman found: install one, or run ponytail as a hook of your runtime by hand"))
     from ponytail.cli.besidefindings import containerd_cdi, podman_runtime
@@ -250,45 +262,23 @@ def check_engines(root: str = "/", config: Config | None = None, engines: tuple[
     return out
 
 
-_PROGRAMS = {  # engine -> (program, its configuration directory)
-    "docker": ("dockerd", "/etc/docker"),
-    "containerd": ("containerd", "/etc/containerd"),
-    "crio": ("crio", "/etc/crio"),
-    "podman": ("podman", "/etc/containers"),
-}
-_HOOKS_CONFIGS = {
-    "podman": ("/etc/containers/containers.conf",),
-    "crio": ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d"),
-}
+def _engine(engine: Engine, root: str) -> Finding:
+    """The engine's check (ENGINE_CHECKS, below)."""
+    return ENGINE_CHECKS[engine.name](engine, root)
 
 
-def _engine(name: str, root: str) -> Finding:
-    if name == "docker":
-        return _docker(root)
-    if name == "containerd":
-        return _containerd(root)
-    if name == "crio":
-        runtime = _crio_runtime(root)
-        if runtime is not None:
-            return _program_finding("CRI-O", runtime[1], root, f"runtime_path in {runtime[0]}")
-    dirs, where = _hooks_dirs(root, _HOOKS_CONFIGS[name])
-    return _hooksd_engine(_LABELS.get(name, name), _hook_files(root, dirs), dirs, where)
-
-
-def _running(name: str, root: str) -> bool:
+def _running(engine: Engine, root: str) -> bool:
     """The engine's service runs: its API socket answers (a socket file a crashed daemon left
     does not). Docker's own containerd listens elsewhere; the system containerd that serves only
     dockerd (Debian's docker.io) counts only where a kubelet is configured too."""
-    if not any(_answers(_under(root, path)) for path in ENGINE_SOCKETS[name]):
+    if not any(_answers(_under(root, path)) for path in engine.sockets):
         return False
-    if name == "containerd" and _running("docker", root):
+    if engine.name == "containerd" and _running(registry.engine("docker"), root):
         return any(os.path.exists(_under(root, path)) for path in KUBELET_CONFIGS)
     return True
 
 
 def _answers(path: str) -> bool:
-    import socket
-
     try:
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             return False
@@ -307,16 +297,14 @@ def _answers(path: str) -> bool:
         os.close(directory)
 
 
-def _configured(name: str, root: str) -> bool:
+def _configured(engine: Engine, root: str) -> bool:
     """The engine's configuration names ponytail (set up for it, whether or not that works)."""
-    if name == "docker":
-        return "ponytail" in _head(_under(root, "/etc/docker/daemon.json"), 1 << 20)
-    if name == "containerd":
-        return "ponytail" in _head(_under(root, "/etc/containerd/config.toml"), 1 << 20)
-    if name == "crio" and _crio_runtime(root) is not None:
+    if engine.name in ("docker", "containerd"):
+        return "ponytail" in _head(_under(root, engine.config_path), 1 << 20)
+    if engine.name == "crio" and _crio_runtime(root) is not None:
         return True
     # ponytail's hooks file where the engine reads, or in a default directory it was moved away from
-    return bool(_hook_files(root, (*_hooks_dirs(root, _HOOKS_CONFIGS[name])[0], *HOOKS_DIRS)))
+    return bool(_hook_files(root, (*_hooks_dirs(root, engine.hooks_configs)[0], *HOOKS_DIRS)))
 
 
 def _crio_runtime(root: str) -> tuple[str, str] | None:
@@ -332,13 +320,12 @@ def _crio_runtime(root: str) -> tuple[str, str] | None:
     return None
 
 
-def _installed(name: str, root: str) -> bool:
-    program, config_dir = _PROGRAMS[name]
-    return (root == "/" and shutil.which(program) is not None) or os.path.isdir(_under(root, config_dir))
+def _installed(engine: Engine, root: str) -> bool:
+    return (root == "/" and shutil.which(engine.program) is not None) or os.path.isdir(_under(root, engine.config_dir))
 
 
-def _docker(root: str) -> Finding:
-    path = _under(root, "/etc/docker/daemon.json")
+def _docker(engine: Engine, root: str) -> Finding:
+    path = _under(root, engine.config_path)
     data = _read_json(path)
     runtimes = data.get("runtimes") if isinstance(data, dict) else None
     if isinstance(runtimes, dict):
@@ -348,11 +335,11 @@ def _docker(root: str) -> Finding:
                 default = isinstance(data, dict) and data.get("default-runtime") == name
                 how = "the default runtime" if default else f"used by 'docker run --runtime {name}'"
                 return _program_finding("docker", runtime, root, f"runtime '{name}' in {path} ({how})")
-    return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: add {{\"runtimes\": {{\"ponytail\": {{\"path\": \"/usr/local/bin/ponytail-runtime\"}}}}}} and restart dockerd")
+    return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: run {_configure_line('docker', root, path)}")
 
 
-def _containerd(root: str) -> Finding:
-    path = _under(root, "/etc/containerd/config.toml")
+def _containerd(engine: Engine, root: str) -> Finding:
+    path = _under(root, engine.config_path)
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read(1 << 20)
@@ -362,7 +349,35 @@ def _containerd(root: str) -> Finding:
         key, _, value = line.partition("=")
         if key.strip() == "BinaryName" and "ponytail" in value:
             return _program_finding("containerd", value.strip().strip("\"'"), root, f"BinaryName in {path}")
-    return Finding("engine", "containerd", FAIL, f"{path} has no runtime whose BinaryName is ponytail-runtime: add one under [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes] and restart containerd")
+    return Finding("engine", "containerd", FAIL,
+                   f"{path} has no runtime whose BinaryName is ponytail-runtime: run {_configure_line('containerd', root, path)}")
+
+
+def _configure_line(engine: str, root: str, path: str) -> str:
+    """The command that registers this install with ``engine`` (its output says what to restart)."""
+    where = f" --config-file {path}" if root != "/" else ""
+    return f"'ponytail configure --runtime {engine}{where}' (it says what to restart)"
+
+
+def _crio(engine: Engine, root: str) -> Finding:
+    """CRI-O runs ponytail as a runtime (a drop-in) or as a hooks.d hook."""
+    runtime = _crio_runtime(root)
+    if runtime is not None:
+        return _program_finding(engine.label, runtime[1], root, f"runtime_path in {runtime[0]}")
+    return _hooksd(engine, root)
+
+
+def _hooksd(engine: Engine, root: str) -> Finding:
+    dirs, where = _hooks_dirs(root, engine.hooks_configs)
+    return _hooksd_engine(engine.label, _hook_files(root, dirs), dirs, where)
+
+
+ENGINE_CHECKS: dict[str, Callable[[Engine, str], Finding]] = {  # ponytail.engines.registry's engine -> its check
+    "docker": _docker,
+    "containerd": _containerd,
+    "crio": _crio,
+    "podman": _hooksd,
+}
 
 
 def _hooksd_engine(engine: str, hooks: list[tuple[str, str | None]], dirs: tuple[str, ...], where: str) -> Finding:
@@ -460,15 +475,10 @@ def _read_json(path: str) -> object:
 def check_container(config: Config, bundle: str | None, rootfs: str | None) -> list[Finding]:
     """Which libcuda.so.1 and libnvidia-ml.so.1 the container's loader will pick once
     ponytail has injected the driver, and whether their versions match the kernel module."""
-    from ponytail.cli.loaderview import loader_view
-    from ponytail.errors import PonytailError
-
     env: dict[str, str] = {}
     annotations: dict[str, str] = {}
     privileged = True  # a rootfs alone: as a privileged container, whose choice of tree is always taken
     if bundle is not None:
-        from ponytail.container.oci import State, load_container
-
         try:
             container = load_container(State("check", 1, os.path.abspath(bundle), "created", {}))
         except PonytailError as e:

@@ -130,6 +130,29 @@ class Group(_Named, click.Group):
     group_class = type  # a subgroup is a Group too
 
 
+def run_main(group: click.Group, args: list[str]) -> int:
+    """Run the click ``group`` on ``args``; the exit status. A usage error is one line on stderr,
+    as every error of ponytail's (``ponytail: error: No such option ... (see 'ponytail info --help')``),
+    and a group named without a subcommand prints its help and exits 0."""
+    try:
+        done = group.main(args=args, prog_name="ponytail", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as e:  # 'ponytail cdi': what it offers
+        click.echo(e.ctx.get_help() if e.ctx else group.get_help(click.Context(group)))
+        return 0
+    except click.UsageError as e:
+        where = e.ctx.command_path if e.ctx is not None else "ponytail"
+        message = " ".join(e.format_message().split()).rstrip(".")  # click's choice lists span lines
+        click.echo(f"ponytail: error: {message} (see '{where} --help')", err=True)
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
+    return done if isinstance(done, int) else 0
+
+
 def remember_options_before(ctx: click.Context, names: list[str]) -> None:
     """Keep the options among ``names`` that were given on the command line before the
     subcommand, for the subcommand (Command.parse_args) to take."""

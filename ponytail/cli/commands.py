@@ -16,6 +16,8 @@ import click
 from ponytail import __version__
 from ponytail.capabilities import FEATURES, IMEX_FEATURE
 from ponytail.cli.clickclasses import CONTEXT, Group, OneLineErrors, one_line_errors, remember_options_before
+from ponytail.engines.registry import ENGINES
+from ponytail.engines.registry import NAMES as ENGINE_NAMES
 from ponytail.options import HOOK_OPTIONS, HookOptions
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -99,10 +101,15 @@ def list_paths(config: str | None, device: str, capabilities: str | None, driver
     from ponytail.plan.make import make_plan
 
     with one_line_errors():
-        request = build_request(device, capabilities, feature_options(features))
+        request = build_request(cli_device=device, cli_capabilities=capabilities, env=feature_options(features))
         loaded = load_config(*config_path(config))
         asked = (driver, "--driver") if driver is not None else None
-        plan, _ = make_plan(loaded, request, None, dry_run=False, driver=asked)
+        plan, _ = make_plan(loaded, request, dry_run=True, driver=asked)  # every problem, not the first
+    if plan.problems:
+        from ponytail.errors import EXIT_INJECTION_FAILED
+
+        click.echo(f"ponytail: error: {'; '.join(plan.problems)}", err=True)
+        sys.exit(EXIT_INJECTION_FAILED)
     for choice in plan.choices:
         click.echo(f"ponytail: {choice}", err=True)
     for path in plan.host_paths():
@@ -113,13 +120,14 @@ def list_paths(config: str | None, device: str, capabilities: str | None, driver
 @click.option("--dir", "-dir", "directory", metavar="DIR", default=None,
               help="Hooks directory. Default: /usr/share/containers/oci/hooks.d (what Debian's podman reads).")
 @click.option("--config", "-config", "config", metavar="FILE", default=None,
-              help="Config file the hook is run with (it must exist, or pass --write-config). Default: none named: the hook reads "
-                   "/etc/ponytail/config.toml if it exists, else its built-in defaults.")
+              help="Config file the hook is run with (it must exist, or pass --write-config). Default: $PONYTAIL_CONFIG; "
+                   "without it none is named: the hook reads /etc/ponytail/config.toml if it exists, else its built-in defaults.")
 @click.option("--write-config", "write_config", is_flag=True,
               help="Write a default config file (empty: the built-in defaults) at --config FILE if there is none.")
 @click.option("--path", "-path", "command", metavar="CMD", default=None,
               help="The hook command. Default: this install's ponytail command.")
-def install_hook(directory: str | None, config: str | None, write_config: bool, command: str | None) -> None:
+@click.option("--dry-run", "-dry-run", "dry_run", is_flag=True, help="Print the hook file and where it would go; write nothing.")
+def install_hook(directory: str | None, config: str | None, write_config: bool, command: str | None, dry_run: bool) -> None:
     """Write ponytail.json into a hooks.d directory (podman, CRI-O).
 
     \b
@@ -130,17 +138,33 @@ def install_hook(directory: str | None, config: str | None, write_config: bool, 
     whose path does not exist. Podman 4.3 on Debian reads only
     /usr/share/containers/oci/hooks.d, or the directories given with --hooks-dir.
     """
-    from ponytail.engines.command import installed_command
-    from ponytail.engines.hooksd import DEFAULT_HOOKS_DIR
+    from ponytail.config import CONFIG_ENV_VAR
+    from ponytail.engines.command import installed_command, transient_warning
+    from ponytail.engines.hooksd import DEFAULT_HOOKS_DIR, FILE_NAME, hook_file_text
     from ponytail.engines.hooksd import install_hook as write_hook_file
     from ponytail.errors import UsageError
 
     command = command or installed_command()
+    from_env = config is None and bool(os.environ.get(CONFIG_ENV_VAR))
+    if from_env:  # what this shell's ponytail commands read: the hook reads the same
+        config = os.path.abspath(os.environ[CONFIG_ENV_VAR])
     with one_line_errors():
         if command is None:
             raise UsageError("cannot find this install's ponytail command; pass --path CMD")
+        if dry_run:
+            if config is not None and not os.path.lexists(config) and not write_config:
+                raise UsageError(f"--config {config}: no such file; every GPU container would fail to start until it exists")
+            click.echo(f"would write {os.path.join(directory or DEFAULT_HOOKS_DIR, FILE_NAME)}:")
+            click.echo(hook_file_text(command, config), nl=False)
+            click.echo("dry run: nothing written")
+            return
         wrote_config = _hook_config(config, write_config)
         path = write_hook_file(directory or DEFAULT_HOOKS_DIR, command, config)
+    warning = transient_warning(command)
+    if warning is not None:  # podman would run a command that goes with the checkout
+        click.echo(f"ponytail: warning: {warning}", err=True)
+    if from_env:
+        click.echo(f"the hook reads {config}, the config ${CONFIG_ENV_VAR} names (pass --config FILE for another)")
     if wrote_config:
         click.echo(f"wrote {config}: an empty config (the built-in defaults; see config/config.toml for every key)")
     with_config = f" -config {config}" if config else ""
@@ -339,12 +363,10 @@ def guard(config: str | None, once: bool, report_only: bool, as_json: bool, text
 
 
 @cli.command("configure", context_settings=CONTEXT)
-@click.option("--runtime", "engine", required=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
-              help="The engine whose configuration to edit.")
+@click.option("--runtime", "engine", required=True, type=click.Choice(ENGINE_NAMES), help="The engine whose configuration to edit.")
 @click.option("--config-file", "config_file", metavar="PATH", default=None,
-              help="The engine's config. Default: /etc/docker/daemon.json, /etc/containerd/config.toml, "
-                   "/etc/crio/crio.conf (the drop-in goes to crio.conf.d/ beside it), "
-                   "/usr/share/containers/oci/hooks.d/ponytail.json.")
+              help="The engine's config. Default: " + ", ".join(f"{e.config_path} ({e.name})" for e in ENGINES)
+                   + "; CRI-O's drop-in goes to crio.conf.d/ beside crio.conf.")
 @click.option("--set-as-default", is_flag=True, help="Make ponytail the engine's default runtime (podman: run the hook for every container).")
 @click.option("--dry-run", is_flag=True, help="Print the change as a diff; write nothing.")
 @click.option("--uninstall", is_flag=True, help="Take ponytail out again (restores the backup when nothing else changed since).")
@@ -373,7 +395,8 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
 
     with one_line_errors():
         lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall, state_dir, drop_in)
-    click.echo("\n".join(lines))
+    for line in lines:
+        click.echo(line, err=line.startswith("ponytail: warning:"))
 
 
 @cli.command("check", context_settings=CONTEXT)
@@ -381,7 +404,7 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
 @click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook).")
 @click.option("--bundle", "-bundle", "bundle", metavar="DIR", help="Also check this OCI bundle's container (config.json, rootfs, env).")
 @click.option("--rootfs", "-rootfs", "rootfs", metavar="DIR", help="Also check this rootfs (an unpacked image), with an empty env.")
-@click.option("--engine", "-engine", "engines", multiple=True, type=click.Choice(["docker", "containerd", "crio", "podman"]),
+@click.option("--engine", "-engine", "engines", multiple=True, type=click.Choice(ENGINE_NAMES),
               help="Check this engine (again for more). Default: those whose service runs and those configured for ponytail.")
 @click.option("--engine-root", "engine_root", metavar="DIR", default="/", hidden=True, help="Read the engines' configuration under DIR.")
 def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | None, engines: tuple[str, ...], engine_root: str) -> None:
@@ -396,11 +419,14 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
     Container: which libcuda.so.1 and libnvidia-ml.so.1 its loader will pick.
     Exit status: 0 all is well, 1 something needs attention, 2 bad usage or config.
     """
+    import shutil
+
     from ponytail.cli.check import run_check
     from ponytail.config import config_path, load_config
 
     with one_line_errors():
-        report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json, engines)
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not as_json else None
+        report, status = run_check(load_config(*config_path(config)), bundle, rootfs, engine_root, as_json, engines, width)
     click.echo(report, nl=False)
     sys.exit(status)
 
@@ -424,6 +450,28 @@ def cdi_hook(**options: object) -> None:
     from ponytail.engines.cdi.hook import main as run_cdi_hook
 
     sys.exit(run_cdi_hook(options))
+
+
+@cli.command("help", context_settings=CONTEXT)
+@click.argument("command", nargs=-1)
+@click.pass_context
+def help_command(ctx: click.Context, command: tuple[str, ...]) -> None:
+    """Show the help of ponytail, or of COMMAND: ponytail help cdi generate."""
+    target: click.Command = cli
+    path = ["ponytail"]
+    for name in command:
+        sub = target.get_command(ctx, name) if isinstance(target, click.Group) else None
+        if sub is None:
+            raise click.UsageError(f"no command '{' '.join([*path[1:], name])}': 'ponytail help' lists them", ctx)
+        target, path = sub, [*path, name]
+    with click.Context(target, info_name=" ".join(path)) as shown:
+        click.echo(target.get_help(shown))
+
+
+@cli.command("version", context_settings=CONTEXT)
+def version_command() -> None:
+    """Print ponytail's version (as 'ponytail --version')."""
+    click.echo(f"ponytail, version {__version__}")
 
 
 from ponytail.cli.cdi import cdi  # noqa: E402 - the cdi group beside the commands above

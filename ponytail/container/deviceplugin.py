@@ -24,6 +24,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
+    from ponytail.capabilities import FeatureAsk
     from ponytail.config import Config
 
 DEVICE_LIST_DIR = "/var/run/nvidia-container-devices"
@@ -48,11 +49,11 @@ def plugin_devices(mounts: object, annotations: dict[str, str], cdi_injected: bo
     return None
 
 
-def plugin_features(mounts: object, annotations: dict[str, str]) -> tuple[tuple[str, str, str], ...]:
+def plugin_features(mounts: object, annotations: dict[str, str]) -> tuple[FeatureAsk, ...]:
     """The opt-in features the device plugin hands over, as (feature, selector, source): IMEX
     channels as volume mounts under <DEVICE_LIST_DIR>/imex/<N>, and CDI annotations of the
     features' kinds (``nvidia.com/imex-channel=3``, ``nvidia.com/gds=all``)."""
-    from ponytail.capabilities import FEATURES, IMEX_FEATURE
+    from ponytail.capabilities import FEATURES, IMEX_FEATURE, FeatureAsk
 
     found: dict[str, list[str]] = {}
     sources: dict[str, str] = {}
@@ -69,7 +70,7 @@ def plugin_features(mounts: object, annotations: dict[str, str]) -> tuple[tuple[
                 found.setdefault(feature, []).append(name)
     for feature in found:
         sources.setdefault(feature, "CDI annotations (cdi.k8s.io/*)")
-    return tuple((f, "all" if "all" in found[f] else ",".join(dict.fromkeys(found[f])), sources[f]) for f in FEATURES if f in found)
+    return tuple(FeatureAsk(f, "all" if "all" in found[f] else ",".join(dict.fromkeys(found[f])), sources[f]) for f in FEATURES if f in found)
 
 
 def accepts_env(config: Config, annotations: dict[str, str]) -> bool:

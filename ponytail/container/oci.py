@@ -12,12 +12,20 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from typing import BinaryIO
 
+    from ponytail.capabilities import FeatureAsk
+
 MAX_STATE_BYTES = 4 << 20
 MAX_BUNDLE_CONFIG_BYTES = 4 << 20
 
 
 @record(frozen=True)
 class Container:
+    """The container a hook run serves, read from the OCI state on stdin and the bundle's
+    config.json (load_container): where its rootfs is and whose mount namespace it is in (pid),
+    what it asks for (env, annotations, the device plugin's list and features), and how much it
+    is trusted (privileged). Nothing in it comes from the image's files: the bundle is the
+    engine's."""
+
     id: str
     pid: int
     bundle: str
@@ -29,7 +37,7 @@ class Container:
     privileged: bool = False  # CAP_SYS_ADMIN in the process's bounding set
     plugin_devices: tuple[str, str] | None = None  # (selector, source): the device plugin's list, ponytail.container.deviceplugin
     char_devices: tuple[tuple[int, int], ...] = ()  # major:minor of linux.devices' character devices
-    plugin_features: tuple[tuple[str, str, str], ...] = ()  # opt-in features the device plugin hands over
+    plugin_features: tuple[FeatureAsk, ...] = ()  # opt-in features the device plugin hands over
 
 
 @record(frozen=True)
@@ -137,6 +145,18 @@ class Spec:
     cgroups_path: str | None
     char_devices: tuple[tuple[int, int], ...]  # major:minor of linux.devices' character devices
     gpu_cdi_hook: bool = False  # a createContainer hook of a GPU CDI spec (ponytail's cdi-hook, NVIDIA's): CDI was applied
+
+    @property
+    def plugin_devices(self) -> tuple[str, str] | None:
+        """The device plugin's list, as Container.plugin_devices (the spec's annotations alone)."""
+        return device_plugin_list(self)
+
+    @property
+    def plugin_features(self) -> tuple[FeatureAsk, ...]:
+        """The features the device plugin hands over, as Container.plugin_features."""
+        from ponytail.container.deviceplugin import plugin_features
+
+        return plugin_features(self.mounts, self.annotations)
 
 
 def read_spec(spec: dict, where: str) -> Spec:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from ponytail.capabilities import FeatureAsk
 from ponytail.container.gpu_markers import VISIBLE_DEVICES_VAR, env_selector, is_void, swarm_devices
 from ponytail.errors import InputError, UsageError, quoted
 from ponytail.lite.records import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
+    from ponytail.config import Config
+    from ponytail.container.oci import Container, Spec
 
 
 @record(frozen=True)
@@ -67,18 +73,34 @@ class Request:
     mig_config: DeviceRequest | None = None
     mig_monitor: DeviceRequest | None = None
     # opt-in features (ponytail.capabilities.FEATURES): (name, "all" or channel numbers, who asked)
-    features: tuple[tuple[str, str, str], ...] = ()
+    features: tuple[FeatureAsk, ...] = ()
+
+
+def request_for(
+    container: Container | Spec, config: Config, *, cli_device: str | None = None, cli_capabilities: str | None = None,
+) -> Request:
+    """What ``container`` asks for: the hook's Container (from the OCI state) or ponytail-runtime's
+    Spec (a bundle's config.json) alike, read by build_request with the container's environment,
+    privilege and device-plugin list, and whether its environment is believed ([request]
+    accept_env_when_unprivileged, env_namespaces); ``cli_*``: the hook's -device and -capabilities."""
+    from ponytail.container.deviceplugin import accepts_env
+
+    return build_request(
+        cli_device=cli_device, cli_capabilities=cli_capabilities, env=container.env, privileged=container.privileged,
+        plugin=container.plugin_devices, accept_env_when_unprivileged=accepts_env(config, container.annotations),
+        plugin_features=container.plugin_features, swarm_variables=config.swarm_resource,
+    )
 
 
 def build_request(
-    cli_device: str | None, cli_capabilities: str | None, env: dict[str, str] | None, privileged: bool = True,
+    *, cli_device: str | None = None, cli_capabilities: str | None = None, env: dict[str, str] | None = None, privileged: bool = True,
     plugin: tuple[str, str] | None = None, accept_env_when_unprivileged: bool = True,
-    plugin_features: tuple[tuple[str, str, str], ...] = (), swarm_variables: tuple[str, ...] = (),
+    plugin_features: tuple[FeatureAsk, ...] = (), swarm_variables: tuple[str, ...] = (),
 ) -> Request:
     """Read the NVIDIA conventions: NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES,
     NVIDIA_REQUIRE_* (unless NVIDIA_DISABLE_REQUIRE), NVIDIA_MIG_CONFIG_DEVICES and
     NVIDIA_MIG_MONITOR_DEVICES (privileged containers only); ``plugin``: the device plugin's
-    list (see device_request)."""
+    list (see device_request). A container's request: request_for."""
     from ponytail.capabilities import DRIVER_CAPABILITIES_VAR, parse_capabilities
 
     env = env or {}
@@ -146,29 +168,29 @@ def feature_options(options: tuple[str, ...], option: str = "--feature") -> dict
     return env
 
 
-def requested_features(env: dict[str, str], plugin_features: tuple[tuple[str, str, str], ...] = ()) -> tuple[tuple[str, str, str], ...]:
+def requested_features(env: dict[str, str], plugin_features: tuple[FeatureAsk, ...] = ()) -> tuple[FeatureAsk, ...]:
     """The opt-in features asked for: the device plugin's (ponytail.container.deviceplugin) first,
     then each feature's variable (``enabled``; NVIDIA_IMEX_CHANNELS: ``all`` or channel numbers;
     unset, empty, ``none`` or ``void`` ask for nothing). A channel that is not a number is bad input."""
     from ponytail.capabilities import FEATURES, IMEX_FEATURE
 
-    found = {name: (name, selector, source) for name, selector, source in plugin_features}
+    found = {ask.name: ask for ask in plugin_features}
     for name, feature in FEATURES.items():
         value = env.get(feature.variable, "").strip()
         if name in found or value.lower() in ("", "none", "void"):
             continue
         if name != IMEX_FEATURE:
             if value.lower() in ENABLED:  # anything else (disabled, false) asks for nothing
-                found[name] = (name, "all", f"{feature.variable}={value}")
+                found[name] = FeatureAsk(name, "all", f"{feature.variable}={value}")
             continue
         if value.lower() == "all":
-            found[name] = (name, "all", f"{feature.variable}={value}")
+            found[name] = FeatureAsk(name, "all", f"{feature.variable}={value}")
             continue
         channels = [c.strip() for c in value.split(",") if c.strip()]
         bad = next((c for c in channels if not is_number(c) or len(c) > 9), None)
         if bad is not None:
             raise InputError(f"{feature.variable}={quoted(value)}: {quoted(bad)} is not an IMEX channel number; use all, or numbers such as 0,1")
-        found[name] = (name, ",".join(dict.fromkeys(str(int(c)) for c in channels)), f"{feature.variable}={value}")
+        found[name] = FeatureAsk(name, ",".join(dict.fromkeys(str(int(c)) for c in channels)), f"{feature.variable}={value}")
     return tuple(found[name] for name in FEATURES if name in found)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ponytail.errors import InjectionError
+from ponytail.errors import InjectionError, os_failure
 from ponytail.host.devchar import DANGLING, MISSING, OK, CharLink, probe_char_links
 
 
@@ -55,4 +55,4 @@ def _make(path: str, link: CharLink) -> None:
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         replace_with_symlink(link.target, path)
     except OSError as e:
-        raise InjectionError(f"cannot make {path}: {e.strerror}") from e
+        raise os_failure(f"cannot make {path}", e, InjectionError) from e

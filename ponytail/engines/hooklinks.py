@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ponytail.errors import InjectionError, UsageError
+from ponytail.errors import InjectionError, UsageError, os_failure
 
 
 def make_link(path: str, command: str, does: str, hint: str, dry_run: bool = False, script: bytes = b"") -> str:
@@ -35,7 +35,7 @@ def make_link(path: str, command: str, does: str, hint: str, dry_run: bool = Fal
 
                 replace_with_symlink(command, path)
         except OSError as e:
-            raise InjectionError(f"cannot make {path}: {e.strerror}") from e
+            raise os_failure(f"cannot make {path}", e, InjectionError) from e
     verb = ("would write" if dry_run else "wrote") if script else ("would link" if dry_run else "linked")
     return f"{verb} {path} -> {command}: {does}"
 
@@ -54,7 +54,7 @@ def remove_link(path: str, command: str, hint: str, dry_run: bool = False) -> st
         try:
             os.unlink(path)
         except OSError as e:
-            raise InjectionError(f"cannot remove {path}: {e.strerror}") from e
+            raise os_failure(f"cannot remove {path}", e, InjectionError) from e
     return f"{'would remove' if dry_run else 'removed'} {path}"
 
 

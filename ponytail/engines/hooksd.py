@@ -13,7 +13,7 @@ import os
 import re
 
 from ponytail.container.gpu_markers import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
-from ponytail.errors import UsageError
+from ponytail.errors import UsageError, os_failure
 from ponytail.fs.atomic import replace_file
 
 FILE_NAME = "ponytail.json"
@@ -43,5 +43,5 @@ def install_hook(directory: str, command: str, config: str | None) -> str:
         path = os.path.join(directory, FILE_NAME)
         replace_file(path, hook_file_text(command, config).encode(), 0o644)
     except OSError as e:
-        raise UsageError(f"cannot write the hook file in {directory}: {e.strerror}") from e
+        raise os_failure(f"cannot write the hook file in {directory}", e, UsageError) from e
     return path

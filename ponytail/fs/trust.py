@@ -83,12 +83,19 @@ def read_private_file(directory: str, name: str, limit: int) -> bytes | None:
 
 
 def untrusted_tree(root: str, paths: Iterable[str]) -> str | None:
+    """Why the tree at ``root`` may have been changed by someone other than root, or None
+    (untrusted_place)."""
+    found = untrusted_place(root, paths)
+    return f"{found[0]} is {found[1]}" if found else None
+
+
+def untrusted_place(root: str, paths: Iterable[str]) -> tuple[str, str] | None:
     """Why the tree at ``root`` (a host path) may have been changed by someone other than
     root, or None: every directory above it, the root, and every directory and file from
     the root down to each of ``paths`` (canonical paths inside the tree) must be root's (or
     this user's) and not writable by group or others. Above the root, a directory writable
     by all is accepted when it is root's and sticky (/tmp): no one else can rename what is
-    in it. Each problem is said as '<path> is <why>'."""
+    in it. The first problem as (the path, why)."""
     real = os.path.realpath(root)
     checked: set[str] = set()
     above = [real]
@@ -111,7 +118,7 @@ def untrusted_tree(root: str, paths: Iterable[str]) -> str | None:
     return None
 
 
-def _check(path: str, checked: set[str], sticky_ok: bool) -> str | None:
+def _check(path: str, checked: set[str], sticky_ok: bool) -> tuple[str, str] | None:
     if path in checked:
         return None
     checked.add(path)
@@ -120,11 +127,11 @@ def _check(path: str, checked: set[str], sticky_ok: bool) -> str | None:
     except FileNotFoundError:
         return None  # nothing there is used
     except OSError as e:
-        return f"{path} cannot be examined ({e.strerror})"
+        return path, f"not examinable ({e.strerror})"
     if stat.S_ISLNK(st.st_mode):
         why = untrusted(st, 0)  # a link's own mode means nothing; its directory is checked
     elif sticky_ok and st.st_uid == 0 and st.st_mode & stat.S_ISVTX:
         why = None
     else:
         why = untrusted(st)
-    return f"{path} is {why}" if why else None
+    return (path, why) if why else None

@@ -71,9 +71,22 @@ def _hex(text: str, longest: int) -> bool:
     return 0 < len(text) <= longest and _HEX_DIGITS.issuperset(text)
 
 
-def read_gpu_informations(proc_root: str, lost: list[str] | None = None) -> dict[str, GpuInformation]:
+@record(frozen=True)
+class LostGpu:
+    """A GPU the driver cannot number (the bus has it, or its directory, but not its information
+    file): which, and what was found, for a plan's warning; ``message`` is the whole error."""
+
+    bus_id: str
+    found: str  # "inconsistent host: GPU 0000:18:00.0 has no .../information"
+
+    @property
+    def message(self) -> str:
+        return f"{self.found}; refusing to number the GPUs without it: check 'nvidia-smi' and dmesg"
+
+
+def read_gpu_informations(proc_root: str, lost: list[LostGpu] | None = None) -> dict[str, GpuInformation]:
     """Every GPU the driver knows, keyed by canonical PCI bus id. A GPU whose directory has no
-    information file is an inconsistent host: an error, or its message added to ``lost``."""
+    information file is an inconsistent host: an error, or added to ``lost``."""
     base = os.path.join(proc_root, "driver/nvidia/gpus")
     try:
         names = os.listdir(base)
@@ -94,10 +107,10 @@ def read_gpu_informations(proc_root: str, lost: list[str] | None = None) -> dict
         except FileNotFoundError:
             if not os.path.isdir(os.path.join(base, name)):
                 continue  # gone meanwhile, with its directory: as if never listed
-            message = f"inconsistent host: GPU {bus_id} has no {path}; refusing to number the GPUs without it: check 'nvidia-smi' and dmesg"
+            gone = LostGpu(bus_id, f"inconsistent host: GPU {bus_id} has no {path}")
             if lost is None:
-                raise ProbeError(message) from None
-            lost.append(message)
+                raise ProbeError(gone.message) from None
+            lost.append(gone)
             continue
         except OSError as e:
             raise ProbeError(f"cannot read {path}: {e.strerror}") from e

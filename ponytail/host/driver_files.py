@@ -73,9 +73,10 @@ class DriverFile:
     host_path: str
     target: str
     soname: str | None
-    found_by: str
+    found_by: str  # why, for people: "utility, in /usr/bin"
     bits: int = 64
     needed: tuple[str, ...] = ()  # the libraries it links against (DT_NEEDED), for the image's check
+    capability: str = ""  # the capability it was found for ("" when none, e.g. the driver's file list), for code
 
 
 @record(frozen=True)
@@ -138,8 +139,9 @@ def find_libraries(
     return list(scan.found.values()), reports, list(scan.skipped.values())
 
 
-def find_binary(driver_root: str, name: str, why: str) -> DriverFile | None:
-    """The first ``name`` in the driver root's bin directories, injected as /usr/bin/<name>."""
+def find_binary(driver_root: str, name: str, why: str, capability: str = "") -> DriverFile | None:
+    """The first ``name`` in the driver root's bin directories, injected as /usr/bin/<name>; found
+    for ``capability`` (when one)."""
     from ponytail.fs.inroot import real_path_in_root
 
     root_fd = _open_root(driver_root)
@@ -151,7 +153,8 @@ def find_binary(driver_root: str, name: str, why: str) -> DriverFile | None:
             if real is not None:
                 info, _ = _read_elf(root_fd, real)  # a script has no libraries to need
                 needed = info.needed if info is not None else ()
-                return DriverFile(real, host_path(driver_root, real), f"{CONTAINER_BIN_DIR}/{name}", None, f"{why}, in {directory}", 64, needed)
+                return DriverFile(real, host_path(driver_root, real), f"{CONTAINER_BIN_DIR}/{name}", None, f"{why}, in {directory}", 64, needed,
+                                  capability=capability)
     finally:
         os.close(root_fd)
     return None

@@ -44,13 +44,19 @@ class TreeChoice:
 def refuse_untrusted_tree(name: str, root: str, paths: list[str]) -> None:
     """ProbeError when the tree at ``root`` or any of its ``paths`` (and its ld.so.cache) may
     have been changed by someone other than root (ponytail.fs.trust)."""
-    from ponytail.fs.trust import untrusted_tree
+    from ponytail.fs.trust import untrusted_place
 
-    problem = untrusted_tree(root, ["/etc/ld.so.cache", *paths])
-    if problem:
+    found = untrusted_place(root, ["/etc/ld.so.cache", *paths])
+    if found:
+        where, why = found
+        real = os.path.realpath(root)
+        if where == real or where.startswith(real.rstrip("/") + "/"):
+            fix = f"chown -R root:root {root} && chmod -R go-w {root}"
+        else:  # a directory above the tree: that one directory
+            fix = f"chown root:root {where} && chmod go-w {where}"
         raise ProbeError(
-            f"driver tree '{name}' refused: {problem}; its code would be given to containers, so the tree must be root's and "
-            f"writable by no one else: chown -R root:root {root} && chmod -R go-w {root} (and the directories above it)"
+            f"driver tree '{name}' refused: {where} is {why}; its code would be given to containers, so the tree and the "
+            f"directories above it must be root's and writable by no one else: {fix}"
         )
 
 

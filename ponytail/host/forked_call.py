@@ -52,7 +52,6 @@ CAPABILITY_VERSION_3 = 0x20080522
 SIGKILL = 9
 NOBODY = 65534
 CLONE_NEWNS = 0x00020000
-SYS_MOUNT_SETATTR = 442  # the same number on every architecture
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY = 0x1
@@ -153,8 +152,11 @@ def _give_up_root(parent: int) -> str | None:
     """This process (a child of root) confined as the module says; None when it is, else why not."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
+    from ponytail.errors import PonytailError
+    from ponytail.fs.libc import libc as c_library
+    from ponytail.fs.libc import syscall_number
+
+    libc = c_library()  # the process's one handle (ponytail.fs.libc), inherited from the parent
 
     class MountAttr(ctypes.Structure):
         _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
@@ -164,7 +166,11 @@ def _give_up_root(parent: int) -> str | None:
         return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}"
     # a mount's flags are its own, never propagated: the host's mounts stay as they are
     size = ctypes.c_size_t(ctypes.sizeof(read_only))
-    if libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", ctypes.c_uint(AT_RECURSIVE), ctypes.byref(read_only), size) != 0:
+    try:
+        mount_setattr = syscall_number("mount_setattr")
+    except PonytailError as e:  # a machine whose numbers ponytail does not know
+        return e.message
+    if libc.syscall(mount_setattr, AT_FDCWD, b"/", ctypes.c_uint(AT_RECURSIVE), ctypes.byref(read_only), size) != 0:
         if ctypes.get_errno() != EINVAL:  # EINVAL (valid flags on 5.12+): "/" is no mount (a chroot), nothing to change
             return f"mount_setattr(/, read-only, recursive): {os.strerror(ctypes.get_errno())}"
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

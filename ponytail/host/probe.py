@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import stat
 
-from ponytail.capabilities import CAPABILITIES, CONTROL_NODES, DRM_MAJOR, FEATURES, IMEX_FEATURE, MPS_PIPE_DIRECTORY, Feature
+from ponytail.capabilities import CAPABILITIES, CONTROL_NODES, DRM_MAJOR, FEATURES, IMEX_FEATURE, MPS_PIPE_DIRECTORY, Feature, FeatureAsk
 from ponytail.config import Config
 from ponytail.errors import ProbeError
 from ponytail.host.driver import (
     GpuInformation,
+    LostGpu,
     nvidia_major,
     read_char_majors,
     read_driver_version,
@@ -64,6 +65,11 @@ class DeviceNode:
     major: int
     minor: int
     problem: str | None  # None when the node exists and is the expected character device
+    kind: str = ""  # the problem's kind, for code to decide on: NODE_MISSING, NODE_MODULE_NOT_LOADED, else ""
+
+
+NODE_MISSING = "missing"  # no such file under the dev root
+NODE_MODULE_NOT_LOADED = "module not loaded"  # its kernel module has no major in /proc/devices
 
 
 @record(frozen=True)
@@ -94,11 +100,17 @@ class Gpus:
     gpus: tuple[Gpu, ...]
     notes: tuple[str, ...]
     information: dict[str, bytes]  # directory name under gpus/ -> information file, offered GPUs only
-    lost: tuple[str, ...] = ()  # GPUs the bus has and the driver lost (with allow_lost): why the indices cannot be trusted
+    lost: tuple[LostGpu, ...] = ()  # GPUs the bus has and the driver lost (with allow_lost): why the indices cannot be trusted
 
 
 @record(frozen=True)
 class Host:
+    """The host, probed once for one request (probe_host): the driver's version, its GPUs in bus
+    order with their device nodes, the control nodes, the driver's libraries, binaries and files
+    for the asked capabilities (and what was searched and skipped), the daemons' sockets, what
+    /proc/driver/nvidia holds, the opt-in features' findings. Plain data; the plan is made from
+    it and never reads the host itself."""
+
     driver_version: str
     gpus: tuple[Gpu, ...]
     gpu_nodes: dict[int, DeviceNode]  # by minor
@@ -120,8 +132,9 @@ class Host:
     # by GPU bus id: its /dev/dri nodes (names "dri/card1", "dri/renderD128"), for capabilities with
     # dri_nodes; a GPU without a DRM device in sysfs (nvidia-drm not loaded) is absent
     dri_nodes: dict[str, tuple[DeviceNode, ...]] = field(default_factory=dict)
-    tree: str = ""  # the registered driver tree the files come from ("driver tree at ROOT, version V"); "": the driver root
-    lost: tuple[str, ...] = ()  # Gpus.lost: GPUs may be named by UUID or bus id only
+    tree_root: str = ""  # the registered driver tree the files come from ("": the host's driver root)
+    tree_version: str = ""  # its version
+    lost: tuple[LostGpu, ...] = ()  # Gpus.lost: GPUs may be named by UUID or bus id only
     mismatch: str = ""  # the driver root's libraries are another version than the kernel module (host.driver_files.version_mismatch)
 
     def caps_node(self, minor: int) -> DeviceNode:
@@ -139,7 +152,7 @@ def probe_gpus(config: Config, udev: bool = True, allow_lost: bool = False) -> G
     A GPU on the bus that the driver lost (no information file) is an inconsistent host: an
     error, or with ``allow_lost`` the other GPUs and why their indices cannot be trusted."""
     version = read_driver_version(config.proc_root)
-    lost: list[str] = []
+    lost: list[LostGpu] = []
     infos = read_gpu_informations(config.proc_root, lost if allow_lost else None)
     notes = _check_consistent(config, infos, nvidia_gpus(config.sys_root, udev), lost if allow_lost else None)
     gpus: list[Gpu] = []
@@ -155,7 +168,7 @@ def probe_gpus(config: Config, udev: bool = True, allow_lost: bool = False) -> G
     return Gpus(version, tuple(gpus), tuple(notes), information, tuple(dict.fromkeys(lost)))
 
 
-def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: list[PciFunction], lost: list[str] | None = None) -> list[str]:
+def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: list[PciFunction], lost: list[LostGpu] | None = None) -> list[str]:
     """A GPU's index is its place in bus order among the driver's GPUs: a GPU that the
     bus and the driver see differently would shift every index after it, and give a
     container another card than the one it asked for. So this is an error naming the
@@ -166,18 +179,16 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
     where = f"{config.proc_root}/driver/nvidia/gpus"
     bus_ids = {f.bus_id for f in on_bus}
     for function in on_bus:
-        if function.bus_id in infos or (lost is not None and any(f"GPU {function.bus_id} " in m for m in lost)):
+        if function.bus_id in infos or (lost is not None and any(g.bus_id == function.bus_id for g in lost)):
             continue
         if function.driver and function.driver != "nvidia":
             notes.append(f"GPU {function.bus_id} is bound to the {function.driver} driver, not NVIDIA's; not offered")
             continue
-        message = (
-            f"inconsistent host: GPU {function.bus_id} is on the PCI bus but not in {where} (the driver lost it, "
-            "or its information file is missing); refusing to number the GPUs without it: check 'nvidia-smi' and dmesg"
-        )
+        gone = LostGpu(function.bus_id, f"inconsistent host: GPU {function.bus_id} is on the PCI bus but not in {where} "
+                                        "(the driver lost it, or its information file is missing)")
         if lost is None:
-            raise ProbeError(message)
-        lost.append(message)
+            raise ProbeError(gone.message)
+        lost.append(gone)
     if on_bus:
         for bus_id in sorted(infos.keys() - bus_ids):
             raise ProbeError(
@@ -202,7 +213,7 @@ def _check_consistent(config: Config, infos: dict[str, GpuInformation], on_bus: 
 
 def probe_host(
     config: Config, capabilities: tuple[str, ...], library_globs: tuple[str, ...] | None = None, udev: bool = True,
-    library_version: str = "", features: tuple[tuple[str, str, str], ...] = (), allow_lost: bool = False,
+    library_version: str = "", features: tuple[FeatureAsk, ...] = (), allow_lost: bool = False,
 ) -> Host:
     """Everything a plan needs for ``capabilities``, read once. ``library_globs`` (from
     -libs) replaces the capabilities' libraries and the config's globs. ``library_version``
@@ -219,7 +230,7 @@ def probe_host(
             missing = f"the {module} module is not loaded (no {module} in /proc/devices)"
             if module == "nvidia-uvm":
                 missing += ": CUDA needs it; run 'nvidia-modprobe -u -c0' or 'modprobe nvidia-uvm'"
-            control[name] = DeviceNode(name, os.path.join(config.dev_root, name), 0, minor, missing)
+            control[name] = DeviceNode(name, os.path.join(config.dev_root, name), 0, minor, missing, NODE_MODULE_NOT_LOADED)
         else:
             control[name] = _node(config.dev_root, name, major, minor)
 
@@ -250,9 +261,9 @@ def probe_host(
         gpu_information=found.information,
         capability_files=read_access_files(config.proc_root, [(g.minor, m) for g in found.gpus for m in g.mig_devices]),
         dev_root=config.dev_root,
-        features=tuple(_feature(config, majors, name, selector, source, found.driver_version) for name, selector, source in features),
+        features=tuple(_feature(config, majors, ask.name, ask.selector, ask.source, found.driver_version) for ask in features),
         dri_nodes=_dri_nodes(config, found.gpus) if any(CAPABILITIES[c].dri_nodes for c in capabilities) else {},
-        tree=f"the driver tree at {config.driver_root}, version {library_version}," if library_version else "",
+        tree_root=config.driver_root if library_version else "", tree_version=library_version,
         lost=found.lost,
         mismatch=_mismatch(config, capabilities, searched.libraries, library_version, found.driver_version),
     )
@@ -469,7 +480,7 @@ def _driver_files(
         binaries: list[DriverFile] = []
         others = _other_versions(skipped)
         for name, cap in wanted_binaries:
-            binary = find_binary(config.driver_root, name, cap)
+            binary = find_binary(config.driver_root, name, cap, cap if cap in CAPABILITIES else "")
             if binary is None:
                 skipped.append(SkippedFile(name, f"{cap}: binary not found in the driver root's bin directories"))
             elif binary.target not in {b.target for b in binaries}:
@@ -652,7 +663,7 @@ def _node(dev_root: str, name: str, major: int, minor: int) -> DeviceNode:
     try:
         st = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
-        return DeviceNode(name, path, major, minor, f"{path} does not exist (create it with nvidia-modprobe, or check dev_root)")
+        return DeviceNode(name, path, major, minor, f"{path} does not exist (create it with nvidia-modprobe, or check dev_root)", NODE_MISSING)
     except OSError as e:
         return DeviceNode(name, path, major, minor, f"cannot stat {path}: {e.strerror}")
     if not stat.S_ISCHR(st.st_mode):

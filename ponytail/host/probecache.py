@@ -314,7 +314,7 @@ def _encode(found: FoundFiles) -> tuple:
 
 
 def _file(f: DriverFile) -> tuple:
-    return (f.path, f.host_path, f.target, f.soname, f.found_by, f.bits, f.needed)
+    return (f.path, f.host_path, f.target, f.soname, f.found_by, f.bits, f.needed, f.capability)
 
 
 def _decode(payload: tuple) -> FoundFiles:
@@ -336,8 +336,8 @@ def _strings(value: object, n: int | None = None) -> bool:
 
 def _valid_file(f: object) -> bool:
     return (
-        type(f) is tuple and len(f) == 7 and _strings(f[:3]) and (f[3] is None or type(f[3]) is str)
-        and type(f[4]) is str and f[5] in (32, 64) and type(f[5]) is int and _strings(f[6])
+        type(f) is tuple and len(f) == 8 and _strings(f[:3]) and (f[3] is None or type(f[3]) is str)
+        and type(f[4]) is str and f[5] in (32, 64) and type(f[5]) is int and _strings(f[6]) and type(f[7]) is str
     )
 
 

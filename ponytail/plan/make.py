@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checker
 
 
 def make_plan(
-    config: Config, request: Request, library_globs: tuple[str, ...] | None, dry_run: bool, udev: bool = True,
+    config: Config, request: Request, *, library_globs: tuple[str, ...] | None = None, dry_run: bool, udev: bool = True,
     driver: tuple[str, str] | None = None, rootfs: str | None = None, env: dict[str, str] | None = None,
     hide_other_gpus: bool = False,
 ) -> tuple[Plan, Host]:
@@ -56,11 +56,12 @@ def make_plan(
         for what, wanted in (("config", request.mig_config), ("monitor", request.mig_monitor))
         if wanted is not None
     }
-    plan = pin_libraries(build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig), hide_other_gpus))
+    plan = pin_libraries(build_plan(host, request, selection, mig_gpus, find_ldconfig(config.ldconfig), hide_other_gpus,
+                                    named_libraries=library_globs is not None))
     if host.lost:
         from ponytail.lite.records import replace
 
-        plan = replace(plan, warnings=plan.warnings + tuple(f"{m.partition('; ')[0]}: GPUs named by UUID or bus id only" for m in host.lost))
+        plan = replace(plan, warnings=plan.warnings + tuple(f"{g.found}: GPUs named by UUID or bus id only" for g in host.lost))
     plan, compat = _cuda_compat(plan, host, config, rootfs, env, tree_version, tree_line)
     plan = _mps_pipe_directory(plan, config, request, env)
     if rootfs is not None:
@@ -96,7 +97,7 @@ def _refuse_numbering(host: Host, request: Request) -> None:
 def _lost_gpu(host: Host) -> ProbeError:
     """The one error of a request the lost GPU may have taken: one by index (the indices shifted)
     and one naming a GPU not found (the lost GPU's UUID is gone with it) alike, exit 1."""
-    return ProbeError(f"{host.lost[0]} (a container asking for a GPU the driver still has, by UUID or bus id, still starts)")
+    return ProbeError(f"{host.lost[0].message} (a container asking for a GPU the driver still has, by UUID or bus id, still starts)")
 
 
 def pin_libraries(plan: Plan) -> Plan:

@@ -134,6 +134,13 @@ Operation = Mount | Symlink | ProcMask | LinkerCache | AllowDevices | HideNode |
 
 @record(frozen=True)
 class Plan:
+    """Everything one run will do, as data: the operations in the order they are applied (device
+    nodes, libraries and their links, binaries and files, the masked /proc, the linker cache, the
+    device rules), each with its reason; the GPUs and MIG devices selected; what was skipped and
+    why; warnings; and problems, any of which makes a real run refuse to start. The executor
+    applies it (apply_plan), -debug prints it (render_plan), a CDI spec and a device program are
+    made from it (plan/cdi.py, plan/devicefilter.py). Built by build_plan, from make_plan."""
+
     operations: tuple[Operation, ...]
     gpus: tuple[Gpu, ...]
     selection: Selection
@@ -154,7 +161,7 @@ class Plan:
 
 def build_plan(
     host: Host, request: Request, selection: Selection, mig_gpus: dict[str, tuple[Gpu, ...]], ldconfig: str | None,
-    hide_other_gpus: bool = False, nodes_only: bool = False,
+    hide_other_gpus: bool = False, nodes_only: bool = False, named_libraries: bool = False,
 ) -> Plan:
     """Every operation that gives the container what ``request`` asks for on ``host``, family
     by family: device nodes, libraries with their SONAME links, binaries and files, the masked
@@ -166,7 +173,8 @@ def build_plan(
     ``[request] isolate_privileged``): the GPU nodes not injected are hidden (HideNode).
     ``nodes_only``: the device nodes alone, with their problems and warnings (a CDI spec's device
     entry, ponytail.engines.cdi.files: the libraries, files, masked /proc and linker cache are the
-    shared plan's, and their problems are that plan's too, found with at least these capabilities)."""
+    shared plan's, and their problems are that plan's too, found with at least these capabilities).
+    ``named_libraries``: the libraries were named by -libs, not the config (what a miss blames)."""
     plan = _Draft(warnings=list(host.notes))
     plan.warnings += [f"unknown driver capability {c!r} in {request.capabilities_source} ignored" for c in request.unknown_capabilities]
     caps = request.capabilities
@@ -175,7 +183,7 @@ def build_plan(
         return Plan(tuple(plan.ops), _gpus(host, selection), selection, host.skipped, tuple(plan.warnings), tuple(plan.problems))
     if hide_other_gpus:
         _hide_other_gpus(plan, host)
-    sonames = _libraries(plan, host, caps)
+    sonames = _libraries(plan, host, caps, named_libraries)
     said = _binaries_without_libraries(host, caps)
     plan.warnings += said
     for binary in host.binaries:
@@ -310,7 +318,7 @@ def _hide_other_gpus(plan: _Draft, host: Host) -> None:
             plan.ops.append(HideNode(f"/dev/nvidia-caps/nvidia-cap{minor}", (host.caps_major, minor), what + why))
 
 
-def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str]:
+def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...], named: bool = False) -> dict[str, str]:
     """A library mount per driver library, then one SONAME link per SONAME that is not a
     library's own name; returns where each SONAME will be ("soname:bits" -> path)."""
     missing = _missing_libraries(host, caps)
@@ -319,9 +327,12 @@ def _libraries(plan: _Draft, host: Host, caps: tuple[str, ...]) -> dict[str, str
         missing = []
     elif not host.libraries and host.reports:
         searched = ", ".join(r.search for r in host.reports[:4]) + (", ..." if len(host.reports) > 4 else "")
+        if named:
+            fix = "check -libs: each is a path or glob under the driver root, matching the driver's libraries"
+        else:
+            fix = "reinstall the tree" if host.tree_root else "set [host] driver_root, or [library] paths, in the config"
         plan.problems.append(
-            f"no library of {host.tree or f'driver {host.driver_version}'} found (searched {searched}, and its "
-            f"ld.so.cache): {'reinstall the tree' if host.tree else 'set [host] driver_root, or [library] paths, in the config'}"
+            f"no library of {_tree(host) or f'driver {host.driver_version}'} found (searched {searched}, and its ld.so.cache): {fix}"
         )
     plan.problems += missing
     links: dict[str, Symlink] = {}
@@ -363,13 +374,17 @@ def _missing_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
         for soname in CAPABILITIES[cap].required_libraries:
             stem = soname.split(".so")[0]
             if host.library(soname) is None and any(stem in r.search for r in host.reports):
-                where = host.tree or f"the driver root ([host] driver_root) has none of driver {host.driver_version}"
-                if host.tree:
-                    where += " has none"
+                where = f"{_tree(host)} has none" if host.tree_root else \
+                    f"the driver root ([host] driver_root) has none of driver {host.driver_version}"
                 missing.append(
                     f"{cap} needs {soname}, and {where}: reinstall the driver's libraries, or leave {cap} out of NVIDIA_DRIVER_CAPABILITIES"
                 )
     return missing
+
+def _tree(host: Host) -> str:
+    """The registered driver tree the host's files come from, in words; "" for the driver root."""
+    return f"the driver tree at {host.tree_root}, version {host.tree_version}," if host.tree_root else ""
+
 
 def _binaries_without_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
     """A binary injected for a capability whose required library is not (``-libs`` names exactly
@@ -382,7 +397,7 @@ def _binaries_without_libraries(host: Host, caps: tuple[str, ...]) -> list[str]:
 
     lacking = []
     for cap in caps:
-        binaries = [os.path.basename(b.target) for b in host.binaries if b.found_by.split(",")[0] == cap]
+        binaries = [os.path.basename(b.target) for b in host.binaries if b.capability == cap]
         for soname in CAPABILITIES[cap].required_libraries if binaries else ():
             stem = soname.split(".so")[0]
             if host.library(soname) is None and not any(stem in r.search for r in host.reports):

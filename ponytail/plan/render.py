@@ -17,8 +17,11 @@ _SECTIONS = (
 )
 
 
-def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> str:
-    """The dry-run report: what a real run would do, per operation, and why."""
+def render_plan(plan: Plan, host: Host, request: Request, header: list[str], *, in_container: bool = False,
+                refusal: str | None = None) -> str:
+    """The dry-run report: what a real run would do, per operation, and why. ``in_container``: the
+    header names the container's cgroups; ``refusal``: why a real run would stop before the
+    plan (not root), said as the result."""
     out = ["ponytail -debug: dry run, nothing is changed"]
     out += [f"  {line}" for line in header]
     out += plan.choices
@@ -48,28 +51,31 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
         out.append(f"  no match for {len(empty)} name(s): {', '.join(empty)}")
     out += _skip_lines(plan.skipped)
     for title, kinds in _SECTIONS:
-        out.append(title)
+        section = []
         for op in plan.operations:
             if isinstance(op, Mount) and op.kind in kinds:
-                out.append(f"  mount {op.source} -> {op.target}  ({op.kind}, {op.reason}; {','.join(op.options)})")
+                section.append(f"  mount {op.source} -> {op.target}  ({op.kind}, {op.reason}; {','.join(op.options)})")
             elif isinstance(op, Symlink) and op.library and "library" in kinds:
-                out.append(f"  link  {op.target} -> {op.link_to}  ({op.reason})")
+                section.append(f"  link  {op.target} -> {op.link_to}  ({op.reason})")
+        if section or kinds[0] == "library":  # no libraries is worth saying; no daemon socket is not
+            out += [title, *(section or ["  none"])]
     for op in plan.operations:
         if isinstance(op, ProcMask):
             out.append(f"masked {op.target} (read-only tmpfs; {op.reason}):")
             out += [f"  file  {name} ({len(content)} bytes)" for name, content in op.files]
-    out.append("linker cache:")
     for op in plan.operations:
         if isinstance(op, LinkerCache):
+            out.append("linker cache:")
             out.append(f"  write {op.conf_file}: {', '.join(op.directories)}")
             out.append(f"  run   {op.ldconfig} -X -r <rootfs> {' '.join(op.directories)}  ({op.reason})")
             out.append(f"  check the container's cache resolves {', '.join(s for s, _ in op.sonames)} to the injected files")
             out.append("  write /etc/ld-musl-<arch>.path too when the image has musl's loader (it reads no ld.so.cache)")
-    out.append("device cgroup (hook mode; the container's cgroups are in the header):")
     for op in plan.operations:
         if isinstance(op, AllowDevices):
             from ponytail.plan.devicefilter import describe
 
+            where = "the container's cgroups are in the header" if in_container else "hook mode only: a manual run writes no device rules"
+            out.append(f"device cgroup ({where}):")
             out.append(f"  allow {', '.join(op.rules)}  ({op.reason})")
             out.append("  cgroup v1: write each rule to the container's devices.allow")
             out.append(f"  cgroup v2: put in front of each device program attached to the container's cgroup a block of {describe(op.devices)}")
@@ -77,6 +83,8 @@ def render_plan(plan: Plan, host: Host, request: Request, header: list[str]) -> 
     if plan.problems:
         out += [f"problem: {p}" for p in plan.problems]
         out.append("result: a real run would FAIL (see problems above)")
+    elif refusal is not None:
+        out.append(f"result: a real run would FAIL: {refusal}")
     else:
         out.append(f"result: a real run would make {len(plan.operations)} change(s)")
     return "\n".join(out) + "\n"

@@ -47,7 +47,7 @@ def select_devices(
             if uuids is None:
                 uuids = mig_uuids() if mig_uuids is not None else {}
             mig = _mig_by_uuid(gpus, uuids, item)
-        elif item.count(":") == 2 and all(is_number(p) for p in item.split(":")):
+        elif _is_mig_index(item):
             mig = _mig_by_index(gpus, item)
         else:
             gpu = _find(gpus, item)
@@ -66,6 +66,22 @@ def select_devices(
 def select_gpus(gpus: tuple[Gpu, ...], request: DeviceRequest) -> tuple[Gpu, ...]:
     """Whole GPUs only (for the MIG config/monitor requests)."""
     return select_devices(gpus, request).gpus
+
+
+def find_device(gpus: tuple[Gpu, ...], name: str) -> Gpu | MigDevice | None:
+    """The GPU or MIG device one name of the request grammar means (an index, a ``GPU-`` UUID in
+    any case, a PCI bus id, ``GPU:GI:CI``), as select_devices reads it; None when it names
+    nothing here, or is a ``MIG-`` UUID (which only NVML can resolve)."""
+    name = name.strip()
+    if name.upper().startswith("MIG-"):
+        return None
+    if _is_mig_index(name):
+        return _mig_by_index(gpus, name)
+    return _find(gpus, name)
+
+
+def _is_mig_index(item: str) -> bool:
+    return item.count(":") == 2 and all(is_number(p) for p in item.split(":"))
 
 
 def names_by_identity(request: DeviceRequest) -> bool:

@@ -78,6 +78,10 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield STATE[0]
 
 
+# the hooks.d file names $PONYTAIL_CONFIG's file when it is set: these tests run without it
+WITHOUT_CONFIG_VAR = {k: v for k, v in os.environ.items() if k != "PONYTAIL_CONFIG"}
+
+
 def configure(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [console_script("ponytail"), "configure", "--path", RUNTIME, "--state-dir", str(STATE[0]), *args],
@@ -297,7 +301,7 @@ def test_podman_hooks_file_runs_on_defaults_alone(tmp_path: Path) -> None:
     hook = console_script("ponytail")
     result = subprocess.run(
         [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file), "--state-dir", str(STATE[0])],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, env=WITHOUT_CONFIG_VAR,
     )
     assert result.returncode == 0, result.stderr
     document = json.loads(hooks_file.read_text())
@@ -306,7 +310,7 @@ def test_podman_hooks_file_runs_on_defaults_alone(tmp_path: Path) -> None:
     hooks_file.write_text("{ half written")  # a broken hooks file makes every podman run fail: ponytail's own, replaced
     again = subprocess.run(
         [hook, "configure", "--runtime", "podman", "--config-file", str(hooks_file), "--set-as-default", "--state-dir", str(STATE[0])],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, env=WITHOUT_CONFIG_VAR,
     )
     assert again.returncode == 0, again.stderr
     assert json.loads(hooks_file.read_text())["when"] == {"always": True}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from support.fakehost import FakeHost, gpus, make_rootfs
-from support.harness import Sleeper, bundle_for, run_ponytail, state_for, tree_digest
+from support.harness import DEFAULT_LOG_DIR, Sleeper, bundle_for, run_ponytail, state_for, tree_digest
 
 MiB = 1 << 20
 
@@ -112,6 +112,8 @@ def test_bad_config_is_one_line_with_the_file_and_exit_2(tmp_path: Path, name: s
     line = one_line(result.stderr)
     assert f"config file {config}" in line and message in line, line
     assert tree_digest(rootfs) == before
+    # the config cannot say where to log: the default log, which the tests keep in a directory of their own
+    assert f"config file {config}" in (DEFAULT_LOG_DIR / "ponytail.log").read_text()
 
 
 ENTRY_POINTS = {  # every command that reads the config: (arguments after ponytail, stdin)

@@ -212,4 +212,4 @@ def test_through_the_shim_an_unknown_capability_in_the_images_env_is_ignored_as_
 def test_an_option_of_the_subcommand_before_it_says_to_put_it_after() -> None:
     result = run_ponytail(["-json", "info"])
     assert result.returncode == 2
-    assert error_line(result) == "Error: -json is an option of 'ponytail info': put it after 'info'"
+    assert error_line(result) == "ponytail: error: -json is an option of 'ponytail info': put it after 'info' (see 'ponytail --help')"

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from test_shim import shim
 
+from ponytail.capabilities import FeatureAsk
 from ponytail.container.deviceplugin import plugin_features
 from ponytail.container.request import build_request, requested_features
 from ponytail.errors import InputError
@@ -123,9 +124,9 @@ def test_request_parsing_of_imex_channels_and_switches() -> None:
         assert requested_features({"NVIDIA_IMEX_CHANNELS": empty}) == ()
     assert [f for f, _, _ in requested_features({"NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "Enabled", "NVIDIA_NVSWITCH": "off"})] == ["gds", "mofed"]
     env = {"NVIDIA_GDS": "enabled", "NVIDIA_IMEX_CHANNELS": "all", "NVIDIA_VISIBLE_DEVICES": "0"}
-    assert build_request(None, None, env, privileged=False, accept_env_when_unprivileged=False).features == ()  # env refused: no opt-ins either
-    plugin = (("imex-channel", "2", "volume mounts under /var/run/nvidia-container-devices/imex"),)
-    assert build_request(None, None, env, False, None, False, plugin).features == plugin  # the device plugin's still count
+    assert build_request(env=env, privileged=False, accept_env_when_unprivileged=False).features == ()  # env refused: no opt-ins either
+    plugin = (FeatureAsk("imex-channel", "2", "volume mounts under /var/run/nvidia-container-devices/imex"),)
+    assert build_request(env=env, privileged=False, accept_env_when_unprivileged=False, plugin_features=plugin).features == plugin  # the device plugin's still count
     for bad in ("x", "1,-2", "GPU-0", "1" * 12):
         with pytest.raises(InputError, match="is not an IMEX channel number"):
             requested_features({"NVIDIA_IMEX_CHANNELS": bad})

@@ -11,6 +11,7 @@ import pytest
 
 from ponytail.engines.hooksd import hook_file_text
 
+from support.commands import without_checkout_warning
 from support.engines import console_script
 
 SHIPPED = Path(__file__).resolve().parents[2] / "hooks.d" / "ponytail.json"
@@ -25,8 +26,13 @@ def test_shipped_file_is_what_install_hook_writes_for_the_usual_path() -> None:
     assert document["when"] == {"annotations": {r"^com\.example\.gpu$": "^true$"}}
 
 
-def install_hook(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([console_script("ponytail"), "install-hook", *args], capture_output=True, text=True, timeout=60)
+def install_hook(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``ponytail install-hook ARGS`` without $PONYTAIL_CONFIG (unless ``env`` sets it); its stderr
+    without the warning that the tests' command lies in the checkout."""
+    environ = {k: v for k, v in os.environ.items() if k != "PONYTAIL_CONFIG"} | (env or {})
+    result = subprocess.run([console_script("ponytail"), "install-hook", *args], capture_output=True, text=True, timeout=60, env=environ)
+    result.stderr = without_checkout_warning(result.stderr)
+    return result
 
 
 def test_install_hook_refuses_a_command_podman_would_skip(tmp_path: Path) -> None:

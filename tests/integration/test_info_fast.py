@@ -79,4 +79,4 @@ def test_anything_else_still_goes_to_click(args: list[str]) -> None:
     if args[1] == "--help":
         assert result.returncode == 0 and b"Usage: ponytail info" in result.stdout
     else:
-        assert result.returncode == 2 and b"Error: " in result.stderr  # click's own message
+        assert result.returncode == 2 and b"ponytail: error: " in result.stderr  # click's message, as one line

@@ -200,7 +200,7 @@ def test_a_mig_change_is_seen_by_the_next_run(tmp_path: Path) -> None:
 def _poison(cache: Path, evil: Path) -> bytes:
     """The cache's entry with one more library, ``evil``."""
     key, witnesses, (libraries, *rest) = marshal.loads(cache.read_bytes())  # noqa: S302 - the test's own cache file
-    bogus = (str(evil), str(evil), "/usr/lib/x86_64-linux-gnu/libevil.so.1", "libevil.so.1", "compute", 64, ())
+    bogus = (str(evil), str(evil), "/usr/lib/x86_64-linux-gnu/libevil.so.1", "libevil.so.1", "compute", 64, (), "")
     return marshal.dumps((key, witnesses, (libraries + (bogus,), *rest)))
 
 

@@ -97,7 +97,7 @@ def test_the_skip_and_exit_tables_name_commands_the_readme_has() -> None:
     commands = readme_commands()
     for start in (*SKIPPED, *EXIT_STATUS):
         assert any(c.startswith(start) for c in commands), f"{start!r} is no longer in the README: take it out of the table"
-    assert commands[:2] == ["make demo   # set up, inject this machine's GPUs into a demo rootfs, run nvidia-smi in it",
+    assert commands[:2] == ["make demo   # install what the demo needs, inject this machine's GPUs into a demo rootfs, run nvidia-smi in it",
                             "make test   # set up (Debian packages, a .venv) and run every test"]
 
 

@@ -131,7 +131,8 @@ def test_other_bundles_and_calls_pass_through_untouched(host: FakeHost, tmp_path
     assert result.returncode == 0 and result.stdout == "plain\n", result.stderr
     assert (bundle / "config.json").read_bytes() == before
     version = shim(["--version"], config)
-    assert version.returncode == 0 and version.stdout.startswith("runc version")
+    assert version.returncode == 0 and version.stdout.startswith("runc version")  # what engines parse, untouched
+    assert version.stderr.startswith("ponytail-runtime ") and "shim in front of" in version.stderr  # and which shim
     assert not host.log.exists()
 
 

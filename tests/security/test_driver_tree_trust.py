@@ -156,7 +156,8 @@ def test_a_tree_someone_else_could_change_is_refused_in_one_line(host: tuple[Fak
     err = result.stderr.decode()
     assert result.returncode == 1, (case, result.stdout, err)
     assert err.count("\n") == 1 and f"driver tree 'dev' refused: {path} is " in err, err
-    assert "chown -R root:root" in err, err
+    # the fix names what is wrong: the tree, or the one directory above it
+    assert (f"chown root:root {path} && chmod go-w {path}" if relative == ".." else "chown -R root:root") in err, err
     result = hook_dry_run(tmp_path, config, ["PONYTAIL_DRIVER=dev", "NVIDIA_REQUIRE_CUDA=cuda>=12.0"])
     assert result.returncode == 1 and f"{path} is " in result.stderr.decode(), result.stderr
     info = json.loads(run_ponytail(["info", "--json", "-config", str(config)]).stdout)

@@ -351,7 +351,7 @@ def test_the_nvidia_variables_give_a_request_or_an_input_error(probed: Host, env
     """NVIDIA_VISIBLE_DEVICES, _DRIVER_CAPABILITIES, _REQUIRE_*, MIG selectors: the image's own
     words, read by the hook on the host."""
     try:
-        request = build_request(None, None, parse_env(env, "env"), privileged)
+        request = build_request(env=parse_env(env, "env"), privileged=privileged)
         selection = select_devices(probed.gpus, request.devices, lambda: {})
         facts = Facts(probed.driver_version, lambda: "12.4", tuple(g.model for g in selection.gpus))
         check_requirements(request.requirements, facts)

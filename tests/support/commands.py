@@ -34,3 +34,11 @@ PONYTAIL_RUNTIME = [installed("ponytail-runtime")]
 def shell(command: list[str]) -> str:
     """``command`` quoted for a shell script."""
     return shlex.join(command)
+
+
+def without_checkout_warning(stderr: str) -> str:
+    """``stderr`` without the warning that a command registered with an engine lies in the
+    checkout's .venv (ponytail.engines.command.transient_warning): the tests run from there."""
+    from ponytail.engines.command import CHECKOUT_VENV
+
+    return "".join(line for line in stderr.splitlines(keepends=True) if CHECKOUT_VENV not in line)

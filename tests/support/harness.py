@@ -4,18 +4,26 @@ behind (mounts, tree digests)."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from support.commands import PONYTAIL
 
-ISOLATED = ["unshare", "-m", "--propagation", "private"]
+# The machine's /var/log as ponytail sees it in run_ponytail's private mount namespace: a directory of
+# this test run, so that a run whose config cannot name its log (a bad config, or none) appends to
+# DEFAULT_LOG_DIR/ponytail.log, never to the machine's own /var/log/ponytail.log.
+DEFAULT_LOG_DIR = Path(tempfile.mkdtemp(prefix="ponytail-test-var-log-"))
+atexit.register(shutil.rmtree, DEFAULT_LOG_DIR, ignore_errors=True)
+ISOLATED = ["unshare", "-m", "--propagation", "private", "sh", "-c", f'mount --bind {DEFAULT_LOG_DIR} /var/log && exec "$@"', "sh"]
 
 
 def run_ponytail(

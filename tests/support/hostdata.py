@@ -63,7 +63,7 @@ def library(name: str, soname: str | None, bits: int = 64, directory: str = "") 
 
 LIBCUDA = library(f"libcuda.so.{DRIVER}", "libcuda.so.1")
 LIBNVML = library(f"libnvidia-ml.so.{DRIVER}", "libnvidia-ml.so.1")
-NVIDIA_SMI = DriverFile("/usr/bin/nvidia-smi", "/driver/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi", None, "utility")
+NVIDIA_SMI = DriverFile("/usr/bin/nvidia-smi", "/driver/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi", None, "utility", capability="utility")
 
 
 @record(frozen=True)
@@ -138,7 +138,7 @@ def selection(host: Host, selector: str) -> Selection:
 
 def env_request(env: dict[str, str], privileged: bool = True) -> Request:
     """What a container with ``env`` asks for."""
-    return build_request(None, None, env, privileged=privileged)
+    return build_request(env=env, privileged=privileged)
 
 
 MIG_GPUS = gpu_list(3, minors=[2, 0, 1], mig={2: [(1, 0), (2, 0)]})  # GPU 2 (/dev/nvidia1) has MIG devices 2:1:0, 2:2:0

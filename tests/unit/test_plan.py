@@ -261,10 +261,11 @@ def test_a_tree_missing_a_library_is_named_with_its_version_not_the_hosts_driver
     from ponytail.lite.records import replace
 
     tree = "the driver tree at /opt/umd/build-a, version 560.28.03,"
-    plan = plan_for("0", "utility,compute", host=replace(make_host(libraries=(LIBNVML,), reports=None), tree=tree))
+    in_tree = {"tree_root": "/opt/umd/build-a", "tree_version": "560.28.03"}
+    plan = plan_for("0", "utility,compute", host=replace(make_host(libraries=(LIBNVML,), reports=None), **in_tree))
     assert plan.problems[0].startswith(f"compute needs libcuda.so.1, and {tree} has none:"), plan.problems
     assert "[host] driver_root" not in plan.problems[0] and DRIVER not in plan.problems[0]
-    none = plan_for("0", host=replace(make_host(libraries=()), tree=tree))
+    none = plan_for("0", host=replace(make_host(libraries=()), **in_tree))
     assert none.problems[0].startswith(f"no library of {tree} found") and "reinstall the tree" in none.problems[0]
     assert "[host] driver_root" not in none.problems[0]
 

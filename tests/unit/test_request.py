@@ -153,27 +153,27 @@ def test_void_means_not_a_gpu_container(selector: str, void: bool) -> None:
     ],
 )
 def test_where_the_capabilities_come_from(cli: str | None, env: dict, capabilities: tuple, source: str, unknown: tuple) -> None:
-    request = build_request(None, cli, env)
+    request = build_request(cli_capabilities=cli, env=env)
     assert (request.capabilities, request.capabilities_source, request.unknown_capabilities) == (capabilities, source, unknown)
 
 
 @pytest.mark.parametrize("var", ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"])
 def test_mig_config_and_monitor_are_for_privileged_containers_only(var: str) -> None:
-    privileged = build_request(None, None, {var: "all"}, privileged=True)
+    privileged = build_request(env={var: "all"}, privileged=True)
     asked = privileged.mig_config if var.endswith("CONFIG_DEVICES") else privileged.mig_monitor
     assert asked == DeviceRequest("all", var)
     with pytest.raises(InputError) as raised:
-        build_request(None, None, {var: "all"}, privileged=False)
+        build_request(env={var: "all"}, privileged=False)
     assert raised.value.message == f"{var}='all' is only honoured for privileged containers (with CAP_SYS_ADMIN)"
     for nothing in ("", "void", "none"):  # asking for nothing is fine anywhere
-        request = build_request(None, None, {var: nothing}, privileged=False)
+        request = build_request(env={var: nothing}, privileged=False)
         assert request.mig_config is None and request.mig_monitor is None
 
 
 def test_an_unprivileged_container_without_accept_env_gets_the_plugins_devices_only() -> None:
-    refused = build_request(None, None, {"NVIDIA_VISIBLE_DEVICES": "all"}, privileged=False, accept_env_when_unprivileged=False)
+    refused = build_request(env={"NVIDIA_VISIBLE_DEVICES": "all"}, privileged=False, accept_env_when_unprivileged=False)
     assert refused.devices.is_void
-    allowed = build_request(None, None, {"NVIDIA_VISIBLE_DEVICES": "all"}, privileged=False)
+    allowed = build_request(env={"NVIDIA_VISIBLE_DEVICES": "all"}, privileged=False)
     assert allowed.devices == DeviceRequest("all", "NVIDIA_VISIBLE_DEVICES")
 
 

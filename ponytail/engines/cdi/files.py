@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from ponytail.capabilities import FEATURES, IMEX_FEATURE
+from ponytail.capabilities import FEATURES, IMEX_FEATURE, FeatureAsk
 from ponytail.config import Config
-from ponytail.errors import InputError, ProbeError, UsageError
+from ponytail.errors import InputError, ProbeError, UsageError, os_failure
 from ponytail.fs.atomic import replace_file
 from ponytail.plan.cdi import VERSIONS, build_spec, problems
 
@@ -39,8 +39,8 @@ def generate(
 
     if strategy not in STRATEGIES:
         raise UsageError(f"--device-name-strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
-    request = build_request("all", capabilities, None)
-    host = probe_host(config, request.capabilities, features=tuple((name, "all", f"CDI {name}") for name in FEATURES))
+    request = build_request(cli_device="all", cli_capabilities=capabilities)
+    host = probe_host(config, request.capabilities, features=tuple(FeatureAsk(name, "all", f"CDI {name}") for name in FEATURES))
     features, host = host.features, replace(host, features=())
     ldconfig = find_ldconfig(config.ldconfig)
     ldconfig = os.path.abspath(ldconfig) if ldconfig else None
@@ -168,7 +168,7 @@ def write_atomically(path: str, data: bytes) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         replace_file(path, data, 0o644)
     except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror}") from e
+        raise os_failure(f"cannot write {path}", e, UsageError) from e
 
 
 def read_spec(path: str) -> dict:
@@ -211,7 +211,7 @@ def default_spec_path() -> str:
             path = os.path.join(directory, DEFAULT_NAME + ext)
             if os.path.exists(path):
                 return path
-    raise UsageError(f"no spec found ({', '.join(f'{d}/{DEFAULT_NAME}.yaml' for d in SPEC_DIRS)}); name one, or run 'ponytail cdi generate'")
+    raise UsageError(f"no spec found ({', '.join(f'{d}/{DEFAULT_NAME}.yaml' for d in SPEC_DIRS)}); name one, or run 'ponytail cdi generate --output {SPEC_DIRS[0]}/{DEFAULT_NAME}.yaml'")
 
 
 def qualified_names(spec: dict) -> list[str]:
@@ -258,13 +258,13 @@ def stale(spec: dict, config: Config) -> list[str]:
     except ProbeError as e:
         return list(dict.fromkeys(found + [e.message]))
     found += _device_drift(spec, gpus, recorded[1] or read_char_majors(config.proc_root))
-    names = {d["name"] for d in spec["devices"]}
-    known = {str(g.index) for g in gpus} | {g.uuid for g in gpus} | {m.name for g in gpus for m in g.mig_devices}
-    for name in sorted(names - known - {"all"}):
-        if not name.startswith("MIG-"):
-            found.append(f"device {name} is not on this host any more")
+    from ponytail.plan.select import find_device
+
+    named = {d["name"]: find_device(gpus, d["name"]) for d in spec["devices"]}  # by the hook's grammar (plan/select.py)
+    for name in sorted(n for n, device in named.items() if device is None and n != "all" and not n.upper().startswith("MIG-")):
+        found.append(f"device {name} is not on this host any more")
     for gpu in gpus:
-        if not names & {str(gpu.index), gpu.uuid}:
+        if gpu not in named.values():
             found.append(f"GPU {gpu.index} ({gpu.uuid}) is not in the spec")
     return list(dict.fromkeys(found))
 
@@ -286,13 +286,14 @@ def _recorded(args: list, before: tuple[list[tuple[int, str, str]], dict[str, in
 def _device_drift(spec: dict, gpus: tuple, majors: dict[str, int]) -> list[str]:
     """Each device's GPU node is the minor its GPU (by index or UUID) has now."""
     from ponytail.host.driver import nvidia_major
+    from ponytail.host.probe import Gpu
+    from ponytail.plan.select import find_device
 
     gpu_major = nvidia_major(majors)
-    by_name = {str(g.index): g for g in gpus} | {g.uuid: g for g in gpus}
     found = []
     for device in spec["devices"]:
-        gpu = by_name.get(device["name"])
-        if gpu is None:
+        gpu = find_device(gpus, device["name"])  # the hook's grammar for names (plan/select.py)
+        if not isinstance(gpu, Gpu):
             continue
         for node in (device.get("containerEdits") or {}).get("deviceNodes") or []:
             numbers = runtime_numbers(node)

@@ -8,11 +8,11 @@ one rename). ``--dry-run`` prints the plan as a unified diff. ``--uninstall`` le
 byte for byte as it was, or, where it was changed by hand since, takes out exactly what ponytail
 added, and leaves nothing of ponytail's behind.
 
-Engines and what is edited:
-  docker      /etc/docker/daemon.json: "runtimes" (and "default-runtime")
-  containerd  /etc/containerd/config.toml (version 2, 3 or 4): a CRI runtime entry (and default_runtime_name)
-  crio        a drop-in crio.conf.d/99-ponytail.conf beside /etc/crio/crio.conf
-  podman      /usr/share/containers/oci/hooks.d/ponytail.json
+Engines and what is edited (their records, default files and restart hints: ponytail.engines.registry):
+  docker      daemon.json: "runtimes" (and "default-runtime")
+  containerd  config.toml (version 2, 3 or 4): a CRI runtime entry (and default_runtime_name)
+  crio        a drop-in crio.conf.d/99-ponytail.conf beside crio.conf
+  podman      the hooks.d file ponytail.json
 """
 
 from __future__ import annotations
@@ -21,22 +21,23 @@ import os
 from dataclasses import dataclass
 from types import ModuleType
 
+from ponytail.engines import registry
 from ponytail.engines.configure.model import Edit, Settings
 
 DEFAULT_STATE_DIR = "/var/lib/ponytail/configure"  # ponytail.engines.configure.undo: where no engine reads
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Written:
+    """What configure's apply did to an engine's config (apply.outcome.Outcome is a hook run's)."""
+
     edit: Edit
     lines: tuple[str, ...]  # what to print
 
 
 def engine_module(name: str) -> ModuleType:
-    """The engine's module (imported by name, so that PyInstaller sees each one)."""
-    from ponytail.engines.configure import containerd, crio, docker, podman
-
-    return {"docker": docker, "containerd": containerd, "crio": crio}.get(name, podman)
+    """The engine's configure module (ponytail.engines.registry); an unknown name is a UsageError."""
+    return registry.engine(name).module()
 
 
 def plan(engine: str, config_file: str | None, settings: Settings, remove: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Edit:
@@ -45,7 +46,7 @@ def plan(engine: str, config_file: str | None, settings: Settings, remove: bool 
     from ponytail.engines.configure import files, undo
 
     module = engine_module(engine)
-    path = os.path.abspath(config_file or module.DEFAULT_PATH)
+    path = os.path.abspath(config_file or registry.engine(engine).config_path)
     if engine == "crio":
         module.check_main_config(path, files.read_text(path))
         path = module.drop_in_path(path)
@@ -72,19 +73,19 @@ def plan(engine: str, config_file: str | None, settings: Settings, remove: bool 
     return planned
 
 
-def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Outcome:
+def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Written:
     """Write ``edit`` (nothing when it changes nothing) and keep, or forget, what undoes it; the
     lines saying what was done."""
     from ponytail.engines.configure import files, undo
 
-    restart = engine_module(engine).RESTART
+    restart = registry.engine(engine).restart
     record = undo.read(state_dir, edit.path)
     if not edit.changed:
         state = "not configured for ponytail" if uninstall else "already configured for ponytail"
         lines = [f"{edit.path}: {state}; nothing changed"]
         if uninstall and record is not None:
             lines += [f"removed {gone} (ponytail's record of the file)" for gone in undo.forget(state_dir, record)]
-        return Outcome(edit, tuple(lines))
+        return Written(edit, tuple(lines))
     files.check_writable(edit.path)
     lines = [f"{edit.path}: {change}" for change in edit.changes]
     if uninstall:
@@ -113,7 +114,7 @@ def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEF
         what = "the file as it was" if record.original is not None else "that there was no such file"
         lines.append(f"{edit.path}: {what} is kept in {saved} (for --uninstall)")
     lines.append(f"restart the engine to apply: {restart}" if not restart.startswith("nothing") else restart)
-    return Outcome(edit, tuple(lines))
+    return Written(edit, tuple(lines))
 
 
 def _remove_empty_directory(directory: str) -> None:
@@ -154,18 +155,22 @@ def configure(
     state_dir: str = DEFAULT_STATE_DIR, drop_in: str | None = None,
 ) -> list[str]:
     """``ponytail configure``: plan, then print the diff (dry run) or apply; the lines to print."""
-    from ponytail.engines.command import installed_command
+    from ponytail.config import CONFIG_ENV_VAR
+    from ponytail.engines.command import installed_command, transient_warning
     from ponytail.errors import UsageError
 
     if not name or not name.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"--name {name!r}: a runtime name is letters, digits, '-' and '_'")
-    program = "ponytail" if engine == "podman" else "ponytail-runtime"
+    program = registry.engine(engine).runs
     command = path or installed_command(program)
     if command is None:
         raise UsageError(f"cannot find this install's {program} command; pass --path CMD (its absolute path on the host)")
     if not os.path.isabs(command):
         raise UsageError(f"--path {command}: must be an absolute path (the engine runs it from its own directory)")
-    settings = Settings(name, command, command, set_as_default)
+    hook_config = None
+    if registry.engine(engine).runs == "ponytail" and os.environ.get(CONFIG_ENV_VAR):  # the hook reads what this shell's ponytail reads
+        hook_config = os.path.abspath(os.environ[CONFIG_ENV_VAR])
+    settings = Settings(name, command, command, set_as_default, hook_config)
     if engine == "containerd":
         lines = _containerd_drop_in(config_file, settings, drop_in, dry_run, uninstall, state_dir)
         if lines is not None:
@@ -173,12 +178,14 @@ def configure(
     elif drop_in is not None:
         raise UsageError("--drop-in-config: only for containerd (CRI-O's entry is a drop-in already)")
     edit = plan(engine, config_file, settings, remove=uninstall, state_dir=state_dir)
+    warning = None if uninstall or dry_run else transient_warning(command)
+    warnings = [f"ponytail: warning: {warning}"] if warning and edit.changed else []
     if dry_run:
         diff = render_diff(edit)
         if not diff:
             return [f"{edit.path}: {'not' if uninstall else 'already'} configured for ponytail; nothing would change"]
-        return [diff.rstrip("\n"), *(f"{edit.path}: would: {c}" for c in edit.changes), "dry run: nothing written"]
-    return list(apply(engine, edit, uninstall, state_dir).lines)
+        return [*warnings, diff.rstrip("\n"), *(f"{edit.path}: would: {c}" for c in edit.changes), "dry run: nothing written"]
+    return [*warnings, *apply(engine, edit, uninstall, state_dir).lines]
 
 
 def _containerd_drop_in(
@@ -187,10 +194,10 @@ def _containerd_drop_in(
     """containerd 2.x with drop-ins (ponytail.engines.configure.dropin): ponytail's entry in a file of
     its own and, where config.toml imports nothing that covers it, an import there; None: config.toml
     itself is edited (containerd 1.x, or no drop-in directory in use or asked for)."""
-    from ponytail.engines.configure import containerd, dropin, files, k3s, undo
+    from ponytail.engines.configure import dropin, files, k3s, undo
     from ponytail.errors import UsageError
 
-    main = os.path.abspath(config_file or containerd.DEFAULT_PATH)
+    main = os.path.abspath(config_file or registry.engine("containerd").config_path)
     main_text = files.read_text(main)
     if k3s.is_template(main, main_text) or k3s.generated_by(main_text):
         if wanted is not None:

@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from tomlkit import TOMLDocument
     from tomlkit.items import Table
 
-DEFAULT_PATH = "/etc/containerd/config.toml"
-RESTART = "systemctl restart containerd"
 RUNC_V2 = "io.containerd.runc.v2"
 # config version -> the CRI plugin's table holding `containerd.runtimes`: version 2 is containerd
 # 1.x's, 3 containerd 2.0-2.2's, 4 (2.3 on: `containerd config default`, `config migrate`) the same plugins

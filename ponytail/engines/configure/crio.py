@@ -12,9 +12,7 @@ import os
 from ponytail.engines.configure.model import Edit, Settings
 from ponytail.errors import ConfigError
 
-DEFAULT_PATH = "/etc/crio/crio.conf"
 DROP_IN = "99-ponytail.conf"
-RESTART = "systemctl restart crio"
 HEADER = (
     "# Written by `ponytail configure --runtime crio`: the ponytail runtime (runc behind\n"
     "# ponytail-runtime, which gives GPU containers the host's NVIDIA GPUs). Select it per pod\n"

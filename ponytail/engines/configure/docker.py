@@ -11,9 +11,6 @@ import json
 from ponytail.engines.configure.model import Edit, Settings
 from ponytail.errors import ConfigError
 
-DEFAULT_PATH = "/etc/docker/daemon.json"
-RESTART = "systemctl restart docker   (or: kill -HUP $(pidof dockerd) to reload runtimes only)"
-
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
     """``added``: for a removal, what the install recorded ("default": the default-runtime it replaced)."""

@@ -46,9 +46,10 @@ def node_prefix(main_path: str) -> str | None:
     """Where the node's / is, seen from here, for a config at its usual path: '' for
     /etc/containerd/config.toml, '/host' for /host/etc/containerd/config.toml (the installer's
     view); None elsewhere. ``imports`` name paths as containerd on the node sees them."""
-    from ponytail.engines.configure.containerd import DEFAULT_PATH
+    from ponytail.engines import registry
 
-    return main_path[: -len(DEFAULT_PATH)] if main_path.endswith(DEFAULT_PATH) else None
+    default = registry.engine("containerd").config_path
+    return main_path[: -len(default)] if main_path.endswith(default) else None
 
 
 def main_edit(path: str, text: str | None, drop_in: str, remove: bool = False, added: dict | None = None) -> Edit:

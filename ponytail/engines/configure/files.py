@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ponytail.errors import ConfigError, InjectionError
+from ponytail.errors import ConfigError, InjectionError, os_failure
 from ponytail.fs.atomic import replace_file
 
 MAX_BYTES = 4 << 20
@@ -20,7 +20,7 @@ def lstat_or_none(path: str, failing: str) -> os.stat_result | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise ConfigError(f"{failing}: {e.strerror}") from e
+        raise os_failure(f"cannot read {path}", e, ConfigError) from e
 
 
 def read_text(path: str) -> str | None:
@@ -41,7 +41,7 @@ def read_text(path: str) -> str | None:
         with os.fdopen(fd, "rb") as f:
             raw = f.read(MAX_BYTES + 1)
     except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+        raise os_failure(f"cannot read {path}", e, ConfigError) from e
     if len(raw) > MAX_BYTES:
         raise ConfigError(f"{path} is larger than {MAX_BYTES} bytes; refusing to edit it")
     try:
@@ -68,7 +68,7 @@ def check_writable(path: str) -> None:
         if os.statvfs(probe).f_flag & os.ST_RDONLY:
             raise ConfigError(f"{path} is on a read-only file system; cannot change it")
     except OSError as e:
-        raise ConfigError(f"cannot use {directory}: {e.strerror}") from e
+        raise os_failure(f"cannot use {directory}", e, ConfigError) from e
 
 
 def _existing_parent(directory: str) -> str:
@@ -85,7 +85,7 @@ def write_atomically(path: str, text: str, new_mode: int = 0o644) -> None:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         replace_file(path, text.encode("utf-8"), new_mode, keep_mode=True, keep_owner=True)
     except OSError as e:
-        raise InjectionError(f"cannot write {path}: {e.strerror}") from e
+        raise os_failure(f"cannot write {path}", e, InjectionError) from e
 
 
 def remove(path: str) -> None:
@@ -94,5 +94,5 @@ def remove(path: str) -> None:
     except FileNotFoundError:
         pass
     except OSError as e:
-        raise InjectionError(f"cannot remove {path}: {e.strerror}") from e
+        raise os_failure(f"cannot remove {path}", e, InjectionError) from e
 

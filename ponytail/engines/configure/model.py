@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Settings:
     """``runtime_path``: the ponytail-runtime command (docker, containerd, CRI-O);
-    ``hook_path``: the ponytail command (podman's hooks.d file)."""
+    ``hook_path``: the ponytail command (podman's hooks.d file), run with ``-config hook_config``
+    when that is set."""
 
     runtime_name: str = "ponytail"
     runtime_path: str = "/usr/local/bin/ponytail-runtime"
     hook_path: str = "/usr/local/bin/ponytail"
     set_as_default: bool = False
+    hook_config: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from ponytail.engines.configure.model import Edit, Settings
 
-DEFAULT_PATH = "/usr/share/containers/oci/hooks.d/ponytail.json"  # what Debian 12's podman reads
-RESTART = "nothing to restart: podman reads hooks.d at every run"
-
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
     """The file is ponytail's own: a removal removes it (``added`` is not needed)."""
@@ -19,9 +16,10 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
 
     if remove:
         return Edit(path, text, None, (f"removed {path}",) if text is not None else ())
-    wanted = hook_file_text(settings.hook_path, None, always=settings.set_as_default)
+    wanted = hook_file_text(settings.hook_path, settings.hook_config, always=settings.set_as_default)
     if text == wanted:
         return Edit(path, text, text, ())
     when = "every container (it injects only into those that ask)" if settings.set_as_default else \
         "containers annotated com.example.gpu=true"
-    return Edit(path, text, wanted, (f"hooks.d file: runs {settings.hook_path} at prestart of {when}",))
+    with_config = f" -config {settings.hook_config} ($PONYTAIL_CONFIG)" if settings.hook_config else ""
+    return Edit(path, text, wanted, (f"hooks.d file: runs {settings.hook_path}{with_config} at prestart of {when}",))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ponytail.engines.configure import files
-from ponytail.errors import ConfigError
+from ponytail.errors import ConfigError, InjectionError, os_failure
 from ponytail.fs.trust import Untrusted, read_private_file, untrusted
 
 LEGACY_BACKUP = ".ponytail-backup"
@@ -109,7 +109,10 @@ def write(state_dir: str, record: Record) -> str:
     text = json.dumps({"path": record.path, "original": record.original, "written": record.written, "added": record.added},
                       indent=1) + "\n"
     if not check_state_dir(state_dir):
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        try:
+            os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise os_failure(f"cannot make the state directory {state_dir}", e, InjectionError) from e
         check_state_dir(state_dir)
     files.write_atomically(where, text, new_mode=0o600)  # a config may hold secrets
     return where

@@ -70,21 +70,16 @@ def device_rules(config: Config, spec: Spec) -> tuple[tuple[tuple[int, int], ...
     """(major, minor) of every node the hook will inject: the plan's AllowDevices, and a note if none.
 
     The container's requirements (NVIDIA_REQUIRE_*) are left to the hook, which checks them."""
-    from ponytail.container.deviceplugin import accepts_env, plugin_features
-    from ponytail.container.request import build_request
+    from ponytail.container.request import request_for
     from ponytail.lite.records import replace
     from ponytail.plan.make import make_plan
     from ponytail.plan.operations import AllowDevices
 
     try:
-        plugin = device_plugin_list(spec)
-        request = build_request(
-            None, None, spec.env, spec.privileged, plugin, accepts_env(config, spec.annotations), plugin_features(spec.mounts, spec.annotations),
-            config.swarm_resource,
-        )
+        request = request_for(spec, config)
         if request.devices.is_void:
             return (), ""
-        plan, _ = make_plan(config, replace(request, requirements=()), None, dry_run=True, udev=False)
+        plan, _ = make_plan(config, replace(request, requirements=()), dry_run=True, udev=False)
     except PonytailError as e:
         return (), e.message
     return next((op.devices for op in plan.operations if isinstance(op, AllowDevices)), ()), ""

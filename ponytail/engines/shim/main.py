@@ -21,12 +21,20 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``ponytail-runtime ARGS``: for a call that names a bundle (create, run), prepare the bundle of a
+    GPU container (the hook and the device rules into its config.json: shim/bundle.py), then exec
+    the real runtime with the same ARGS. Errors are one line on stderr and in the runtime's --log;
+    returns only on error (the exit status)."""
     args = sys.argv[1:] if argv is None else argv
     call = RuntimeCall(None)
     try:
         call = parse_runtime_args(args, os.getcwd())
         config, config_error = _load_config()
         runtime = find_runtime(config.runtime_path, config.path)
+        if args[:1] in (["--version"], ["-v"]):  # the shim on stderr: engines parse the runtime's own lines on stdout
+            from ponytail import __version__
+
+            print(f"ponytail-runtime {__version__}: ponytail's shim in front of {runtime}", file=sys.stderr, flush=True)
         if call.bundle is not None:
             from ponytail.engines.shim.bundle import prepare_bundle
 
