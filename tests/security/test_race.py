@@ -54,7 +54,10 @@ def test_swapping_directories_for_symlinks_during_many_runs_never_reaches_the_ho
             result = stage.inject()
             err = result.stderr.decode()
             assert result.returncode in (0, 1) and "Traceback" not in err and "internal error" not in err, err
-            assert len(err.splitlines()) == (result.returncode != 0), err
+            # one line for a failed start, none for a good one; a warning that the image lacks a library the
+            # injected ones need (its /lib swapped for a link out of the rootfs, read inside it) is fair
+            lines = [line for line in err.splitlines() if not line.startswith("ponytail: warning: ")]
+            assert len(lines) == (result.returncode != 0), err
             outcomes[result.returncode] = outcomes.get(result.returncode, 0) + 1
     finally:
         swapper.send_signal(signal.SIGTERM)
