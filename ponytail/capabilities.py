@@ -81,7 +81,7 @@ CAPABILITIES: dict[str, Capability] = {
             "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
             "/etc/vulkan/implicit_layer.d/nvidia_layers.json",
             "/usr/share/egl/egl_external_platform.d/*nvidia*.json",
-            # {machine} and {version} are the machine (os.uname) and the driver's version (ponytail.host.probe)
+            # {machine} and {version} are the machine (os.uname) and the driver's version (ponytail.host.driver_search)
             "/usr/share/vulkan/icd.d/nvidia_icd.{machine}.json",
             "/etc/vulkan/icd.d/nvidia_icd.{machine}.json",
             "/usr/share/nvidia/nvoptix.bin",  # OptiX's precompiled kernels, read by libnvoptix

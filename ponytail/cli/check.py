@@ -28,9 +28,11 @@ from ponytail.host.devchar import OK as LINKED
 from ponytail.host.devchar import probe_char_links
 from ponytail.host.driver import read_driver_version
 from ponytail.host.driver_files import host_path, mismatch_message, soname_version
+from ponytail.host.driver_search import firmware_dirs
 from ponytail.host.driver_trees import describe_trees
 from ponytail.host.filelist import FILELIST, missing_from_tables, read_filelist
-from ponytail.host.probe import NODE_MISSING, NODE_MODULE_NOT_LOADED, firmware_dirs, probe_host
+from ponytail.host.nodes import NODE_MISSING, NODE_MODULE_NOT_LOADED
+from ponytail.host.probe import probe_host
 
 EXPECTED_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")

@@ -32,7 +32,8 @@ def run_info(as_json: bool, config: str | None, stdout: TextIO | None = None, st
     from ponytail.config import config_path, load_config
     from ponytail.errors import PonytailError, ProbeError
     from ponytail.host.cuda import cuda_driver_version, format_cuda_version
-    from ponytail.host.probe import find_driver_file, probe_gpus
+    from ponytail.host.driver_search import find_driver_file
+    from ponytail.host.probe import probe_gpus
 
     stdout = stdout or sys.stdout
     try:

@@ -40,8 +40,9 @@ import time
 PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
 MAX_BYTES = 1 << 20
-# the modules whose code decides what a search finds, relative to the ponytail package
-SEARCH_CODE = ("host/driver_files", "host/probe", "host/elf", "host/ldcache", "host/probecache", "fs/inroot", "capabilities")
+# the modules whose code decides what a search finds, relative to the ponytail package (host/features:
+# versions_named, which decides whether a binary of another driver is skipped)
+SEARCH_CODE = ("host/driver_files", "host/driver_search", "host/features", "host/probe", "host/elf", "host/ldcache", "host/probecache", "fs/inroot", "capabilities")
 MAX_ENTRIES = 32  # the most recent keys remembered: driver roots × capability sets × ponytail installs (pip, binary)
 _PRIME = (1 << 61) - 1  # the file name's hash: the key's bytes as a number, modulo this
 _MAGIC = "*?["

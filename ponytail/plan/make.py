@@ -30,7 +30,8 @@ def make_plan(
     except in a dry run, which shows the problems instead. ``driver`` (name, who asked)
     selects a registered driver tree; ``rootfs`` is looked at for a CUDA compat directory;
     ``hide_other_gpus``: see build_plan."""
-    from ponytail.host.probe import find_ldconfig, probe_host
+    from ponytail.host.driver_search import find_ldconfig
+    from ponytail.host.probe import probe_host
     from ponytail.plan.operations import build_plan
     from ponytail.plan.select import select_devices, select_gpus
 
@@ -213,7 +214,7 @@ def _unmet_requirement(
         return None
     from ponytail.container.require import Facts, RequirementNotMet, check_requirements
     from ponytail.host.cuda import cuda_driver_version, format_cuda_version
-    from ponytail.host.probe import find_driver_file
+    from ponytail.host.driver_search import find_driver_file
 
     def cuda() -> str:  # the CUDA of the libcuda the container will load
         if compat is not None and compat.used:
@@ -241,8 +242,8 @@ def _unmet_requirement(
 
 
 def _mig_uuids(config: Config, host: Host, tree: str, tree_version: str) -> dict[str, tuple[int, int, int]]:
+    from ponytail.host.driver_search import find_driver_file
     from ponytail.host.mig import mig_uuids
-    from ponytail.host.probe import find_driver_file
 
     nvml = find_driver_file(config, tree_version or host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host)
     if tree:  # not among the request's files when it does not ask for utility

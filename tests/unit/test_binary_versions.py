@@ -1,13 +1,14 @@
 """A node upgraded but not rebooted: the driver root's new nvidia-smi names the new driver's
 version, which the kernel module is not; it is skipped like the new libraries beside it
-(ponytail.host.probe). Programs are read only where such libraries were skipped."""
+(ponytail.host.driver_search). Programs are read only where such libraries were skipped."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ponytail.host.driver_files import DriverFile, SkippedFile
-from ponytail.host.probe import _binary_of_another_driver, _other_versions, versions_named
+from ponytail.host.driver_search import _binary_of_another_driver, _other_versions
+from ponytail.host.features import versions_named
 
 NEW, RUNNING = "535.309.01", "470.256.02"
 

@@ -17,7 +17,8 @@ from ponytail.plan.cdi import VERSIONS, build_spec, problems
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ponytail.host.probe import FeatureFinding, Host
+    from ponytail.host.features import FeatureFinding
+    from ponytail.host.probe import Host
 
 STRATEGIES = ("index", "uuid", "both")
 # `cdi generate` and `cdi list` name GPUs alike: by index (podman --device nvidia.com/gpu=0), by UUID
@@ -32,7 +33,8 @@ def generate(
 ) -> tuple[dict, list[str], dict[str, dict]]:
     """This host's spec, the plan's warnings, and the specs of the opt-in features it has (feature_specs)."""
     from ponytail.container.request import build_request
-    from ponytail.host.probe import find_ldconfig, probe_host
+    from ponytail.host.driver_search import find_ldconfig
+    from ponytail.host.probe import probe_host
     from ponytail.lite.records import replace
     from ponytail.plan.operations import build_plan
     from ponytail.plan.select import Selection
@@ -137,8 +139,8 @@ def _names(strategy: str, index_name: str, uuid: str | None) -> list[str]:
 
 def _mig_uuids(config: Config, host: Host) -> dict[str, str]:
     """MIG device name (GPU:GI:CI) -> MIG UUID, asked of NVML (the driver's own libnvidia-ml)."""
+    from ponytail.host.driver_search import find_driver_library
     from ponytail.host.mig import mig_uuids
-    from ponytail.host.probe import find_driver_library
 
     by_minor = {g.minor: g.index for g in host.gpus}
     nvml = find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host)

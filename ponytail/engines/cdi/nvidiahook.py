@@ -182,7 +182,7 @@ def operations(
     compat_dir = _compat_directory(flags, container, log)
     folders = list(dict.fromkeys(flags.get("update-ldcache folder", []) + flags.get("create-soname-symlinks folder", [])))
     if "update-ldcache" in done or "create-soname-symlinks" in done:
-        from ponytail.host.probe import find_ldconfig
+        from ponytail.host.driver_search import find_ldconfig
 
         ldconfig = find_ldconfig(config.ldconfig)
         if ldconfig is None:
