@@ -26,9 +26,10 @@ while [ $# -gt 0 ]; do
 done
 start=$(date +%s)
 
-# the build dependencies (debian/control's Build-Depends) and lintian, from Debian's archive
+# the build dependencies (debian/control's Build-Depends, and build-essential, which dpkg-buildpackage
+# checks for every package) and lintian, from Debian's archive
 need=()
-for pkg in debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools \
+for pkg in build-essential debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools \
            python3-click python3-pyudev python3-tomlkit python3-yaml dpkg-dev fakeroot lintian; do
     dpkg-query -W -f '${Status}\n' "$pkg" 2>/dev/null | grep -q '^install ok installed$' || need+=("$pkg")
 done
@@ -38,6 +39,7 @@ if [ ${#need[@]} -gt 0 ]; then
         exit 1
     fi
     echo "build-deb: installing Debian packages: ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 [ -z "$deps_only" ] || exit 0
