@@ -410,14 +410,19 @@ def configurations(h: Host, ponytails: dict[str, list[str]], cdi: dict[str, bool
         runs["nvidia spec hooks"]["NVIDIA"] = lambda: h.cdi_hooks("NVIDIA", "nvidia spec hooks")
     for label, command in ponytails.items():
         if h.tools and len(command) == 1:
-            key = h.nvidia_spec_for(label, command)
-            runs["nvidia spec hooks"][label] = lambda k=key, lab=label: h.cdi_hooks(lab, "nvidia spec hooks", k)
+            try:
+                key = h.nvidia_spec_for(label, command)
+            except subprocess.CalledProcessError:  # an older ponytail: no install-nvidia-hook
+                notes.append(f"{label}: nvidia spec hooks not available in this build (no install-nvidia-hook)")
+            else:
+                runs["nvidia spec hooks"][label] = lambda k=key, lab=label: h.cdi_hooks(lab, "nvidia spec hooks", k)
         runs["inject"][label] = lambda c=command, lab=label: h.ponytail_inject(c, lab)
         runs["hook"][label] = lambda c=command, lab=label: h.ponytail_hook(c, lab)
         runs["info"][label] = lambda c=command: h.ponytail_info(c)
         if not cdi[label]:
             continue
-        spec = h.work / f"ponytail-spec-{label}-{h.bench.gpu_count}.json"
+        spec = h.work / "ponytail-specs" / f"ponytail-spec-{label}-{h.bench.gpu_count}.json"  # not beside NVIDIA's: one owner per kind
+        spec.parent.mkdir(exist_ok=True)
         argv = h.ponytail_generate_argv(command, spec)
         runs["cdi generate"][label] = lambda a=argv: h.run("ponytail cdi generate", a)
         h.run("ponytail cdi generate", argv)

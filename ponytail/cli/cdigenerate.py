@@ -95,11 +95,12 @@ def _refuse_a_second_owner(output: str, spec: dict, features: dict[str, dict], n
     """One owner per CDI kind: nothing is written when another file defines a kind ponytail would
     write (the engines refuse or shadow a kind two files define), or ``output`` is another generator's."""
     from ponytail.engines.cdi.files import feature_spec_path
-    from ponytail.engines.cdi.owners import write_refusal
+    from ponytail.engines.cdi.owners import Scans, write_refusal
     from ponytail.errors import PonytailError
 
     planned = [(output, spec)] + [(feature_spec_path(output, n), features[n]) for n in names if n in features]
+    scanned = Scans()  # each spec file read once for all of them
     for path, written in planned:
-        refusal = write_refusal(written["kind"], path)
+        refusal = write_refusal(written["kind"], path, scanned=scanned)
         if refusal is not None:
             raise PonytailError(refusal)

@@ -89,28 +89,45 @@ def clashes(files: list[SpecFile]) -> dict[str, list[SpecFile]]:
     return {kind: group for kind, group in by_kind.items() if len(group) > 1}
 
 
-def others_of_kind(kind: str, output: str, root: str = "/") -> list[SpecFile]:
+def others_of_kind(kind: str, output: str, root: str = "/", scanned: Scans | None = None) -> list[SpecFile]:
     """The spec files other than ``output`` that define ``kind``: in the engines' spec directories,
     and another generator's in ``output``'s own directory (an engine may be set to read it; ponytail's
-    own specs of a scratch directory are left alone)."""
+    own specs of a scratch directory are left alone). ``scanned``: the directories read so far."""
+    scanned = Scans() if scanned is None else scanned
     target = _same_file_key(output)
     spec_dirs = {_same_file_key(root.rstrip("/") + d if root != "/" else d) for d in SPEC_DIRS}
-    found = [f for f in scan(root) if f.kind == kind and _same_file_key(f.path) != target]
+    found = [f for f in scanned.of(root, SPEC_DIRS) if f.kind == kind and _same_file_key(f.path) != target]
     directory = os.path.dirname(os.path.abspath(output))
     if _same_file_key(directory) not in spec_dirs:
-        found += [f for f in scan("/", (directory,)) if f.kind == kind and f.generator != PONYTAIL and _same_file_key(f.path) != target]
+        found += [f for f in scanned.of("/", (directory,)) if f.kind == kind and f.generator != PONYTAIL and _same_file_key(f.path) != target]
     return found
 
 
-def write_refusal(kind: str, output: str, root: str = "/") -> str | None:
+class Scans:
+    """What scan() found, per root and directories, for one decision: a spec file is read (parsed
+    whole: at 18 GPUs ponytail's own takes milliseconds) once, however often the checks ask."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, tuple[str, ...]], list[SpecFile]] = {}
+
+    def of(self, root: str, dirs: tuple[str, ...]) -> list[SpecFile]:
+        key = (root, dirs)
+        if key not in self._found:
+            self._found[key] = scan(root, dirs)
+        return self._found[key]
+
+
+def write_refusal(kind: str, output: str, root: str = "/", scanned: Scans | None = None) -> str | None:
     """Why ponytail must not write its spec of ``kind`` to ``output`` (None: it may): ``output`` is
-    another generator's file, or another file already defines ``kind``."""
+    another generator's file, or another file already defines ``kind``. ``scanned``: share one
+    Scans between the files one command writes (a GPU spec and its features' specs)."""
+    scanned = Scans() if scanned is None else scanned
     output = os.path.abspath(output)
-    here = [f for f in scan(root, (os.path.dirname(output),)) if _same_file_key(f.path) == _same_file_key(output)]
+    here = [f for f in scanned.of(root, (os.path.dirname(output),)) if _same_file_key(f.path) == _same_file_key(output)]
     if here and here[0].generator != PONYTAIL:
         return (f"{here[0].label} is not ponytail's, and ponytail does not write over another generator's spec: "
                 f"{_before_writing(here)}")
-    others = others_of_kind(kind, output, root)
+    others = others_of_kind(kind, output, root, scanned)
     if not others:
         return None
     mine = _ours(output, kind)
