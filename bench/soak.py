@@ -395,7 +395,10 @@ def _check_leaks(report: Report, host: FakeHost, containers: list[Container], mo
     if run_dir.is_dir():
         # the caches themselves (cuda-version.json, probe-*.cache); a temporary file is a leak
         caches = [p for p in run_dir.iterdir() if p.name == "cuda-version.json" or p.match("probe-*.cache")]
-        report.leaks += [f"left in {run_dir}: {p.name}" for p in run_dir.iterdir() if p not in caches]
+        records = run_dir / "containers"  # ponytail guard's records: one <id>.json per GPU container, pruned by the guard
+        report.leaks += [f"left in {run_dir}: {p.name}" for p in run_dir.iterdir() if p not in caches and p != records]
+        if records.is_dir():
+            report.leaks += [f"left in {records}: {p.name}" for p in records.iterdir() if not p.name.endswith(".json") or p.name.startswith(".")]
 
 
 def _holders(paths: list[str]) -> list[str]:
