@@ -13,10 +13,9 @@ import pytest
 import tomlkit
 from test_engine_containerd import CUDACHECK_GPU1, DEVICES, EXPECTED_GPU1
 
-from support.containerd_cri import gpu_node_files, make_state_dir, node_daemon, private_config
-from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script, current_engines
-from support.harness import run_ponytail
-from support.nvidia_toolkit import install_toolkit
+from support.containerd_cri import make_state_dir, node_daemon, private_config
+from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, current_engines
+from support.nvidia_toolkit import migrated_gpu_node
 
 pytestmark = pytest.mark.current_engines
 
@@ -25,12 +24,7 @@ def test_containerd_2_3_runs_the_migrated_handler_and_ponytails_spec(tmp_path: P
     engines = current_engines()
     if engines is None:
         pytest.skip("current engines (containerd 2.3, crictl, runc 1.5): run make test-engines (ENGINES_DIR)")
-    host, ponytail_config, rootfs, image = gpu_node_files(tmp_path)
-    root = tmp_path / "root"
-    install_toolkit(root, host)
-    migrated = run_ponytail(["migrate", "--from", "nvidia", "--root", str(root), "-config", str(ponytail_config),
-                             "--path", console_script("ponytail")])
-    assert migrated.returncode == 0, migrated.stderr
+    host, ponytail_config, rootfs, image, root = migrated_gpu_node(tmp_path)
     state = make_state_dir()
     default = subprocess.run([str(engines / "containerd"), "config", "default"], capture_output=True, text=True, check=True).stdout
     document = tomlkit.parse(private_config(default, state, image))

@@ -11,23 +11,17 @@ import pytest
 from test_engine_containerd import CUDACHECK_GPU1, DEVICES, EXPECTED_GPU1
 from test_engine_crio import engines
 
-from support.containerd_cri import Pods, gpu_node_files, make_state_dir, oci_archive, remove_state_dir
+from support.containerd_cri import Pods, make_state_dir, oci_archive, remove_state_dir
 from support.crio import Crio
-from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script
-from support.harness import run_ponytail
-from support.nvidia_toolkit import install_toolkit
+from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0
+from support.nvidia_toolkit import migrated_gpu_node
 
 pytestmark = pytest.mark.current_engines
 
 
 def test_crio_runs_the_migrated_handler_and_ponytails_spec(tmp_path: Path) -> None:
     engines_dir = engines()
-    host, ponytail_config, rootfs, image = gpu_node_files(tmp_path)
-    root = tmp_path / "root"
-    install_toolkit(root, host)
-    migrated = run_ponytail(["migrate", "--from", "nvidia", "--root", str(root), "-config", str(ponytail_config),
-                             "--path", console_script("ponytail")])
-    assert migrated.returncode == 0, migrated.stderr
+    _, ponytail_config, rootfs, image, root = migrated_gpu_node(tmp_path)
     state = make_state_dir()
     crio = Crio(state, engines_dir, pause_image=image)
     pods = None

@@ -119,3 +119,20 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
         elif path.is_file():
             out[str(path)] = path.read_bytes() + f"\n{st.st_mode:o} {st.st_uid}:{st.st_gid}".encode()
     return out
+
+
+def migrated_gpu_node(tmp_path: Path) -> tuple[FakeHost, Path, Path, str, Path]:
+    """A Kubernetes GPU node's files (support.containerd_cri.gpu_node_files) with NVIDIA's toolkit installed
+    in ``tmp_path``/root and then `ponytail migrate --from nvidia` run on it: (the fake host, ponytail's config,
+    the image's rootfs, the image's name, the migrated root)."""
+    from support.containerd_cri import gpu_node_files
+    from support.engines import console_script
+    from support.harness import run_ponytail
+
+    host, ponytail_config, rootfs, image = gpu_node_files(tmp_path)
+    root = tmp_path / "root"
+    install_toolkit(root, host)
+    migrated = run_ponytail(["migrate", "--from", "nvidia", "--root", str(root), "-config", str(ponytail_config),
+                             "--path", console_script("ponytail")])
+    assert migrated.returncode == 0, migrated.stderr
+    return host, ponytail_config, rootfs, image, root
