@@ -21,7 +21,7 @@ Counts, and exits 1 unless all are zero:
   blank line in the run log (runs appending at once);
 - leaks: mounts left in this mount namespace, processes or descriptors left on the
   fake host or the rootfs directories, temporary files in the rootfs directories or
-  in /run/ponytail.
+  in the fake host's cache directory (its [cache] dir).
 tests/integration/test_faults.py runs a shorter soak; the README (Reliability) has the numbers of a full one.
 """
 
@@ -391,7 +391,7 @@ def _check_leaks(report: Report, host: FakeHost, containers: list[Container], mo
         for path in rootfs.rglob("*"):
             if "ponytail-new" in path.name or path.name.endswith("~"):
                 report.leaks.append(f"left in the rootfs: {path}")
-    run_dir = Path("/run/ponytail")
+    run_dir = host.base / "cache"  # the fake host's [cache] dir, where the runs keep their caches and records
     if run_dir.is_dir():
         # the caches themselves (cuda-version.json, probe-*.cache); a temporary file is a leak
         caches = [p for p in run_dir.iterdir() if p.name == "cuda-version.json" or p.match("probe-*.cache")]
