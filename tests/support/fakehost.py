@@ -471,15 +471,15 @@ def add_cuda_compat(rootfs: Path, version: str, cuda_version: int, directory: st
     return compat
 
 
-def add_stale_libcuda(rootfs: Path, version: str, cuda_version: int) -> Path:
+def add_stale_libcuda(rootfs: Path, version: str, cuda_version: int, lib_dir: str = LIB_DIR) -> Path:
     """An image that ships its own (old) libcuda.so.1 as a regular file in the usual library
-    directory, with a linker cache that names it."""
-    libdir = rootfs / LIB_DIR.lstrip("/")
+    directory (or ``lib_dir``), with a linker cache that names it."""
+    libdir = rootfs / lib_dir.lstrip("/")
     libdir.mkdir(parents=True, exist_ok=True)
     built = compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{version}", version, cuda_version)
     shutil.copy(built, libdir / "libcuda.so.1")
     (rootfs / "etc/ld.so.conf.d").mkdir(parents=True, exist_ok=True)
-    (rootfs / "etc/ld.so.conf.d/libc.conf").write_text(LIB_DIR + "\n")
+    (rootfs / "etc/ld.so.conf.d/libc.conf").write_text(lib_dir + "\n")
     subprocess.run(["ldconfig", "-r", str(rootfs)], check=True)
     return libdir / "libcuda.so.1"
 

@@ -114,6 +114,24 @@ def point_hooks(spec: dict, hook: str, env: dict[str, str] | None = None, ctk: s
     return spec
 
 
+def relocate(spec: dict, old: str, new: str) -> dict:
+    """``spec`` with the container's side of directory ``old`` moved to ``new`` (mount targets, hook
+    arguments, environment), host paths left as they are: the captured spec as if the driver's libraries
+    went to another directory of the image (e.g. the one the hostile-image suite sets its traps in)."""
+
+    def moved(text: str) -> str:
+        return text.replace(f"::{old}/", f"::{new}/").replace(f"={old}", f"={new}") if not text.startswith(old) else new + text[len(old):]
+
+    for edits in [spec.get("containerEdits", {}), *(d["containerEdits"] for d in spec["devices"])]:
+        for mount in edits.get("mounts", []):
+            mount["containerPath"] = moved(mount["containerPath"])
+        for entry in edits.get("hooks", []):
+            entry["args"] = [moved(a) for a in entry["args"]]
+        if "env" in edits:
+            edits["env"] = [moved(e) for e in edits["env"]]
+    return spec
+
+
 def write_spec(host: FakeHost, out: Path, hook: str, env: dict[str, str] | None = None, ctk: str = "", variant: str = "default") -> dict:
     """nvidia-ctk 1.20.0's spec (captured ``variant``) for ``host``, a captured host, written to ``out``
     (YAML) with its hooks pointed at ``hook`` (see ``point_hooks``). The spec, as written."""
