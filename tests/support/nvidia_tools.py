@@ -132,10 +132,66 @@ def relocate(spec: dict, old: str, new: str) -> dict:
     return spec
 
 
+def _gpu_node(path: str, host_path: str, major: int, minor: int) -> dict:
+    """A device node as nvidia-ctk writes it (no ``minor`` when it is 0)."""
+    node: dict = {"path": path, "hostPath": host_path, "major": major}
+    if minor:
+        node["minor"] = minor
+    return {**node, "fileMode": 438, "permissions": "rwm"}
+
+
+def derived_spec(host: FakeHost, variant: str = "default") -> dict:
+    """The captured 2-GPU spec ``variant`` made to fit another fake host by editing its data: the host's GPUs
+    (named by NVML's index, in bus-id order, and UUID, as nvidia-ctk names them), library directory, driver
+    version and uvm major; mounts, nodes and links of files the host lacks left out."""
+    info = manifest("2gpu")
+    text = _captured(SPECS / f"2gpu-{variant}.yaml").read_text().replace(f"{PLACEHOLDER}/host", str(host.base))
+    text = text.replace(info["libdir"], host.lib_dir).replace(info["driver_version"], host.driver_version)
+    spec = yaml.safe_load(text)
+    libdir = host.driver / host.lib_dir.lstrip("/")
+    edits = spec["containerEdits"]
+    edits["mounts"] = [m for m in edits.get("mounts", []) if Path(m["hostPath"]).exists()]
+    for node in edits.get("deviceNodes", []):
+        if node["path"].startswith("/dev/nvidia-uvm"):
+            node["major"] = host.uvm_major
+    edits["deviceNodes"] = [n for n in edits.get("deviceNodes", []) if Path(n["hostPath"]).exists()]
+    for entry in edits.get("hooks", []):
+        args, kept = entry["args"], []
+        for i, arg in enumerate(args):
+            if arg != "--link" and (i == 0 or args[i - 1] != "--link"):
+                kept.append(arg)
+            elif arg != "--link" and (libdir / arg.partition("::")[0]).exists():
+                kept += ["--link", arg]
+        entry["args"] = kept
+    ordered = sorted(host.gpu_list, key=lambda g: g.bus_id)
+    nodes = {g.uuid: _gpu_node(f"/dev/nvidia{g.minor}", str(host.dev / f"nvidia{g.minor}"), 195, g.minor) for g in ordered}
+    names = {d["name"] for d in spec["devices"]}
+    devices: list[dict] = []
+    if "0" in names:
+        devices += [{"name": str(i), "containerEdits": {"deviceNodes": [dict(nodes[g.uuid])]}} for i, g in enumerate(ordered)]
+    if any(n.startswith("GPU-") for n in names):
+        devices += [{"name": g.uuid, "containerEdits": {"deviceNodes": [dict(nodes[g.uuid])]}} for g in ordered]
+    for device in spec["devices"]:
+        if device["name"] == "all":
+            others = [n for n in device["containerEdits"]["deviceNodes"] if not n["path"][len("/dev/nvidia"):].isdecimal()]
+            for node in others:
+                if node["path"].startswith("/dev/nvidia-uvm"):
+                    node["major"] = host.uvm_major
+            gpu_nodes = [dict(n) for n in sorted(nodes.values(), key=lambda n: n.get("minor", 0))]
+            device["containerEdits"]["deviceNodes"] = [n for n in others if Path(n["hostPath"]).exists()] + gpu_nodes
+            devices.append(device)
+    spec["devices"] = sorted(devices, key=lambda d: d["name"])
+    return spec
+
+
 def write_spec(host: FakeHost, out: Path, hook: str, env: dict[str, str] | None = None, ctk: str = "", variant: str = "default") -> dict:
-    """nvidia-ctk 1.20.0's spec (captured ``variant``) for ``host``, a captured host, written to ``out``
-    (YAML) with its hooks pointed at ``hook`` (see ``point_hooks``). The spec, as written."""
-    spec = yaml.safe_load(spec_text(host.base.parent, host_name(host), variant))
+    """nvidia-ctk 1.20.0's spec (captured ``variant``) for ``host`` written to ``out`` (YAML) with its hooks
+    pointed at ``hook`` (see ``point_hooks``): the captured spec itself for a captured host, else the
+    captured 2-GPU spec made to fit ``host`` (``derived_spec``). The spec, as written."""
+    try:
+        spec = yaml.safe_load(spec_text(host.base.parent, host_name(host), variant))
+    except ValueError:
+        spec = derived_spec(host, variant)
     point_hooks(spec, hook, env, ctk)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(spec))
@@ -143,8 +199,8 @@ def write_spec(host: FakeHost, out: Path, hook: str, env: dict[str, str] | None 
 
 
 def nvidia_spec(host: FakeHost, out: Path, hook: str, env: dict[str, str] | None = None, ctk: str = "", variant: str = "default") -> dict:
-    """What ``nvidia-ctk cdi generate`` (1.20.0) writes for ``host`` (a ``captured_host``), from the captured
-    data, into ``out``: every hook's path then ``hook`` with ``env`` added to its environment; ``ctk``: a
+    """What ``nvidia-ctk cdi generate`` (1.20.0) writes for ``host``, from the captured data (``write_spec``:
+    exactly for a ``captured_host``, made to fit by editing data for another), into ``out``: every hook's path then ``hook`` with ``env`` added to its environment; ``ctk``: a
     path named nvidia-ctk to write the hooks in the older ``nvidia-ctk hook SUBCOMMAND`` form instead."""
     return write_spec(host, out, hook, env, ctk, variant)
 
