@@ -2,7 +2,8 @@
 package registry this project reaches has CRI-O, so no test starts one (the README's compatibility table says
 so). `ponytail configure --runtime crio` adds the runtime handler `ponytail` in a drop-in of crio.conf.d, which
 CRI-O merges over crio.conf; uninstall gives the configuration back byte for byte; `ponytail install-hook` writes
-a hooks.d file (containers/common's format, version 1.0.0) into CRI-O's hooks_dir."""
+a hooks.d file (containers/common's format, version 1.0.0) into CRI-O's hooks_dir; on a spec as CRI-O writes
+it, the hook reads the pod's namespace from CRI-O's own key."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 
 from support.containerd_cri import make_state_dir, remove_state_dir
 from support.crio import CrioFiles
-from support.engines import TIMEOUT, console_script
+from support.engines import TIMEOUT, console_script, oci_bundle
+from support.fakehost import FakeHost
+from support.harness import run_ponytail, state_for
 
 
 def configure(config: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
@@ -84,3 +87,22 @@ def test_the_hooks_d_file_in_crios_hooks_dir_is_one_crio_runs(crio: CrioFiles, t
     [(key, value)] = hook["when"]["annotations"].items()
     assert re.search(key, "com.example.gpu") and not re.search(key, "com.example.gpu.other")
     assert re.search(value, "true") and not re.search(value, "nottrue")
+
+
+FORGED = "gpu-operator"
+
+
+def test_the_pod_namespace_in_a_spec_as_crio_writes_it(host: FakeHost, tmp_path: Path) -> None:
+    """CRI-O copies a pod's annotations into each container's spec, then the container's, then the kubelet's
+    container labels (internal/factory/container SpecAddAnnotations): the kubelet's io.kubernetes.pod.namespace is
+    written last, while containerd's key, io.kubernetes.cri.sandbox-namespace, stays as the pod wrote it. On
+    such a config.json (a pod in `default` that forged both keys) the hook believes the namespace only through
+    the configured CRI implementation's key."""
+    annotations = {"example.com/passed": "yes", "io.kubernetes.pod.namespace": "default", "io.kubernetes.cri.sandbox-namespace": FORGED}
+    bundle = oci_bundle(tmp_path, ["/bin/true"], env=["NVIDIA_VISIBLE_DEVICES=all"], annotations=annotations)
+    strict = f'[request]\naccept_env_when_unprivileged = false\nenv_namespaces = ["{FORGED}"]\n'
+    for cri, believed in (("cri-o", False), ("containerd", True)):
+        config = tmp_path / f"{cri}.toml"
+        config.write_text(host.config_text() + strict + f'cri = "{cri}"\n')
+        output = run_ponytail(["-config", str(config), "-debug"], stdin=state_for(bundle, 1)).stdout.decode()
+        assert ("devices requested: 'all' (from NVIDIA_VISIBLE_DEVICES)" in output) is believed, output
