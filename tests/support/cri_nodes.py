@@ -11,7 +11,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from support.containerd_cri import Containerd, Pods, configured_private_config, gpu_node_files, make_state_dir, node_daemon
+from support.containerd_cri import (
+    Containerd,
+    Pods,
+    configured_private_config,
+    gpu_node_files,
+    make_state_dir,
+    node_daemon,
+    remove_state_dir,
+)
 from support.fakehost import FakeHost
 from support.sidroot import sid_binary
 
@@ -38,8 +46,12 @@ def cri_node(engine: str, base: Path, write_specs: Callable[[FakeHost, Path, Pat
     containerd = sid_binary("containerd")
     host, ponytail_config, rootfs, image = gpu_node_files(base)
     state = make_state_dir()
-    config, _ = configured_private_config(containerd, state, image)
-    (state / "cdi").mkdir()
-    write_specs(host, state / "cdi", ponytail_config)
+    try:
+        config, _ = configured_private_config(containerd, state, image)
+        (state / "cdi").mkdir()
+        write_specs(host, state / "cdi", ponytail_config)
+    except BaseException:  # a failed or skipped spec: node_daemon, which removes the state, is not reached
+        remove_state_dir(state)
+        raise
     with node_daemon(config, state, env or {}, rootfs, image, base, sid=True) as (daemon, pods):
         yield CriNode(pods, host, state / "cdi", ponytail_config, daemon)

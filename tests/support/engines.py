@@ -90,6 +90,8 @@ class Podman:
                  etc_files: dict[str, str] | None = None) -> None:
         """``sid``: Debian sid's podman 5.8 (with ``runtime``, runc 1.3 or crun 1.28) in the sid root
         (support.sidroot), whose /etc gets ``etc_files`` (e.g. cdi/NAME.yaml); else Debian 12's podman 4.3 with runc."""
+        if sid:
+            sid_root()  # built, or the test skipped saying why, before any state is made
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-podman-"))
         # under cgroup v2 podman sets a pids limit by default, and this machine's unified hierarchy has no pids
         # controller: podman 4.3 sets none with -1; podman 5.8 with crun 1.28 still asks for the controller with -1, not with 0
@@ -162,6 +164,8 @@ class Dockerd:
         and reads daemon.json from there): the host's /etc is never read for docker's own config nor written.
         ``sid``: Debian sid's dockerd 28.5 with the containerd 2.1 and runc 1.3 it starts itself, in the sid
         root (support.sidroot), whose own /etc gets ``etc_files``; its docker CLI. ``args``: more of dockerd's options."""
+        if sid:
+            sid_root()  # built, or the test skipped saying why, before any state is made
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-docker-"))
         self.process: subprocess.Popen | None = None
         self.socket = f"unix://{self.state}/docker.sock"

@@ -42,7 +42,9 @@ CONSOLE_SCRIPTS = ("ponytail", "ponytail-runtime")
 
 @cache
 def _built() -> Path | str:
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
+    # the system's PATH (the script's python3 is Debian's); the cache and mirror settings passed on
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8", "PONYTAIL_ROOT_CACHE": str(CACHE),
+           **{k: v for k, v in os.environ.items() if k in ("DEBIAN_MIRROR", "DEBIAN_SECURITY_MIRROR")}}
     result = subprocess.run([str(DEBIAN_ROOT), "--suite", SUITE, "sid-engines", *PACKAGES],
                             capture_output=True, text=True, timeout=1500, env=env)
     if result.returncode == 3:
@@ -121,7 +123,7 @@ def in_sid(command: list[str], etc_layer: Path | None = None, cgroup2_only: bool
     Run it with ``sid_env(...)`` as its environment."""
     root = sid_root()
     work = CACHE / ".sid-mnt"  # each namespace mounts its own tmpfs here: the directory stays empty
-    work.mkdir(exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     return ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "sh", "-c", SCRIPT, "sh",
             str(root), str(work), str(REPO), str(VENV_BIN), str(_links()), str(etc_layer or ""), "1" if cgroup2_only else "0",
             "/usr/bin/env", *command]
