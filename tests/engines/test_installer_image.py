@@ -171,3 +171,24 @@ def test_installer_on_containerd_2_writes_a_drop_in_and_takes_it_out(podman, tmp
     removed = installer(podman, host, "uninstall")
     assert removed.returncode == 0, removed.stderr
     assert config.read_text() == original and not drop_in.exists() and not (host / "var/lib/ponytail").exists()
+
+
+@pytest.mark.current_engines
+def test_installer_on_containerd_2_1s_own_default_edits_config_toml_and_gives_it_back(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Debian sid's containerd 2.1 `config default` as the node's config (version 3, importing nothing): no directory
+    to put a drop-in in, so the installer adds its runtime to config.toml, and uninstall gives back its bytes."""
+    from support.sidroot import sid_binary
+
+    host = tmp_path / "host"
+    config = host / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    original = subprocess.run([sid_binary("containerd"), "config", "default"], capture_output=True, text=True, check=True).stdout
+    config.write_text(original)
+    first = installer(podman, host, "install")
+    assert first.returncode == 0, first.stderr
+    entry = tomllib.loads(config.read_text())["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["ponytail"]
+    assert entry["options"]["BinaryName"] == "/usr/local/ponytail/ponytail-runtime"
+    assert "restart containerd on the node to apply" in first.stdout and not (host / "etc/containerd/conf.d").exists(), first.stdout
+    removed = installer(podman, host, "uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert config.read_text() == original and not (host / "var/lib/ponytail").exists()
