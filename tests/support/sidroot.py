@@ -5,10 +5,10 @@ crun 1.28, and the command line that runs one of its programs on this machine.
 sid's runc and crun need a newer glibc than Debian 12's, and runc re-executes itself: they run inside the
 root, not beside Debian 12's libraries. ``in_sid`` runs a command there in private mount and PID namespaces:
 the cached root under an overlay whose upper layer is a tmpfs of that namespace (the cache is never written;
-what an engine writes under /etc or /var vanishes with it), chrooted, with its own /proc, the machine's /sys
-and /dev, a tmpfs /run (the machine's services and their sockets are never met), and the machine's /tmp and
-this checkout at their own paths: the tests' fake hosts, rootfs, configs and state directories are where the
-tests made them. The engine's hooks are ponytail as users run it: the self-contained binary of ``make binary``
+what an engine writes under /etc or /var vanishes with it) made the namespace's root (pivot_root), with its
+own /proc, the machine's /sys and /dev, a tmpfs /run (the machine's services and their sockets are never
+met), and the machine's /tmp and this checkout at their own paths: the tests' fake hosts, rootfs, configs
+and state directories are where the tests made them. The engine's hooks are ponytail as users run it: the self-contained binary of ``make binary``
 (dist/ponytail/ponytail; the .venv's console scripts start Debian 12's python, which the root lacks). Inside,
 this checkout's .venv/bin holds ``ponytail`` and ``ponytail-runtime`` as links to the binary, so every path
 a test hands an engine (``console_script(...)``, the links and scripts ``ponytail install-*`` make) runs it.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shlex
 import signal
 import subprocess
 from functools import cache
@@ -65,7 +64,7 @@ def sid_root() -> Path:
 
 
 def versions() -> dict[str, str]:
-    """Package -> version of the sid root (what the tests ran against)."""
+    """Package -> Debian version of the sid root's packages (what the tests ran against)."""
     lines = (sid_root() / ".ponytail-root-packages").read_text().splitlines()
     return dict(line.split(" ", 1) for line in lines if " " in line)
 
@@ -162,7 +161,3 @@ def stop_sid_daemon(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def describe(command: list[str]) -> str:
-    return shlex.join(command[command.index("/usr/bin/env") + 1:] if "/usr/bin/env" in command else command)
