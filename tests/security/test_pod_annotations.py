@@ -114,3 +114,57 @@ def test_without_the_cri_the_strict_policy_believes_no_annotation(host: FakeHost
     assert result.returncode == 2 and result.stdout.startswith("dlopen libcuda.so.1 failed"), (result.stdout, result.stderr)
     logged = [line for line in host.log.read_text().splitlines() if f"container={container_id}" in line]
     assert any('[request] cri is not set' in line and 'set [request] cri = "containerd" or "cri-o"' in line for line in logged), logged
+
+
+CONTAINERD_RUNC = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  pod_annotations = ["*/*", "io.katacontainers.*", "cdi.k8s.io/*"]
+"""
+
+
+def test_containerd_entry_lets_no_pod_annotation_of_cdi_through(tmp_path: Path) -> None:
+    """containerd writes the pod annotations a runtime entry's pod_annotations let through beside the
+    container's, indistinguishable: ponytail's entry copies runc's but never such a pattern, and says so."""
+    config = tmp_path / "config.toml"
+    config.write_text(CONTAINERD_RUNC)
+    result = subprocess.run([console_script("ponytail"), "configure", "--runtime", "containerd", "--config-file", str(config)],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    runtimes = tomllib.loads(config.read_text())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    assert runtimes["ponytail"]["pod_annotations"] == ["io.katacontainers.*"], runtimes["ponytail"]
+    assert runtimes["ponytail"]["container_annotations"] == ["cdi.k8s.io/*"]  # the kubelet's, as before
+    assert runtimes["runc"]["pod_annotations"] == ["*/*", "io.katacontainers.*", "cdi.k8s.io/*"]  # runc's own: untouched
+    assert "left runc's pod_annotations '*/*', 'cdi.k8s.io/*' out of" in result.stdout, result.stdout
+
+
+INSTALLER = Path(__file__).resolve().parents[2] / "packaging" / "installer" / "installer.sh"
+OLD_POLICY = "# Written by the ponytail installer (see config/config.toml for every key).\n[request]\naccept_env_when_unprivileged = false\n"
+
+
+@pytest.mark.parametrize(("engine", "before", "after"), [
+    ("crio", None, OLD_POLICY + 'cri = "cri-o"\n'),
+    ("containerd", None, OLD_POLICY + 'cri = "containerd"\n'),
+    ("crio", OLD_POLICY, OLD_POLICY + 'cri = "cri-o"\n'),  # an earlier installer's file gains the CRI
+    ("crio", "[request]\naccept_env_when_unprivileged = false\n", "[request]\naccept_env_when_unprivileged = false\n"),  # the operator's
+    ("docker", None, OLD_POLICY),
+])
+def test_the_installer_names_the_cri(tmp_path: Path, engine: str, before: str | None, after: str) -> None:
+    """The cluster policy is strict, and a CDI annotation is believed only where the CRI is known."""
+    host, image = tmp_path / "host", tmp_path / "image"
+    image.mkdir()
+    (image / "ponytail").symlink_to(console_script("ponytail"))
+    (image / "ponytail-runtime").symlink_to("ponytail")
+    for directory in ("etc/ponytail", "usr/local", "var/lib", "etc/systemd/system/multi-user.target.wants", "etc/udev/rules.d"):
+        (host / directory).mkdir(parents=True, exist_ok=True)
+    if before is not None:
+        (host / "etc/ponytail/config.toml").write_text(before)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOST_ROOT": str(host), "IMAGE_DIR": str(image), "ENGINE": engine,
+           "RESTART_MODE": "none", "DEV_CHAR_LINKS": "false", "CDI_SPEC": "", "ENGINE_CONFIG": str(tmp_path / "engine.conf")}
+    installed = subprocess.run(["sh", str(INSTALLER), "install"], env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert (host / "etc/ponytail/config.toml").read_text() == after
