@@ -287,9 +287,15 @@ def host_cgroup_namespace(in_container: bool) -> int:
 def _parent(pid: str) -> int:
     """The parent of process ``pid`` ("self" too) as /proc names it (the host's pids: a hook runs with the host's /proc)."""
     try:
-        fields = read_small(f"/proc/{pid}/stat").rpartition(")")[2].split()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return 0
+    try:
+        fields = os.read(fd, 4096).rpartition(b")")[2].split()
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
 
 

@@ -735,3 +735,16 @@ def test_a_process_maps_to_the_container_ponytail_recorded(host: FakeHost, v1: R
     found = container_of(str(records(host)), v1.pid)
     assert found is not None and found["id"] == v1.id and found["pid"] == v1.pid
     assert container_of(str(records(host)), os.getpid()) is None
+
+
+def test_the_soak_s_guard_under_pid_reuse(tmp_path: Path) -> None:
+    """bench/soak_guard.py, shortened: containers' pids taken by processes in nobody's cgroup while the
+    guard runs (half the rounds inside the window between its check and its write)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from soak_guard import guard_soak
+
+    report = guard_soak(tmp_path, console_script("ponytail"), rounds=6)
+    assert report.clean and report.in_window > 0 and report.repaired > 0, report.summary() + "\n" + "\n".join(
+        report.wrong_gpus + report.silent_failures + report.stuck)
