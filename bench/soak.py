@@ -439,25 +439,12 @@ def main() -> int:
     print(report.summary())
     for line in report.wrong_gpus + report.silent_failures + report.leaks:
         print("  " + line)
-    guard = _guard_scenario(args.command, args.guard_rounds, args.seed)
+    guard = True
+    if args.guard_rounds > 0:
+        from soak_guard import run as guard_under_pid_reuse
+
+        guard = guard_under_pid_reuse(args.command, args.guard_rounds, seed=args.seed)
     return 0 if report.clean and guard else 1
-
-
-def _guard_scenario(command: str, rounds: int, seed: int) -> bool:
-    """The guard under pid reuse (bench/soak_guard.py): its lines, and whether all its counts are zero."""
-    if rounds <= 0:
-        return True
-    from soak_guard import guard_soak
-
-    base = Path(tempfile.mkdtemp(prefix="ponytail-soak-guard-"))
-    try:
-        report = guard_soak(base, command, rounds, seed=seed)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    print(report.summary())
-    for line in report.wrong_gpus + report.silent_failures + report.stuck:
-        print("  " + line)
-    return report.clean
 
 
 if __name__ == "__main__":

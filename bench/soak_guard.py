@@ -249,6 +249,19 @@ def _rmdir(cgroup: Path) -> None:
             time.sleep(0.05)
 
 
+def run(command: str, rounds: int = 40, containers: int = 6, kill_rate: float = 0.3, seed: int = 1) -> bool:
+    """The scenario in a fresh directory, its lines printed; whether all its counts are zero."""
+    base = Path(tempfile.mkdtemp(prefix="ponytail-soak-guard-"))
+    try:
+        report = guard_soak(base, command, rounds, containers, kill_rate, seed)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(report.summary())
+    for line in report.wrong_gpus + report.silent_failures + report.stuck:
+        print("  " + line)
+    return report.clean
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=40)
@@ -257,15 +270,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--command", default=str(Path(sys.executable).parent / "ponytail"), help="the ponytail command")
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="ponytail-soak-guard-"))
-    try:
-        report = guard_soak(base, args.command, args.rounds, args.containers, args.kill_rate, args.seed)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    print(report.summary())
-    for line in report.wrong_gpus + report.silent_failures + report.stuck:
-        print("  " + line)
-    return 0 if report.clean else 1
+    return 0 if run(args.command, args.rounds, args.containers, args.kill_rate, args.seed) else 1
 
 
 if __name__ == "__main__":
