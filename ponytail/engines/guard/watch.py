@@ -123,7 +123,7 @@ def guard_pass(config: Config, repair: bool) -> PassReport:
     except OSError as e:
         report.problems.append(f"records directory {directory}: {e.strerror}")
         return _done(report, started)
-    scans: list[tuple[Watched, dict, str | None, tuple[int, int]]] = []
+    scans: list[tuple[Watched, str | None, tuple[int, int]]] = []
     try:
         from ponytail.apply.rootlock import lock_directory
 
@@ -143,26 +143,22 @@ def guard_pass(config: Config, repair: bool) -> PassReport:
             if watched.state == "gone" and repair:
                 watched.removed = remove_record(dir_fd, name, identity)
             if scan is not None:
-                scans.append((watched, record, *scan))
+                scans.append((watched, *scan))
             report.containers.append(watched)
     except PonytailError as e:
         report.problems.append(e.message)
     finally:
         os.close(dir_fd)  # the lock goes with it: the maps are read without it
     budget = ScanBudget()
-    for watched, _record, cgroup_dir, file in scans:
+    for watched, cgroup_dir, file in scans:
+        before = len(budget.hit)
         found = mapping_processes(cgroup_pids(cgroup_dir) or [watched.pid], file, budget, f"container {watched.id}")
         if found:
             pids, path = ", ".join(str(p) for p, _ in found[:5]), found[0][1]
             deleted = path.endswith(" (deleted)")
             watched.stale.append(f"process(es) {pids} map {'a deleted' if deleted else 'the old'} {path.removesuffix(' (deleted)')}")
-    if budget.hit:
-        report.bounded = budget.hit
-        by_id = {c.id: c for c in report.containers}
-        for line in budget.hit:
-            container = by_id.get(line.partition(":")[0].removeprefix("container "))
-            if container is not None:
-                container.notes.append(f"stale-driver scan bounded: {line.partition(': ')[2]}")
+        watched.notes += [f"stale-driver scan bounded: {line.partition(': ')[2]}" for line in budget.hit[before:]]
+    report.bounded = budget.hit
     return _done(report, started)
 
 
@@ -195,8 +191,8 @@ def _read_record(dir_fd: int, directory: str, name: str, report: PassReport, rep
         return None  # removed meanwhile
     record, identity = read
     if record is CUT_SHORT:
-        removed = repair and remove_record(dir_fd, name, identity)
-        report.problems.append(f"record {directory}/{name} is not JSON (cut short?): {'removed' if removed else 'kept (report only)'}")
+        outcome = "kept (report only)" if not repair else "removed" if remove_record(dir_fd, name, identity) else "changed meanwhile, kept"
+        report.problems.append(f"record {directory}/{name} is not JSON (cut short?): {outcome}")
         return None
     if not isinstance(record, dict) or not _valid(record) or record["id"] + SUFFIX != name:
         report.problems.append(f"record ignored: {directory}/{name} is not a container record")
