@@ -87,9 +87,10 @@ bench: setup binary
 
 # ponytail side by side with NVIDIA's own tools (nvidia-ctk, nvidia-cdi-hook, nvidia-container-runtime-hook,
 # nvidia-container-cli) where NVIDIA's packages installed them ($NVIDIA_TOOLKIT_DIR, else PATH); without them it
-# says so and measures ponytail alone (CONTRIBUTING.md, "Benchmarks"); writes bench/RESULTS.md
+# says so and measures ponytail alone (CONTRIBUTING.md, "Benchmarks"); BEFORE=PATH: an older ponytail command
+# measured in the same run (before and after); writes bench/RESULTS.md
 bench-nvidia: setup binary
-	$(PY) bench/nvidiabench.py
+	$(PY) bench/nvidiabench.py $(if $(BEFORE),--command before=$(BEFORE))
 
 clean:
 	rm -rf $(VENV) build dist demo *.egg-info

@@ -49,7 +49,7 @@ class Node(ContainerdNode):
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     containerd = sid_binary("containerd")  # skips, saying why, where Debian's archive cannot be reached
     base = tmp_path_factory.mktemp("node2")
-    host, ponytail_config, rootfs, image = gpu_node_files(base)
+    host, ponytail_config, rootfs, image = gpu_node_files(base, 'cri = "containerd"\n')  # annotations believed only where the CRI is known
     state = make_state_dir()
     config, configure_said = configured_private_config(containerd, state, image)
     # a handler that does pass the annotations to ponytail-runtime, as configure wrote it for containerd 1.x

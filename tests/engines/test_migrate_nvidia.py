@@ -21,7 +21,8 @@ from support.engines import DOCKER_RELEASES, Dockerd, Podman, console_script, en
 from support.fakehost import FakeHost, gpus, make_rootfs
 from support.harness import run_ponytail
 from support.hostile import CUDA_OK
-from support.nvidia_toolkit import install_toolkit, installed_toolkit, tree_bytes
+from support.nvidia_toolkit import install_toolkit, tree_bytes
+from support.nvidia_tools import installed_toolkit
 
 STATE = "/var/lib/ponytail/migrate"
 CHECK = ["sh", "-c", "/usr/local/bin/cudacheck /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl"]

@@ -14,10 +14,9 @@ import tempfile
 from pathlib import Path
 
 from support.fakehost import FakeHost
-from support.nvidia_tools import nvidia_spec
+from support.nvidia_tools import TOOL_BINARIES, installed_toolkit, nvidia_spec
 
 OCI_HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
-TOOL_BINARIES = ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime-hook", "nvidia-container-runtime", "nvidia-container-cli")
 STAND_IN = """#!/bin/sh
 # a stand-in of ponytail's tests for NVIDIA's {name}: NVIDIA's own program is not installed here
 echo "{name}: NVIDIA's program is not installed on this machine (a stand-in of ponytail's tests)" >&2
@@ -112,18 +111,6 @@ OCI_HOOK_JSON = """{
     ]
 }
 """
-
-
-def installed_toolkit() -> Path | None:
-    """The directory of NVIDIA's installed programs (all of TOOL_BINARIES): $NVIDIA_TOOLKIT_DIR (or its bin/),
-    else nvidia-ctk's directory on PATH; None where the toolkit is not installed."""
-    candidates = []
-    if os.environ.get("NVIDIA_TOOLKIT_DIR"):
-        candidates += [Path(os.environ["NVIDIA_TOOLKIT_DIR"]), Path(os.environ["NVIDIA_TOOLKIT_DIR"]) / "bin"]
-    on_path = shutil.which("nvidia-ctk")
-    if on_path:
-        candidates.append(Path(on_path).parent)
-    return next((d for d in candidates if all(os.access(d / n, os.X_OK) for n in TOOL_BINARIES)), None)
 
 
 def install_toolkit(root: Path, host: FakeHost) -> dict[str, bytes]:
