@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,14 @@ def test_cdi_request_injects_each_node_and_library_once(node: Node, how: str, ha
     assert not any(" ponytail-runtime: GPU container" in line for line in logged), logged
     if handler == PASSING and how == "CDI annotation":
         assert any("not adding the hook: CDI annotations (cdi.k8s.io/*) already resolved" in line for line in logged), logged
+
+
+def test_a_spec_written_while_containerd_runs_is_resolved(tmp_path: Path) -> None:
+    """A spec that appears in the CDI directory after containerd started (a DRA driver's claim, the device plugin's
+    spec) resolves at the next request: containerd 2.1 watches its CDI spec directories."""
+    from support.cri_nodes import cri_node
+
+    with cri_node("containerd 2.1", tmp_path, lambda host, cdi, config: None) as node:
+        generate(node.host, node.cdi / "ponytail.yaml", "-config", str(node.ponytail_config))
+        _, code, lines = node.pods.run(MOUNTINFO, cdi_devices=("nvidia.com/gpu=0",))
+        assert code == 0 and lines[:len(EXPECTED_GPU0)] == EXPECTED_GPU0, (lines, node.daemon.log()[-2000:])
