@@ -104,11 +104,7 @@ class Podman:
         self.env: dict[str, str] | None = None
         self.runtime, self.pure_v2 = runtime, pure_v2_cgroups
         if sid:
-            layer = self.state / "etc"
-            for name, text in (etc_files or {}).items():
-                (layer / name).parent.mkdir(parents=True, exist_ok=True)
-                (layer / name).write_text(text)
-            self.base = in_sid(command, etc_layer=layer if etc_files else None, cgroup2_only=pure_v2_cgroups)
+            self.base = in_sid(command, etc_layer=etc_layer(self.state / "etc", etc_files), cgroup2_only=pure_v2_cgroups)
             self.env = sid_env({"PODMAN_IGNORE_CGROUPSV1_WARNING": "1"})  # podman 5.8 warns on every run on a cgroup v1 host
         else:
             assert not etc_files and runtime == "runc", "Debian 12's podman: runc, the host's /etc"
@@ -180,11 +176,7 @@ class Dockerd:
         command += args  # e.g. --config-file FILE
         if sid:
             command[1:1] = ["--ip6tables=false"]
-            layer = self.state / "etc"
-            for name, text in (etc_files or {}).items():
-                (layer / name).parent.mkdir(parents=True, exist_ok=True)
-                (layer / name).write_text(text)
-            command, env = in_sid(command, etc_layer=layer if etc_files else None), sid_env(env)
+            command, env = in_sid(command, etc_layer=etc_layer(self.state / "etc", etc_files)), sid_env(env)
         else:
             command = with_etc_files(command, self.state / "etc", etc_files or {}, {"docker": self.state / "etc-docker"})
         stop = stop_sid_daemon if sid else stop_daemon
@@ -208,9 +200,6 @@ class Dockerd:
         path = self.state / "exec/containerd/daemon/io.containerd.runtime.v2.task/moby" / container_id / "config.json"
         return json.loads(path.read_text())
 
-    def log(self) -> str:
-        return (self.state / "dockerd.log").read_text(errors="replace")
-
     def close(self) -> None:
         if self.process is not None:
             (stop_sid_daemon if self.sid else stop_daemon)(self.process)
@@ -233,16 +222,22 @@ def engines_for(release: str) -> bool:
     return release == "sid"
 
 
+def etc_layer(layer: Path, files: dict[str, str] | None) -> Path | None:
+    """``files`` (path under /etc -> text) written under ``layer``; ``layer``, or None without files."""
+    for name, text in (files or {}).items():
+        path = layer / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return layer if files else None
+
+
 def with_etc_files(command: list[str], layer: Path, files: dict[str, str], writable: dict[str, Path] | None = None) -> list[str]:
     """``command`` run in a private mount namespace whose /etc also holds ``files``: an overlay of
     ``layer`` over the host's /etc, whose writes (an engine's or a vendor tool's) land in ``layer``
     too; ``writable`` (directory under /etc -> a directory of the test's) are bind-mounted there,
     whether or not the host has them. The host's /etc is neither written nor, for those
     directories, read."""
-    for name, text in files.items():
-        path = layer / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    etc_layer(layer, files)
     layer.mkdir(parents=True, exist_ok=True)
     work = layer.parent / f"{layer.name}.work"
     work.mkdir(exist_ok=True)
