@@ -30,6 +30,13 @@ def test_a_record_is_root_s_alone_and_names_the_process(tmp_path: Path) -> None:
         sleeper.wait()
 
 
+def private(path: Path, text: str) -> None:
+    """A file as root's records are written: mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def test_records_of_gone_processes_and_killed_writers_leftovers_are_pruned(tmp_path: Path) -> None:
     alive = subprocess.Popen(["sleep", "60"])
     gone = subprocess.Popen(["true"])
@@ -40,15 +47,17 @@ def test_records_of_gone_processes_and_killed_writers_leftovers_are_pruned(tmp_p
         record_container(directory, "reused", alive.pid, "hook", GPU, "550.54.15")
         reused = Path(directory, "reused.json")  # the same pid, but another process: a different start time
         reused.write_text(reused.read_text().replace(f'"pid_start": {process_start(alive.pid)}', '"pid_start": 1'))
-        Path(directory, "gone.json").write_text(json.dumps({"version": 1, "id": "gone", "pid": gone.pid, "pid_start": 5}))
+        private(Path(directory, "gone.json"), json.dumps({"version": 1, "id": "gone", "pid": gone.pid, "pid_start": 5}))
         Path(directory, f".alive.json.{gone.pid}-0123456789ab.tmp").write_text("")  # a writer killed before its rename
-        Path(directory, "garbage.json").write_text("{")
+        private(Path(directory, "garbage.json"), "{")  # a record cut short: cleared, never kept for ever
+        # a gone process's record that others could have written: never removed on its word (the guard says so)
+        Path(directory, "forged.json").write_text(json.dumps({"version": 1, "id": "forged", "pid": gone.pid, "pid_start": 5}))
         fd = open_records_dir(directory)
         try:
-            assert prune_records(fd) == 3
+            assert prune_records(fd) == 4
         finally:
             os.close(fd)
-        assert sorted(os.listdir(directory)) == ["alive.json", "garbage.json"]  # garbage: left to the guard, which says so
+        assert sorted(os.listdir(directory)) == ["alive.json", "forged.json"]
     finally:
         alive.kill()
         alive.wait()
