@@ -44,7 +44,8 @@ def apply(root: str, state_dir: str, plan: Plan, source: str) -> list[str]:
             left = {"kind": "link", "target": step.link}
         elif step.data is not None:
             left = {"kind": "file", "sha256": hashlib.sha256(step.data).hexdigest()}
-        entries.append({"path": step.path, "saved": _saved_name(step.path) if had else None, "left": left})
+        entries.append({"path": step.path, "saved": _saved_name(step.path) if had else None, "left": left,
+                        **({"restore": step.restore} if step.restore else {})})
     os.makedirs(os.path.join(state, "files"), mode=0o700, exist_ok=True)
     _write_record(state, {"from": source, "entries": entries})
     lines: list[str] = []
@@ -93,8 +94,10 @@ def undo(root: str, state_dir: str, dry_run: bool = False) -> list[str]:
     for entry in entries:
         problem = _not_as_left(under(root, entry["path"]), entry["left"])
         if problem is not None:
-            raise PonytailError(f"not undoing: {entry['path']} {problem} since the migration; put back what ponytail left there "
-                                f"(or move it away), then undo again; nothing was changed")
+            from ponytail.engines.migrate.plan import remedy
+
+            raise PonytailError(f"not undoing: {entry['path']} {problem} since the migration; {remedy(root, entry)}, "
+                                "then undo again; nothing was changed")
     lines = []
     for entry in reversed(entries):
         if entry["saved"] is not None:

@@ -36,14 +36,15 @@ def migrate(root: str, state_dir: str, ponytail: str, runtime: str, config_file:
 
 
 def _ponytail_specs(nvidia_specs: tuple[str, ...], ponytail: str, config_file: str | None) -> dict[str, tuple[str, bytes]]:
-    """ponytail's spec of this host (and of its opt-in features), by the node path it goes to (the
-    path of NVIDIA's first spec, its format kept: .json or .yaml): its kind and bytes."""
+    """ponytail's spec of this host (and of its opt-in features), by the node path it goes to (ponytail.yaml
+    beside NVIDIA's first spec, its format kept: .json or .yaml): its kind and bytes."""
     from ponytail.config import config_path, load_config
     from ponytail.engines.cdi.files import feature_spec_path, form_of, generate, render
 
-    target = nvidia_specs[0]
+    first = nvidia_specs[0]
+    target = os.path.join(os.path.dirname(first), "ponytail" + (".json" if first.endswith(".json") else ".yaml"))
     spec, _, features = generate(load_config(*config_path(config_file)), ponytail)
-    form = form_of(target, None)
+    form = form_of(first, None)
     out = {target: (spec["kind"], render(spec, form))}
     for name, feature in features.items():
         out[feature_spec_path(target, name)] = (feature["kind"], render(feature, form))
