@@ -7,26 +7,26 @@ command that clears it, and that command does; then the undo gives back every by
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from support.commands import REPO
+from ponytail.engines.cdi.owners import scan
+
 from support.engines import console_script
 from support.fakehost import FakeHost, gpus
 from support.harness import run_ponytail
+from support.nvidia_tools import PLACEHOLDER, SPECS
 from support.nvidia_toolkit import tree_bytes
 
-CAPTURED = REPO.parent / "shared/nvidia/specs-1.20.0"
 NVIDIA_PROGRAM = b"#!/bin/sh\n# NVIDIA's program (stand-in)\nexit 0\n"
 RUNTIME = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\nBinaryName = "/usr/bin/nvidia-container-runtime"\n'
 
 
 def _captured(name: str, host: FakeHost, hook: str | None = None) -> str:
-    if not (CAPTURED / name).is_file():
-        pytest.skip(f"no captured spec {CAPTURED / name} (shared/nvidia beside the checkout)")
-    text = (CAPTURED / name).read_text().replace("@FAKEHOST@", str(host.base.parent))
+    if not (SPECS / name).is_file():
+        pytest.skip(f"no captured spec {SPECS / name} (shared/nvidia beside the checkout)")
+    text = (SPECS / name).read_text().replace(PLACEHOLDER, str(host.base.parent))
     return text.replace("/usr/bin/nvidia-cdi-hook", hook) if hook else text
 
 
@@ -52,7 +52,7 @@ def _node(tmp_path: Path, spec_dir: str) -> tuple[Path, Path, FakeHost]:
 def _migrate(root: Path, config: Path, *more: str) -> tuple[int, str, str]:
     done = run_ponytail(["migrate", "--from", "nvidia", "--root", str(root), "-config", str(config),
                          "--path", console_script("ponytail"), *more])
-    return done.returncode, done.stdout, done.stderr
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 def test_specs_of_other_kinds_are_left_alone_and_their_hooks_served(tmp_path: Path) -> None:
@@ -74,9 +74,8 @@ def test_specs_of_other_kinds_are_left_alone_and_their_hooks_served(tmp_path: Pa
         assert b"ponytail-hook-script" in (root / "usr/bin" / name).read_bytes(), name
     assert not (root / "etc/systemd/system/ponytail-cdi-spec.service").exists()  # /etc/cdi outlives a boot
     # one spec per kind: ponytail's check of the specs finds no clash
-    owners = run_ponytail(["cdi", "owners", "--root", str(root), "--json"])
-    kinds = [f["kind"] for f in json.loads(owners.stdout)["files"]] if owners.returncode == 0 else []
-    assert sorted(kinds) == ["k8s.device-plugin.nvidia.com/gpu", "management.nvidia.com/gpu", "nvidia.com/gpu"] or owners.returncode != 0
+    kinds = sorted(f.kind for f in scan(str(root)))
+    assert kinds == ["k8s.device-plugin.nvidia.com/gpu", "management.nvidia.com/gpu", "nvidia.com/gpu"], kinds
 
     status, out, err = _migrate(root, config, "--undo")
     assert status == 0, err
@@ -93,7 +92,7 @@ def test_a_spec_in_run_is_written_again_at_boot_and_undo_names_each_remedy(tmp_p
     wants = root / "etc/systemd/system/multi-user.target.wants/ponytail-cdi-spec.service"
     assert spec.is_file() and not (root / "var/run/cdi/nvidia.yaml").exists()
     text = unit.read_text()
-    assert f"ExecStart={console_script('ponytail')} cdi generate --output /var/run/cdi/ponytail.yaml" in text
+    assert f"ExecStart={console_script('ponytail')} cdi generate --output /var/run/cdi/ponytail.yaml -config {config}" in text
     assert "Before=containerd.service docker.service crio.service kubelet.service" in text
     assert wants.is_symlink() and str(wants.readlink()) == "/etc/systemd/system/ponytail-cdi-spec.service"
 
@@ -102,8 +101,10 @@ def test_a_spec_in_run_is_written_again_at_boot_and_undo_names_each_remedy(tmp_p
     spec.unlink()
     status, _, err = _migrate(root, config, "--undo")
     assert status == 1 and err.count("\n") == 1, err
-    assert "run 'ponytail cdi generate --output /var/run/cdi/ponytail.yaml'" in err, err
-    spec.write_bytes(written)  # what that command writes on this host (the unit's run)
+    assert f"run 'ponytail cdi generate --output /var/run/cdi/ponytail.yaml -config {config}'" in err, err
+    done = run_ponytail(["cdi", "generate", "--output", str(spec), "-config", str(config)])  # that command, at the root
+    assert done.returncode == 0, done.stderr.decode()
+    assert spec.read_bytes() == written
 
     # NVIDIA's package removed: its /usr/bin/nvidia-cdi-hook went, ponytail's script with it
     hook = root / "usr/bin/nvidia-cdi-hook"
@@ -112,7 +113,7 @@ def test_a_spec_in_run_is_written_again_at_boot_and_undo_names_each_remedy(tmp_p
     status, _, err = _migrate(root, config, "--undo")
     assert status == 1 and f"run 'ponytail install-nvidia-hook --at /usr/bin/nvidia-cdi-hook --path {console_script('ponytail')}'" in err, err
     done = run_ponytail(["install-nvidia-hook", "--at", str(hook), "--path", console_script("ponytail")])
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stderr.decode()
     assert hook.read_bytes() == script
 
     status, _, err = _migrate(root, config, "--undo")

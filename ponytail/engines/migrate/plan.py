@@ -46,7 +46,7 @@ class Plan:
     notes: tuple[str, ...]  # what the migration cannot do itself
 
 
-def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_files: dict[str, bytes]) -> Plan:
+def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_files: dict[str, bytes], config_file: str | None = None) -> Plan:
     """``spec_files``: ponytail's CDI spec(s) by path, written where NVIDIA's first spec was."""
     from ponytail.engines.cdi.nvidiainstall import script
 
@@ -55,11 +55,12 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
         steps.append(Step(path, "NVIDIA's CDI spec (nvidia-ctk's) of a kind ponytail writes: one generator per kind, "
                                 "ponytail's spec takes its place", spec_files.get(path)))
     first = next(iter(spec_files), None)
+    with_config = f" -config {os.path.abspath(config_file)}" if config_file else ""
     for path, data in spec_files.items():
         if path not in toolkit.specs:
             why = "ponytail's CDI spec of this host" if path == first else "ponytail's spec of an opt-in feature"
-            steps.append(Step(path, why, data, restore=f"ponytail cdi generate --output {first}"))
-    steps += _boot_steps(root, ponytail, first)
+            steps.append(Step(path, why, data, restore=f"ponytail cdi generate --output {first}{with_config}"))
+    steps += _boot_steps(root, f"{ponytail} cdi generate --output {first}{with_config}", first)
     hook_script = script(ponytail)
     for path in toolkit.engine_files:
         text = _read_text(under(root, path))
@@ -109,8 +110,8 @@ BOOT_UNIT = "/etc/systemd/system/ponytail-cdi-spec.service"
 BOOT_WANTS = "/etc/systemd/system/multi-user.target.wants/ponytail-cdi-spec.service"
 
 
-def boot_unit(ponytail: str, spec: str) -> bytes:
-    """The unit that writes ponytail's spec at ``spec`` again at every boot, before the engines."""
+def boot_unit(command: str, spec: str) -> bytes:
+    """The unit that writes ponytail's spec at ``spec`` again at every boot (``command``), before the engines."""
     return f"""# Written by 'ponytail migrate --from nvidia' ('--undo' removes it): {os.path.dirname(spec)} is emptied
 # at every boot, so ponytail's CDI spec is written again before the engines start GPU containers.
 [Unit]
@@ -121,21 +122,21 @@ Before=containerd.service docker.service crio.service kubelet.service k3s.servic
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart={ponytail} cdi generate --output {spec}
+ExecStart={command}
 
 [Install]
 WantedBy=multi-user.target
 """.encode()
 
 
-def _boot_steps(root: str, ponytail: str, spec: str | None) -> list[Step]:
+def _boot_steps(root: str, command: str, spec: str | None) -> list[Step]:
     """Where ponytail's spec goes to a tmpfs (/var/run/cdi, /run/cdi) on a node that boots with systemd:
     its unit, enabled by its link (no daemon-reload: systemd reads it at the next boot)."""
     if spec is None or not spec.startswith(("/var/run/", "/run/")) or not os.path.isdir(under(root, os.path.dirname(BOOT_WANTS))):
         return []
     return [
         Step(BOOT_UNIT, "writes ponytail's CDI spec at every boot, before the engines (the spec's directory is a tmpfs)",
-             boot_unit(ponytail, spec)),
+             boot_unit(command, spec)),
         Step(BOOT_WANTS, "enables it at boot", link=BOOT_UNIT, restore=f"ln -sf {BOOT_UNIT} {BOOT_WANTS}"),
     ]
 

@@ -27,7 +27,7 @@ def migrate(root: str, state_dir: str, ponytail: str, runtime: str, config_file:
         return ["nothing of NVIDIA's container toolkit found here (its CDI specs, engine entries, hooks on PATH, config): nothing to migrate"]
     made = _ponytail_specs(toolkit.specs, ponytail, config_file) if toolkit.specs else {}
     specs = {path: data for path, (kind, data) in made.items() if not _ponytail_has_kind(root, kind)}  # one owner per kind
-    plan = make_plan(root, toolkit, ponytail, runtime, specs)
+    plan = make_plan(root, toolkit, ponytail, runtime, specs, config_file)
     if dry_run:
         lines = [f"would: {s.path}: {s.why}; then {s.leaves} there (the original kept for --undo)" for s in plan.steps]
         return lines + [f"note: {n}" for n in plan.notes] + ["dry run: nothing changed"]
