@@ -219,3 +219,37 @@ def _one_line_errors(system: DebianSystem, config: Path) -> None:
     # a guard pass with nothing wrong: 0
     well = system.run(f"ponytail guard --once -config {config}")
     assert well.returncode == 0 and "0 lost access" in well.stdout and "Traceback" not in well.stderr, well
+
+
+def _nvidia_package(out: Path) -> Path:
+    """A stand-in of NVIDIA's nvidia-container-toolkit-base: its hook programs at their paths in /usr/bin."""
+    tree = out / "nvidia-pkg"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN/control").write_text("Package: nvidia-container-toolkit-base\nVersion: 1.20.0-1\nArchitecture: all\n"
+                                         "Maintainer: test <test@example.invalid>\nDescription: stand-in of NVIDIA's package\n")
+    (tree / "usr/bin").mkdir(parents=True)
+    for name in ("nvidia-container-runtime-hook", "nvidia-cdi-hook", "nvidia-ctk"):
+        (tree / "usr/bin" / name).write_text(f"#!/bin/sh\n# NVIDIA's {name} (stand-in)\n")
+        (tree / "usr/bin" / name).chmod(0o755)
+    deb = out / "nvidia-container-toolkit-base_1.20.0-1_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(deb)], check=True, capture_output=True)
+    return deb
+
+
+def test_removing_nvidias_package_after_migrating_keeps_the_hooks(lower: Path, tmp_path: Path, host: FakeHost, debs: dict[str, Path]) -> None:
+    nvidia = _nvidia_package(debs["new"].parent)
+    system = _system(lower, tmp_path, host, debs)
+    config = host.base.parent / "config.toml"
+    system.check(f"dpkg -i {nvidia} && apt-get install -y --no-install-recommends {debs['new']}")
+    migrated = system.check(f"ponytail migrate --from nvidia -config {config}")
+    assert "undo with: ponytail migrate --from nvidia --undo" in migrated
+    removed = system.check("dpkg -r nvidia-container-toolkit-base")
+    assert "put back the link to /usr/bin/ponytail" in removed and "put back ponytail's hook script" in removed, removed
+    assert "not as the migration left it" not in removed
+    out = system.check("readlink /usr/bin/nvidia-container-runtime-hook; head -2 /usr/bin/nvidia-cdi-hook")
+    assert out.startswith("/usr/bin/ponytail\n") and "ponytail-hook-script" in out
+    # the node can still go back: the undo finds what the migration left, and puts NVIDIA's files back
+    undone = system.run("ponytail migrate --from nvidia --undo")
+    assert undone.returncode == 0, undone.stderr
+    assert "NVIDIA's nvidia-cdi-hook" in system.check("cat /usr/bin/nvidia-cdi-hook")
+    system.check("apt-get remove -y ponytail")  # nothing recorded any more: not refused
