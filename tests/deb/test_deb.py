@@ -245,7 +245,7 @@ def test_removing_nvidias_package_after_migrating_keeps_the_hooks(lower: Path, t
     assert "undo with: ponytail migrate --from nvidia --undo" in migrated
     removed = system.check("dpkg -r nvidia-container-toolkit-base")
     assert "put back the link to /usr/bin/ponytail" in removed and "put back ponytail's hook script" in removed, removed
-    assert "not as the migration left it" not in removed
+    assert "not ponytail's usual hook script" not in removed
     out = system.check("readlink /usr/bin/nvidia-container-runtime-hook; head -2 /usr/bin/nvidia-cdi-hook")
     assert out.startswith("/usr/bin/ponytail\n") and "ponytail-hook-script" in out
     # the node can still go back: the undo finds what the migration left, and puts NVIDIA's files back

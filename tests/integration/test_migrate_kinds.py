@@ -16,8 +16,8 @@ from ponytail.engines.cdi.owners import scan
 from support.engines import console_script
 from support.fakehost import FakeHost, gpus
 from support.harness import run_ponytail
-from support.nvidia_tools import PLACEHOLDER, SPECS
 from support.nvidia_toolkit import tree_bytes
+from support.nvidia_tools import PLACEHOLDER, SPECS
 
 NVIDIA_PROGRAM = b"#!/bin/sh\n# NVIDIA's program (stand-in)\nexit 0\n"
 RUNTIME = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\nBinaryName = "/usr/bin/nvidia-container-runtime"\n'
