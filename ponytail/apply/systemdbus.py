@@ -122,3 +122,66 @@ def add_device_allow(fd: int, unit: str, paths: list[str], timeout_us: int = 2_0
 def _check(r: int, what: str) -> None:
     if r < 0:
         raise OSError(-r, f"{what}: {os.strerror(-r)}")
+
+
+class ReloadEvents:
+    """systemd's ``Reloading`` signal as an event source of the guard (``fileno``, ``receive``, ``close``): one
+    event ``("reloaded", "systemd", "daemon-reload")`` when a reload ends, so that the guard's pass gives back at
+    once what a reload took (a hook's edit of a scope it could not tell systemd about). Subscribed over systemd's
+    private socket (a direct connection gets the Manager's signals after ``Subscribe``). OSError where systemd
+    does not run."""
+
+    def __init__(self, path: str = PRIVATE_SOCKET) -> None:
+        import ctypes
+
+        fd = connect(path)
+        if fd is None:
+            raise OSError(2, f"no systemd at {path}")
+        self._ctypes = ctypes
+        self._lib = lib = ctypes.CDLL(LIBSYSTEMD, use_errno=True)
+        for name, args in (("sd_bus_new", [ctypes.POINTER(ctypes.c_void_p)]), ("sd_bus_set_fd", [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]),
+                           ("sd_bus_start", [ctypes.c_void_p]), ("sd_bus_get_fd", [ctypes.c_void_p]),
+                           ("sd_bus_process", [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),
+                           ("sd_bus_message_is_signal", [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p])):
+            getattr(lib, name).argtypes = args
+        lib.sd_bus_message_unref.argtypes = [ctypes.c_void_p]
+        lib.sd_bus_message_unref.restype = ctypes.c_void_p
+        lib.sd_bus_flush_close_unref.argtypes = [ctypes.c_void_p]
+        lib.sd_bus_flush_close_unref.restype = ctypes.c_void_p
+        self._bus = ctypes.c_void_p()
+        _check(lib.sd_bus_new(ctypes.byref(self._bus)), "sd_bus_new")
+        try:
+            _check(lib.sd_bus_set_fd(self._bus, fd, fd), "sd_bus_set_fd")
+            _check(lib.sd_bus_start(self._bus), "connecting to systemd")
+            _check(lib.sd_bus_call_method(self._bus, b"org.freedesktop.systemd1", b"/org/freedesktop/systemd1",
+                                          b"org.freedesktop.systemd1.Manager", b"Subscribe", None, None, b""), "Subscribe")
+            self._fd = lib.sd_bus_get_fd(self._bus)
+            _check(self._fd, "sd_bus_get_fd")
+        except OSError:
+            self.close()
+            raise
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def receive(self) -> list[tuple[str, str, str]]:
+        ctypes, lib = self._ctypes, self._lib
+        events: list[tuple[str, str, str]] = []
+        while True:
+            message = ctypes.c_void_p()
+            r = lib.sd_bus_process(self._bus, ctypes.byref(message))
+            if r < 0:
+                return events
+            if message:
+                if lib.sd_bus_message_is_signal(message, b"org.freedesktop.systemd1.Manager", b"Reloading") > 0:
+                    active = ctypes.c_int(1)
+                    if lib.sd_bus_message_read(message, b"b", ctypes.byref(active)) > 0 and not active.value:
+                        events.append(("reloaded", "systemd", "daemon-reload"))
+                lib.sd_bus_message_unref(message)
+            if r == 0:
+                return events
+
+    def close(self) -> None:
+        if self._bus:
+            self._lib.sd_bus_flush_close_unref(self._bus)
+            self._bus = self._ctypes.c_void_p()

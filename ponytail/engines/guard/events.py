@@ -124,6 +124,8 @@ class NodeEvents:
 def relevant(event: Event, also: tuple[tuple[str, str], ...] = ()) -> bool:
     """Whether ``event`` concerns the NVIDIA driver's devices (or one of ``also``: (subsystem, name), "" any name)."""
     _, subsystem, name = event
+    if subsystem == "systemd":  # a daemon-reload ended (ponytail.apply.systemdbus.ReloadEvents)
+        return True
     if any(subsystem == s and (not n or name == n) for s, n in also):
         return True
     if subsystem == "module":
