@@ -171,12 +171,12 @@ def allow_devices(cgroup: DevicesCgroup, op: AllowDevices, sources: dict[tuple[i
         replaced = replace_device_programs(cgroup.programs)
         if replaced:
             done.append(f"allowed {', '.join(op.rules)}: {replaced}")
-            kept = _tell_systemd(cgroup, op, sources or {}, done) if cgroup.systemd_fd >= 0 else ""
-            cgroup.note = "; ".join(n for n in (cgroup.note, kept or systemd_warning(cgroup.programs.directory)) if n)
+            told = _tell_systemd(cgroup, op, sources or {}, done) if cgroup.systemd_fd >= 0 else None
+            cgroup.note = "; ".join(n for n in (cgroup.note, systemd_warning(cgroup.programs.directory) if told is None else told) if n)
     return done
 
 
-def _tell_systemd(cgroup: DevicesCgroup, op: AllowDevices, sources: dict[tuple[int, int], str], done: list[str]) -> str:
+def _tell_systemd(cgroup: DevicesCgroup, op: AllowDevices, sources: dict[tuple[int, int], str], done: list[str]) -> str | None:
     """The nodes in the scope's DeviceAllow= (systemd re-grants them on daemon-reload); a warning, or "" when all went in."""
     from ponytail.apply.systemdbus import add_device_allow, device_paths
 
