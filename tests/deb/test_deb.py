@@ -16,11 +16,10 @@ import pytest
 
 from ponytail.engines.hooksd import hook_file_text
 
-from support.commands import REPO
+from support.debbuild import OLD_VERSION, build_debs, changelog_version
 from support.debianroot import DebianSystem, pristine_root
 from support.fakehost import NVML_DIR, FakeHost, gpus, make_rootfs
 
-OLD_VERSION = "0.0.9"  # an older package to upgrade from
 HOOK_FILE = "/usr/share/containers/oci/hooks.d/ponytail.json"
 CONFIG = "/etc/ponytail/config.toml"
 # what apt and dpkg keep about any install, and the linker cache: not ponytail's files
@@ -31,24 +30,11 @@ BOOKKEEPING = ("/var/lib/dpkg/", "/var/lib/apt/", "/var/cache/apt/", "/var/log/a
 @pytest.fixture(scope="module")
 def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The package of HEAD, and the same as OLD_VERSION, each built by make deb's script from a clean clone."""
-    base = tmp_path_factory.mktemp("debs")
-    clone = base / "clone"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    out = base / "out"
-    built = {}
-    for version in ("", OLD_VERSION):
-        args = [str(clone / "scripts/build-deb.sh"), "--out", str(out), *(["--version", version] if version else [])]
-        result = subprocess.run(args, capture_output=True, text=True, timeout=900)
-        assert result.returncode == 0, result.stdout + result.stderr
-        # lintian prints nothing but its refusal to like root: no error, no warning, no info tag
-        assert not [line for line in result.stdout.splitlines() if line[:2] in ("E:", "W:", "I:")], result.stdout
-        built[version or "new"] = Path(result.stdout.strip().splitlines()[-1].split()[1])
-    assert built["new"].name == f"ponytail_{_changelog_version()}_all.deb"
-    return built
+    return build_debs(tmp_path_factory.mktemp("debs"))
 
 
 def _changelog_version() -> str:
-    return (REPO / "debian/changelog").read_text().split("(", 1)[1].split(")", 1)[0]
+    return changelog_version()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,190 @@
+"""A GPU node's life on a booted Debian 12 node (support.bootednode: systemd in systemd-nspawn, the engines
+of Debian 12 run by its systemd on cgroup v2, runc's systemd cgroup driver): the package ``make deb`` builds
+installed with apt as an operator would, ``ponytail configure``, GPU containers started on every start path
+(Docker's legacy hook through ``--gpus``, podman's hooks.d, the runtime shim, CDI), then ``systemctl
+daemon-reload``, a reboot, a package upgrade and removal, a migration off NVIDIA's toolkit and back.
+
+The driver is the project's fake one (support.fakehost): its libraries where the config says, its device
+nodes made in the node's /dev at boot by a unit standing in for nvidia-modprobe. A GPU node that opens with
+ENXIO is allowed (no real driver behind it), EPERM is denied, ENOENT is not in the container.
+
+Marked ``node`` (tests/conftest.py): ``make test-node`` runs these alone. They need root, systemd-nspawn
+(Debian's systemd-container) and Debian's archive (the node's root is built once and cached).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support.bootednode import BootedNode, node_root
+from support.debbuild import OLD_VERSION, build_debs
+from support.fakehost import FakeHost, gpus, make_rootfs
+
+CUDACHECK = "/usr/local/bin/cudacheck"
+GPU = re.compile(r"open (/dev/nvidia\d+) (\w+)")
+# what nvidia-modprobe does at boot on a real node: the driver's nodes in /dev (made with mknod; no udev event)
+FAKE_MODPROBE = """[Unit]
+Description=the fake driver's device nodes (as nvidia-modprobe makes them)
+DefaultDependencies=no
+After=local-fs.target
+Before=sysinit.target docker.service containerd.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'cp -a {dev}/nvidia* /dev/'
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+@pytest.fixture(scope="module")
+def lower() -> Path:
+    root = node_root()
+    if isinstance(root, str):
+        pytest.skip(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_debs(tmp_path_factory.mktemp("nodedebs"))
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fake host with 2 GPUs, an image's rootfs (cudacheck, sleep) and ponytail's config for the node
+    (its driver files here, its device nodes in the node's own /dev)."""
+    base = tmp_path_factory.mktemp("nodefake")
+    host = FakeHost(base / "host", gpu_list=gpus(2))
+    rootfs = make_rootfs(base / "rootfs")
+    (rootfs / "bin/sleep").symlink_to("busybox")
+    (base / "config.toml").write_text(host.config_text().replace(f'dev_root = "{host.dev}"', 'dev_root = "/dev"'))
+    (base / "fake-nvidia-modprobe.service").write_text(FAKE_MODPROBE.format(dev=host.dev))
+    return base
+
+
+@pytest.fixture
+def node(lower: Path, tmp_path: Path, fake: Path, debs: dict[str, Path]) -> Iterator[BootedNode]:
+    booted = BootedNode(lower, tmp_path / "node", f"pt{tmp_path.name[-6:].strip('_').replace('_', '')}"[:12],
+                        binds=[fake, debs["new"].parent])
+    try:
+        booted.boot()
+        # the node as its operator set it up before ponytail: the driver's nodes at boot, podman's storage
+        booted.check(f"""
+            cp {fake}/fake-nvidia-modprobe.service /etc/systemd/system/
+            systemctl --no-reload enable fake-nvidia-modprobe.service
+            systemctl start fake-nvidia-modprobe.service
+            printf '[storage]\\ndriver = "vfs"\\n' >/etc/containers/storage.conf
+            cd {fake}/rootfs && tar -c . | docker import - gpuimg >/dev/null
+            """)
+        yield booted
+    finally:
+        booted.close()
+        shutil.rmtree(tmp_path / "node", ignore_errors=True)
+
+
+def _install(node: BootedNode, fake: Path, deb: Path) -> str:
+    out = node.check(f"apt-get install -y --no-install-recommends {deb} 2>&1")
+    node.check(f"cp {fake}/config.toml /etc/ponytail/config.toml")  # the node's driver, as its operator says where
+    return out
+
+
+def _gpus(node: BootedNode, exec_prefix: str) -> dict[str, str]:
+    """What each GPU node does when the container opens it: {"/dev/nvidia0": "ENXIO", ...}; libcuda must load."""
+    out = node.check(f"{exec_prefix} {CUDACHECK} /dev/nvidia0 /dev/nvidia1")
+    assert "cuDriverGetVersion 12040" in out, out
+    return dict(GPU.findall(out))
+
+
+def _scope(node: BootedNode, pid_command: str) -> str:
+    pid = node.check(pid_command).strip()
+    line = node.check(f"grep ^0:: /proc/{pid}/cgroup").strip()
+    assert line.endswith(".scope"), line  # runc's systemd cgroup driver: the container is a systemd unit
+    return line.rsplit("/", 1)[1]
+
+
+def _device_allow(node: BootedNode, unit: str) -> str:
+    return node.check(f"systemctl show {unit} -p DeviceAllow")
+
+
+def test_install_start_paths_and_daemon_reload(node: BootedNode, fake: Path, debs: dict[str, Path]) -> None:
+    installed = _install(node, fake, debs["new"])
+    assert "ponytail-guard.service) is not enabled" in installed
+    assert node.run("systemctl is-enabled ponytail-guard.service").stdout.strip() == "disabled"
+    assert node.check("systemctl is-active ponytail-guard.service || true").strip() == "inactive"
+    assert node.check("systemctl is-active ponytail-dev-char-links.path").strip() == "active"
+    assert "195:0 -> ../nvidia0" in node.check("ls -l /dev/char/")  # the units linked the driver's nodes
+
+    # registered as an operator does, one command each; the engines restarted
+    node.check("""
+        ponytail configure --runtime docker
+        ponytail install-docker-gpus
+        systemctl restart docker
+        ponytail cdi generate --output /var/run/cdi/ponytail.yaml
+        """)
+    starts = {
+        "legacy hook (docker --gpus)": "docker run -d --network none --gpus device=0 gpuimg /bin/sleep 100000",
+        "shim (docker --runtime ponytail)": "docker run -d --network none --runtime ponytail -e NVIDIA_VISIBLE_DEVICES=0 gpuimg /bin/sleep 100000",
+        "hooks.d (podman)": f"podman run -d --pids-limit=-1 --network none --annotation com.example.gpu=true -e NVIDIA_VISIBLE_DEVICES=0 "
+                            f"--rootfs {fake}/rootfs /bin/sleep 100000",
+        "CDI (podman --device)": f"podman run -d --pids-limit=-1 --network none --device nvidia.com/gpu=0 --rootfs {fake}/rootfs /bin/sleep 100000",
+    }
+    containers = {}
+    for path, command in starts.items():
+        cid = node.check(command).strip().splitlines()[-1]
+        engine = command.split()[0]
+        containers[path] = (f"{engine} exec {cid}", _scope(node, f"{engine} inspect -f '{{{{.State.Pid}}}}' {cid}"))
+    for path, (exec_prefix, unit) in containers.items():
+        assert _gpus(node, exec_prefix) == {"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT"}, path
+        # the hook's nodes are systemd's too (added over D-Bus), the engine's rules (shim, CDI) by /dev/char links
+        allowed = _device_allow(node, unit)
+        assert re.search(r"DeviceAllow=/dev/(nvidia0|char/195:0) rw", allowed), (path, allowed)
+        assert "195:1" not in allowed and "nvidia1 " not in allowed, (path, allowed)
+
+    for _ in range(2):
+        node.check("systemctl daemon-reload")
+        time.sleep(0.5)
+        for path, (exec_prefix, unit) in containers.items():
+            assert _gpus(node, exec_prefix) == {"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT"}, f"{path} after daemon-reload"
+            assert re.search(r"DeviceAllow=/dev/(nvidia0|char/195:0) rw", _device_allow(node, unit)), path
+
+    # the node's systemd enforces its units' device rules here: a scope whose list is emptied loses the GPU,
+    # and the guard gives exactly that back
+    exec_prefix, unit = containers["hooks.d (podman)"]
+    node.check(f"systemctl set-property --runtime {unit} DeviceAllow=")
+    assert _gpus(node, exec_prefix)["/dev/nvidia0"] == "EPERM"
+    repaired = node.run("ponytail guard --once")
+    assert repaired.returncode == 1 and "given back (only those)" in repaired.stdout, repaired.stdout
+    assert _gpus(node, exec_prefix)["/dev/nvidia0"] == "ENXIO"
+    well = node.run("ponytail guard --once")
+    assert well.returncode == 0 and " 0 lost access" in well.stdout, well.stdout + well.stderr
+
+    # an upgrade from the previous version with the GPU containers running: no reload, no lost GPU
+    node.check(f"apt-get install -y --allow-downgrades {debs[OLD_VERSION]} >/dev/null 2>&1")
+    node.check(f"apt-get install -y {debs['new']} >/dev/null 2>&1")
+    for path, (exec_prefix, _unit) in containers.items():
+        assert _gpus(node, exec_prefix)["/dev/nvidia0"] == "ENXIO", f"{path} after the upgrade"
+    # with engines still registered, removal is refused and says what to run first
+    refused = node.run("apt-get remove -y ponytail")
+    assert refused.returncode != 0 and "ponytail configure --runtime ENGINE --uninstall" in refused.stderr + refused.stdout
+
+
+def test_reboot_brings_the_node_back(node: BootedNode, fake: Path, debs: dict[str, Path]) -> None:
+    _install(node, fake, debs["new"])
+    node.check("ponytail configure --runtime docker && systemctl restart docker")
+    node.poweroff()
+    node.boot()
+    assert node.check("ls /run/ponytail 2>/dev/null | wc -l").strip() == "0"  # /run started empty
+    assert "195:0 -> ../nvidia0" in node.check("ls -l /dev/char/")  # the driver's nodes and their links again
+    cid = node.check("docker run -d --network none --runtime ponytail -e NVIDIA_VISIBLE_DEVICES=1 gpuimg /bin/sleep 100000").strip()
+    assert _gpus(node, f"docker exec {cid}") == {"/dev/nvidia0": "ENOENT", "/dev/nvidia1": "ENXIO"}
+    well = node.run("ponytail guard --once")
+    assert well.returncode == 0, well.stdout + well.stderr
