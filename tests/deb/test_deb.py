@@ -9,14 +9,13 @@ archive (scripts/debian-root.sh; skipped, saying so, when it cannot be reached).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ponytail.engines.hooksd import hook_file_text
 
-from support.debbuild import OLD_VERSION, build_debs, changelog_version
+from support.debbuild import OLD_VERSION, build_debs, changelog_version, nvidia_package
 from support.debianroot import DebianSystem, pristine_root
 from support.fakehost import NVML_DIR, FakeHost, gpus, make_rootfs
 
@@ -207,23 +206,8 @@ def _one_line_errors(system: DebianSystem, config: Path) -> None:
     assert well.returncode == 0 and "0 lost access" in well.stdout and "Traceback" not in well.stderr, well
 
 
-def _nvidia_package(out: Path) -> Path:
-    """A stand-in of NVIDIA's nvidia-container-toolkit-base: its hook programs at their paths in /usr/bin."""
-    tree = out / "nvidia-pkg"
-    (tree / "DEBIAN").mkdir(parents=True)
-    (tree / "DEBIAN/control").write_text("Package: nvidia-container-toolkit-base\nVersion: 1.20.0-1\nArchitecture: all\n"
-                                         "Maintainer: test <test@example.invalid>\nDescription: stand-in of NVIDIA's package\n")
-    (tree / "usr/bin").mkdir(parents=True)
-    for name in ("nvidia-container-runtime-hook", "nvidia-cdi-hook", "nvidia-ctk"):
-        (tree / "usr/bin" / name).write_text(f"#!/bin/sh\n# NVIDIA's {name} (stand-in)\n")
-        (tree / "usr/bin" / name).chmod(0o755)
-    deb = out / "nvidia-container-toolkit-base_1.20.0-1_all.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(deb)], check=True, capture_output=True)
-    return deb
-
-
 def test_removing_nvidias_package_after_migrating_keeps_the_hooks(lower: Path, tmp_path: Path, host: FakeHost, debs: dict[str, Path]) -> None:
-    nvidia = _nvidia_package(debs["new"].parent)
+    nvidia = nvidia_package(debs["new"].parent)
     system = _system(lower, tmp_path, host, debs)
     config = host.base.parent / "config.toml"
     system.check(f"dpkg -i {nvidia} && apt-get install -y --no-install-recommends {debs['new']}")

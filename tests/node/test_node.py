@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from support.bootednode import BootedNode, node_root
-from support.debbuild import OLD_VERSION, build_debs
+from support.debbuild import OLD_VERSION, build_debs, nvidia_package
 from support.fakehost import FakeHost, gpus, make_rootfs
+from support.nvidia_tools import DEVICE_PLUGIN_KIND, captured_host, spec_text
 
 CUDACHECK = "/usr/local/bin/cudacheck"
 GPU = re.compile(r"open (/dev/nvidia\d+) (\w+)")
@@ -190,3 +191,61 @@ def test_reboot_brings_the_node_back(node: BootedNode, fake: Path, debs: dict[st
     assert _gpus(node, f"docker exec {cid}") == {"/dev/nvidia0": "ENOENT", "/dev/nvidia1": "ENXIO"}
     well = node.run("ponytail guard --once")
     assert well.returncode == 0, well.stdout + well.stderr
+
+
+def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, Path], tmp_path: Path) -> None:
+    captured = tmp_path / "captured"
+    host = captured_host(captured)
+    config = captured / "config.toml"
+    config.write_text(host.config_text())
+    rootfs = make_rootfs(captured / "rootfs")
+    (rootfs / "bin/sleep").symlink_to("busybox")
+    plugin_spec = spec_text(captured, variant="device-plugin-names").replace("/usr/bin/nvidia-cdi-hook", "/usr/bin/nvidia-ctk")
+    (captured / "plugin.yaml").write_text(plugin_spec)
+    (captured / "nvidia.yaml").write_text(spec_text(captured))
+    (captured / "management.yaml").write_text(spec_text(captured, variant="management"))
+    nvidia = nvidia_package(captured)
+    node.poweroff()
+    node.binds.append(captured)
+    node.boot()
+    _install(node, fake, debs["new"])
+    node.check(f"cp {config} /etc/ponytail/config.toml")  # this node's driver is the captured host's
+    # NVIDIA's toolkit as its packages lay it out, its spec and the device plugin's and the Operator's in /var/run/cdi
+    node.check(f"""
+        dpkg -i {nvidia} >/dev/null
+        cp {captured}/nvidia.yaml /var/run/cdi/nvidia.yaml
+        cp {captured}/plugin.yaml /var/run/cdi/k8s.device-plugin.nvidia.com-gpu.yaml
+        cp {captured}/management.yaml /var/run/cdi/management.nvidia.com-gpu.yaml
+        """)
+    snapshot = "sha256sum /usr/bin/nvidia-* /var/run/cdi/*; ls /etc/systemd/system /etc/systemd/system/multi-user.target.wants"
+    before = node.check(snapshot)
+    uuid = host.gpu_list[0].uuid
+    pod = f"podman run --rm --pids-limit=-1 --network none --rootfs {rootfs} --device {DEVICE_PLUGIN_KIND}={uuid} {CUDACHECK} /dev/nvidia{host.gpu_list[0].minor}"
+
+    migrated = node.check("ponytail migrate --from nvidia")
+    assert "is left alone" in migrated
+    after = node.check("sha256sum /var/run/cdi/*")
+    for line in before.splitlines():
+        if "k8s.device-plugin" in line or "management.nvidia.com" in line:
+            assert line in after  # the plugin's and the Operator's specs, byte for byte
+    assert "/var/run/cdi/ponytail.yaml" in after and "/var/run/cdi/nvidia.yaml" not in after
+    # a pod of the plugin's names starts, its hooks run by ponytail's hook script at /usr/bin/nvidia-ctk: libcuda loads
+    out = node.check(pod)
+    assert "cuDriverGetVersion 12040" in out and "ENXIO" in out, out
+
+    node.poweroff()
+    node.boot()
+    # ponytail's spec is written again at boot, before the engines
+    assert node.check("systemctl is-active ponytail-cdi-spec.service").strip() == "active"
+    spec_at = int(node.check("systemctl show ponytail-cdi-spec.service -p ActiveEnterTimestampMonotonic --value"))
+    for engine in ("containerd", "docker"):
+        started = int(node.check(f"systemctl show {engine}.service -p ExecMainStartTimestampMonotonic --value"))
+        assert spec_at <= started, engine
+    node.check(f"cp {captured}/plugin.yaml /var/run/cdi/k8s.device-plugin.nvidia.com-gpu.yaml")  # the plugin writes its spec again
+    out = node.check(pod)
+    assert "cuDriverGetVersion 12040" in out and "ENXIO" in out, out
+
+    undone = node.run("ponytail migrate --from nvidia --undo")
+    assert undone.returncode == 0, undone.stderr
+    node.check(f"cp {captured}/management.yaml /var/run/cdi/management.nvidia.com-gpu.yaml")  # the Operator's, again after the boot
+    assert node.check(snapshot) == before

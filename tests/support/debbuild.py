@@ -29,3 +29,18 @@ def build_debs(base: Path) -> dict[str, Path]:
         built[version or "new"] = Path(result.stdout.strip().splitlines()[-1].split()[1])
     assert built["new"].name == f"ponytail_{changelog_version()}_all.deb"
     return built
+
+
+def nvidia_package(out: Path) -> Path:
+    """A stand-in of NVIDIA's nvidia-container-toolkit-base: its hook programs at their paths in /usr/bin."""
+    tree = out / "nvidia-pkg"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN/control").write_text("Package: nvidia-container-toolkit-base\nVersion: 1.20.0-1\nArchitecture: all\n"
+                                         "Maintainer: test <test@example.invalid>\nDescription: stand-in of NVIDIA's package\n")
+    (tree / "usr/bin").mkdir(parents=True)
+    for name in ("nvidia-container-runtime-hook", "nvidia-cdi-hook", "nvidia-ctk"):
+        (tree / "usr/bin" / name).write_text(f"#!/bin/sh\n# NVIDIA's {name} (stand-in)\n")
+        (tree / "usr/bin" / name).chmod(0o755)
+    deb = out / "nvidia-container-toolkit-base_1.20.0-1_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(deb)], check=True, capture_output=True)
+    return deb
