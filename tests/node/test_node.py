@@ -21,11 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from support.bootednode import BootedNode, node_root
 from support.debbuild import OLD_VERSION, build_debs, nvidia_package
 from support.fakehost import FakeHost, gpus, make_rootfs
-from support.nvidia_tools import DEVICE_PLUGIN_KIND, captured_host, spec_text
+from support.nvidia_tools import DEVICE_PLUGIN_KIND, captured_host, point_hooks, spec_text
 
 CUDACHECK = "/usr/local/bin/cudacheck"
 GPU = re.compile(r"open (/dev/nvidia\d+) (\w+)")
@@ -200,8 +201,9 @@ def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, P
     config.write_text(host.config_text())
     rootfs = make_rootfs(captured / "rootfs")
     (rootfs / "bin/sleep").symlink_to("busybox")
-    plugin_spec = spec_text(captured, variant="device-plugin-names").replace("/usr/bin/nvidia-cdi-hook", "/usr/bin/nvidia-ctk")
-    (captured / "plugin.yaml").write_text(plugin_spec)
+    # the device plugin's spec names its hooks in the nvidia-ctk form (its default --nvidia-cdi-hook-path)
+    plugin_spec = point_hooks(yaml.safe_load(spec_text(captured, variant="device-plugin-names")), "", ctk="/usr/bin/nvidia-ctk")
+    (captured / "plugin.yaml").write_text(yaml.safe_dump(plugin_spec))
     (captured / "nvidia.yaml").write_text(spec_text(captured))
     (captured / "management.yaml").write_text(spec_text(captured, variant="management"))
     nvidia = nvidia_package(captured)
@@ -212,7 +214,7 @@ def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, P
     node.check(f"cp {config} /etc/ponytail/config.toml")  # this node's driver is the captured host's
     # NVIDIA's toolkit as its packages lay it out, its spec and the device plugin's and the Operator's in /var/run/cdi
     node.check(f"""
-        dpkg -i {nvidia} >/dev/null
+        dpkg -i {nvidia} >/dev/null && mkdir -p /var/run/cdi
         cp {captured}/nvidia.yaml /var/run/cdi/nvidia.yaml
         cp {captured}/plugin.yaml /var/run/cdi/k8s.device-plugin.nvidia.com-gpu.yaml
         cp {captured}/management.yaml /var/run/cdi/management.nvidia.com-gpu.yaml
@@ -220,7 +222,7 @@ def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, P
     snapshot = "sha256sum /usr/bin/nvidia-* /var/run/cdi/*; ls /etc/systemd/system /etc/systemd/system/multi-user.target.wants"
     before = node.check(snapshot)
     uuid = host.gpu_list[0].uuid
-    pod = f"podman run --rm --pids-limit=-1 --network none --rootfs {rootfs} --device {DEVICE_PLUGIN_KIND}={uuid} {CUDACHECK} /dev/nvidia{host.gpu_list[0].minor}"
+    pod = f"podman run --rm --pids-limit=-1 --network none --device {DEVICE_PLUGIN_KIND}={uuid} --rootfs {rootfs} {CUDACHECK} /dev/nvidia{host.gpu_list[0].minor}"
 
     migrated = node.check("ponytail migrate --from nvidia")
     assert "is left alone" in migrated
