@@ -46,7 +46,9 @@ def scan(root: str = "/", dirs: tuple[str, ...] = SPEC_DIRS) -> list[SpecFile]:
 
     found = []
     for directory in dirs:
-        base = directory if root == "/" else root.rstrip("/") + directory
+        base = directory if root == "/" else _in_root(root, directory)
+        if base is None:
+            continue
         try:
             names = sorted(os.listdir(base))
         except OSError:
@@ -62,6 +64,17 @@ def scan(root: str = "/", dirs: tuple[str, ...] = SPEC_DIRS) -> list[SpecFile]:
                 continue
             found.append(SpecFile(path, str(spec["kind"]), generator_of(spec, path), tuple(d["name"] for d in spec["devices"]), spec))
     return _with_feature_owners(found)
+
+
+def _in_root(root: str, directory: str) -> str | None:
+    """``directory`` of the tree at ``root``, its links resolved inside it (a node's /var/run -> /run
+    is the node's /run, not this process's); None when it cannot be (a loop)."""
+    from ponytail.fs.inroot import UnsafePath, host_path_in_root
+
+    try:
+        return host_path_in_root(root, directory, follow_last=True)
+    except UnsafePath:
+        return None
 
 
 def generator_of(spec: dict, path: str) -> str:

@@ -72,7 +72,11 @@ def replace_runtime(text: str, runtime: str) -> str:
 
 
 def under(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
+    """The host path of the node's ``path``: its links resolved inside ``root`` (a node's absolute
+    /var/run -> /run leads to the node's /run, not this process's)."""
+    from ponytail.fs.inroot import host_path_in_root
+
+    return host_path_in_root(root, path)
 
 
 def _on_node(root: str, path: str) -> str:

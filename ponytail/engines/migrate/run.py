@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-from ponytail.engines.migrate.apply import DEFAULT_STATE_DIR, apply, record_path, undo
+from ponytail.engines.migrate.apply import DEFAULT_STATE_DIR, apply, resume, undo
 from ponytail.engines.migrate.nvidia import probe
 from ponytail.engines.migrate.plan import make_plan
-from ponytail.errors import PonytailError, UsageError
+from ponytail.errors import UsageError
 
 SOURCES = ("nvidia",)
 
@@ -19,9 +19,11 @@ def migrate(root: str, state_dir: str, ponytail: str, runtime: str, config_file:
     for command in (ponytail, runtime):
         if not os.path.isabs(command):
             raise UsageError(f"{command}: the ponytail commands are named by absolute paths (the engines run them from anywhere)")
-    if os.path.lexists(record_path(root, state_dir)):
-        raise PonytailError(f"not migrating: {os.path.join(state_dir, 'record.json')} records a migration already; "
-                            "undo it first (ponytail migrate --from nvidia --undo)")
+    from ponytail.engines.migrate.journal import read_record
+
+    record = read_record(root, state_dir, "not migrating")
+    if record is not None:  # a migration, complete (refused) or interrupted (completed now)
+        return resume(root, state_dir, record, dry_run)
     toolkit = probe(root)
     if toolkit.empty:
         return ["nothing of NVIDIA's container toolkit found here (its CDI specs, engine entries, hooks on PATH, config): nothing to migrate"]
