@@ -291,7 +291,7 @@ def test_a_full_disk_is_found_before_the_first_change(tmp_path: Path) -> None:
 {listing_command(root)} > {tmp_path}/before.txt
 r=0; {migrate} > /dev/null 2> {tmp_path}/full.txt || r=$?; echo "full: $r"
 {listing_command(root)} > {tmp_path}/after-full.txt
-ls -A {root}/var 2>/dev/null | tr '\\n' ' '; echo
+ls -A {root}/var/lib 2>/dev/null | tr '\\n' ' '; echo
 rm {root}/filler
 r=0; {migrate} > /dev/null 2> {tmp_path}/migrated.txt || r=$?; echo "migrated: $r"
 {fill}
@@ -310,7 +310,7 @@ rm {root}/filler
 
     before = listed("before.txt")
     assert listed("after-full.txt") == before
-    assert "ponytail" not in lines[1], lines  # no state directory left
+    assert lines[1].strip() == "", lines  # no state directory left, nor /var/lib/ponytail
     assert lines[2] == "migrated: 0", (tmp_path / "migrated.txt").read_text()
     assert lines[3] == "undone: 0", (tmp_path / "undone.txt").read_text()
     assert listed("after-undo.txt") == before
@@ -328,3 +328,24 @@ def test_a_state_directory_on_a_small_file_system_is_refused_before_the_first_ch
     assert result.stdout.splitlines()[-1] == "exit 1", result
     assert result.stderr.count("\n") == 1 and f"not enough space on the file system of {root}/var/lib/ponytail" in result.stderr, result.stderr
     assert node_files(root) == before
+
+
+def test_a_second_run_while_one_is_going_on_is_refused(node: tuple[Path, Path, dict[str, bytes]]) -> None:
+    """A migration held up at its first saved original (strace delays the link) holds the lock: a second
+    migrate, and an undo, are refused with one line, and the first completes."""
+    import time
+
+    root, config, original = node
+    first = subprocess.Popen(at_call(migrate_argv(root, config), 1, "delay_enter=3000000", calls="linkat"),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (root / STATE / "files").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for second in (migrate_argv(root, config), undo_argv(root)):
+            err = one_line_error(run(second))
+            assert "another ponytail migrate is running" in err, err
+    finally:
+        _, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    assert run(undo_argv(root)).returncode == 0 and node_files(root) == original

@@ -69,11 +69,12 @@ def scan(root: str = "/", dirs: tuple[str, ...] = SPEC_DIRS) -> list[SpecFile]:
 def _in_root(root: str, directory: str) -> str | None:
     """``directory`` of the tree at ``root``, its links resolved inside it (a node's /var/run -> /run
     is the node's /run, not this process's); None when it cannot be (a loop)."""
-    from ponytail.fs.inroot import UnsafePath, host_path_in_root
+    from ponytail.errors import InjectionError
+    from ponytail.fs.inroot import host_path_in_root
 
     try:
         return host_path_in_root(root, directory, follow_last=True)
-    except UnsafePath:
+    except InjectionError:  # a loop, no such root
         return None
 
 

@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 DEFAULT_STATE_DIR = "/var/lib/ponytail/migrate"  # where no engine reads
 
 
-def record_path(root: str, state_dir: str) -> str:
-    return os.path.join(under(root, state_dir), RECORD)
-
-
 def apply(root: str, state_dir: str, plan: Plan, source: str) -> list[str]:
     doing = "not migrating"
     state = under(root, state_dir)
@@ -359,7 +355,10 @@ def _check_space_to_migrate(root: str, state: str, entries: list[dict], record_s
 
 def _check_space_to_undo(root: str, state: str, entries: list[dict], states: list[str]) -> None:
     needs: dict[str, tuple[int, int]] = {}
-    files_dev = os.stat(os.path.join(state, FILES)).st_dev
+    try:
+        files_dev = os.stat(os.path.join(state, FILES)).st_dev
+    except FileNotFoundError:
+        files_dev = -1  # no originals kept: none to copy (a saved copy missing is refused before)
     for entry, now in zip(entries, states, strict=True):
         directory = os.path.dirname(under(root, entry["path"]))
         if now == "left" and entry["before"]["kind"] == "file" and os.stat(directory).st_dev != files_dev:
@@ -423,11 +422,12 @@ class _Lock:
     the same time is refused with one line)."""
 
     def __init__(self, directory: str, doing: str) -> None:
-        self.directory, self.doing, self.fd = directory, doing, -1
+        self.directory, self.doing, self.fd, self.made = directory, doing, -1, False
 
     def __enter__(self) -> _Lock:
         import fcntl
 
+        self.made = not os.path.isdir(self.directory)
         os.makedirs(self.directory, mode=0o755, exist_ok=True)
         self.fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -440,6 +440,8 @@ class _Lock:
 
     def __exit__(self, *exc_info: object) -> None:
         os.close(self.fd)
+        if self.made:  # made for this run, which left nothing in it (refused before it began)
+            _remove_if_empty(self.directory)
 
 
 def _fsync_dir(directory: str) -> None:

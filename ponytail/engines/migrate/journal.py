@@ -170,8 +170,8 @@ def check_store(root: str, state_dir: str, doing: str) -> bool:
         except FileNotFoundError:
             pass
     if why is None:
-        inside = os.path.relpath(state, os.path.realpath(root)) if root != "/" else state
-        found = untrusted_place(root, ["/" + inside.lstrip("/")])
+        inside = state if root == "/" else state[len(root.rstrip("/")):]  # under() names it by the root's own path
+        found = untrusted_place(root, [inside])
         if found is not None:
             where, why = found
     if why is not None:
@@ -250,6 +250,9 @@ def upgrade(root: str, state_dir: str, record: dict) -> dict:
         before: dict = {"kind": "nothing"}
         if saved is not None:
             before = describe(os.path.join(files, saved_name(old["path"])))
+            if before["kind"] == "nothing":
+                raise PonytailError(f"not undoing: the saved original of {old['path']} ({os.path.join(state_dir, FILES, saved)}) is "
+                                    f"missing; put it there by hand (e.g. reinstall nvidia-container-toolkit's package), then run {UNDO} again")
             if before.get("uid") not in (0, os.geteuid()):
                 raise PonytailError(f"not undoing: the saved copy of {old['path']} is owned by uid {before.get('uid')}, not root: "
                                     f"its owner cannot be believed; put {old['path']} back by hand from {os.path.join(state_dir, FILES)}")
