@@ -51,7 +51,7 @@ class MigrateReport:
     killed: int = 0  # runs SIGKILLed
     full: int = 0  # runs that met a full disk (refused, one line)
     reruns: dict[str, int] = field(default_factory=dict)
-    stuck: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)  # "trial N (...): what", one or more a trial
     broken: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -62,7 +62,12 @@ class MigrateReport:
     def summary(self) -> str:
         reruns = ", ".join(f"{n}x {k}" for k, n in sorted(self.reruns.items()))
         return (f"migrate/undo: {self.trials} trials in {self.seconds:.1f} s: {self.killed} SIGKILLed, {self.full} met a full disk; "
-                f"reruns: {reruns}; stuck nodes {len(self.stuck)}, broken {len(self.broken)}")
+                f"reruns: {reruns}; stuck nodes {_trials(self.stuck)}, broken {_trials(self.broken)}")
+
+
+def _trials(lines: list[str]) -> int:
+    """How many trials ``lines`` speak of."""
+    return len({line.split(":")[0] for line in lines})
 
 
 def migrate_soak(base: Path, trials: int, seed: int = 1) -> MigrateReport:

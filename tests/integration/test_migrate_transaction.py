@@ -349,3 +349,16 @@ def test_a_second_run_while_one_is_going_on_is_refused(node: tuple[Path, Path, d
         _, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
     assert run(undo_argv(root)).returncode == 0 and node_files(root) == original
+
+
+@pytest.mark.slow
+def test_soak_migrate_and_undo_stopped_and_run_again(tmp_path: Path) -> None:
+    """bench/soak_migrate.py (bench/soak.py runs it after its hook soak), shortened: 30 trials."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from soak_migrate import migrate_soak
+
+    report = migrate_soak(tmp_path, trials=30, seed=2)
+    assert report.clean, report.summary() + "\n" + "\n".join(report.stuck + report.broken)
+    assert report.killed > 0 and report.trials == 30

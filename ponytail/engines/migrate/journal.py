@@ -176,8 +176,8 @@ def check_store(root: str, state_dir: str, doing: str) -> bool:
             where, why = found
     if why is not None:
         raise PonytailError(
-            f"{doing}: the migration's state directory {where} is {why}: its record decides what is written as root, so only "
-            f"root may change it; make it root's alone (chown -R root:root {state_dir} && chmod 0700 {state_dir}), or pass --state-dir DIR"
+            f"{doing}: {where} (the migration's state directory, or on the way to it) is {why}: its record decides what is written "
+            f"as root, so only root may change it; make it root's alone (chown root:root {where} && chmod go-w {where}), or pass --state-dir DIR"
         )
     return True
 
