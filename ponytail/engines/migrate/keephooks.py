@@ -23,6 +23,7 @@ SCRIPT_NAMES = ("nvidia-cdi-hook", "nvidia-ctk")
 def put_back(state_dir: str = "/var/lib/ponytail/migrate", root: str = "/") -> list[str]:
     """Each recorded hook path that is gone, made again; one line each."""
     from ponytail.engines.cdi.nvidiainstall import script
+    from ponytail.engines.migrate.journal import left_data
     from ponytail.engines.migrate.nvidia import under
     from ponytail.fs.atomic import replace_file
 
@@ -42,15 +43,17 @@ def put_back(state_dir: str = "/var/lib/ponytail/migrate", root: str = "/") -> l
             os.symlink(target, under(root, path))
             lines.append(f"ponytail: {path} was removed with NVIDIA's package: put back the link to {target} (the migration's)")
         elif name in SCRIPT_NAMES and left.get("kind") == "file":
-            words = str(entry.get("restore", "")).split()
-            command = words[words.index("--path") + 1] if "--path" in words[:-1] else "/usr/bin/ponytail"
-            data = script(command)
+            try:  # the bytes the migration left (its record keeps them), else the script as it writes it
+                data = left_data(left)
+            except (KeyError, ValueError, TypeError):
+                words = str(entry.get("restore", "")).split()
+                data = script(words[words.index("--path") + 1] if "--path" in words[:-1] else "/usr/bin/ponytail")
             if hashlib.sha256(data).hexdigest() != left.get("sha256"):
                 lines.append(f"ponytail: {path} was removed with NVIDIA's package; it was not ponytail's usual hook script: "
                              f"run 'ponytail install-nvidia-hook --at {path}'")
                 continue
             os.makedirs(os.path.dirname(under(root, path)), exist_ok=True)
-            replace_file(under(root, path), data, 0o755)
+            replace_file(under(root, path), data, int(left.get("mode", 0o755)) & 0o7777)
             lines.append(f"ponytail: {path} was removed with NVIDIA's package: put back ponytail's hook script (the migration's)")
     return lines
 

@@ -19,6 +19,9 @@ SERVED = {HOOK_NAME: "link", "nvidia-cdi-hook": "script"}
 RUNTIMES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 CONFIG = "/etc/nvidia-container-runtime/config.toml"
 PONYTAIL_VENDOR = "nvidia.com"  # the vendor of every kind ponytail's specs use
+# the unit a migration writes (and its link enabling it) where ponytail's spec goes to a tmpfs (plan.py)
+BOOT_UNIT = "/etc/systemd/system/ponytail-cdi-spec.service"
+BOOT_WANTS = "/etc/systemd/system/multi-user.target.wants/ponytail-cdi-spec.service"
 # podman's legacy hook of older toolkit packages: it runs nvidia-container-runtime-hook, ponytail's link after a migration
 OCI_HOOKS = ("/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json", "/etc/containers/oci/hooks.d/oci-nvidia-hook.json")
 # the engines' files that may name NVIDIA's runtime: the main configs and their drop-in directories
@@ -88,7 +91,11 @@ def replace_runtime(text: str, runtime: str) -> str:
 
 
 def under(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
+    """The host path of the node's ``path``: its links resolved inside ``root`` (a node's absolute
+    /var/run -> /run leads to the node's /run, not this process's)."""
+    from ponytail.fs.inroot import host_path_in_root
+
+    return host_path_in_root(root, path)
 
 
 def _on_node(root: str, path: str) -> str:

@@ -21,7 +21,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from ponytail.engines.migrate.nvidia import SERVED, Toolkit, replace_runtime, under
+from ponytail.engines.migrate.nvidia import BOOT_UNIT, BOOT_WANTS, SERVED, Toolkit, replace_runtime, under
 from ponytail.errors import PonytailError
 
 
@@ -81,9 +81,11 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
     for path in toolkit.hook_paths:
         if path in toolkit.binaries or _is_hook_script(under(root, path), hook_script):
             continue
-        if not os.path.isdir(under(root, os.path.dirname(path))):
-            notes.append(f"a CDI spec left alone names {path} as its hook, whose directory is not here: "
-                         f"ponytail install-nvidia-hook --at {path}")
+        from ponytail.engines.dockergpus import SERVICE_PATH
+
+        if os.path.dirname(path) not in SERVICE_PATH or not os.path.isdir(under(root, os.path.dirname(path))):
+            notes.append(f"a CDI spec left alone names {path} as its hook, which is not on the engines' PATH "
+                         f"(or not here): serve it with 'ponytail install-nvidia-hook --at {path}'")
             continue
         steps.append(Step(path, "the hook a CDI spec left alone names: ponytail's hook script", data=hook_script,
                           restore=install_hook.format(path=path)))
@@ -104,10 +106,6 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
     for step in steps:
         refuse_what_cannot_be_undone(root, step.path)
     return Plan(tuple(steps), tuple(notes))
-
-
-BOOT_UNIT = "/etc/systemd/system/ponytail-cdi-spec.service"
-BOOT_WANTS = "/etc/systemd/system/multi-user.target.wants/ponytail-cdi-spec.service"
 
 
 def boot_unit(command: str, spec: str) -> bytes:
