@@ -28,7 +28,7 @@ def test_crio_runs_the_migrated_handler_and_ponytails_spec(tmp_path: Path) -> No
     try:
         crio.load_image(oci_archive(rootfs, image, ["/bin/sleep", "100000"], tmp_path / "image.tar"))
         shutil.copy(root / "etc/crio/crio.conf.d/99-nvidia.toml", crio.drop_ins / "99-nvidia.toml")
-        shutil.copy(root / "etc/cdi/nvidia.yaml", state / "cdi/nvidia.yaml")
+        shutil.copy(root / "etc/cdi/ponytail.yaml", state / "cdi/ponytail.yaml")
         crio.start(ponytail_config.read_text())
         pods = Pods(crio, image, tmp_path / "stubs")  # type: ignore[arg-type]  # the same CRI as containerd's
         _, code, lines = pods.run(CUDACHECK_GPU1, env={"NVIDIA_VISIBLE_DEVICES": DEVICES}, mounts=[("/dev/null", f"{DEVICES}/1")],

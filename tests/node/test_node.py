@@ -66,7 +66,7 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (its driver files here, its device nodes in the node's own /dev)."""
     base = tmp_path_factory.mktemp("nodefake")
     host = FakeHost(base / "host", gpu_list=gpus(2))
-    rootfs = make_rootfs(base / "rootfs")
+    rootfs = make_rootfs(base / "rootfs", programs=("cudacheck.c", "cudahold.c"))
     (rootfs / "bin/sleep").symlink_to("busybox")
     (base / "config.toml").write_text(host.config_text().replace(f'dev_root = "{host.dev}"', 'dev_root = "/dev"'))
     (base / "fake-nvidia-modprobe.service").write_text(FAKE_MODPROBE.format(dev=host.dev))
@@ -251,3 +251,23 @@ def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, P
     assert undone.returncode == 0, undone.stderr
     node.check(f"cp {captured}/management.yaml /var/run/cdi/management.nvidia.com-gpu.yaml")  # the Operator's, again after the boot
     assert node.check(snapshot) == before
+
+
+def test_a_driver_upgrade_is_reported(node: BootedNode, fake: Path, debs: dict[str, Path]) -> None:
+    """Last in this module: it swaps the fake driver that the other tests share."""
+    _install(node, fake, debs["new"])
+    node.check("ponytail configure --runtime docker && systemctl restart docker")
+    cid = node.check("docker run -d --network none --runtime ponytail -e NVIDIA_VISIBLE_DEVICES=0 gpuimg /usr/local/bin/cudahold").strip()
+    time.sleep(1)
+    assert node.run("ponytail guard --once").returncode == 0
+    old = next(line for line in (fake / "host/proc/driver/nvidia/version").read_text().split() if line.count(".") == 2)
+    # the package manager's way: a new version in /proc, the old libcuda deleted and a new file in its place
+    node.check(f"""
+        sed -i 's/{old}/570.86.10/' {fake}/host/proc/driver/nvidia/version
+        lib=$(find {fake}/host/driver -name 'libcuda.so.{old}' | head -1)
+        cp "$lib" "$lib.new" && mv "$lib.new" "$lib"
+        """)
+    found = node.run("ponytail guard --once --report-only")
+    assert found.returncode == 1, found.stdout + found.stderr
+    line = next(x for x in found.stdout.splitlines() if cid[:12] in x)
+    assert f"given driver {old}, 570.86.10 runs now" in line, line
