@@ -89,6 +89,8 @@ def node(lower: Path, tmp_path: Path, fake: Path, debs: dict[str, Path]) -> Iter
             """)
         yield booted
     finally:
+        if booted.leader:  # the containers first, at once: a poweroff waits for each engine to stop them
+            booted.run("docker rm -f $(docker ps -aq) >/dev/null 2>&1; podman rm -af -t 0 >/dev/null 2>&1; true", timeout=120)
         booted.close()
         shutil.rmtree(tmp_path / "node", ignore_errors=True)
 
