@@ -176,6 +176,9 @@ def remedy(root: str, entry: dict) -> str:
     full = under(root, path)
     if left.get("kind") == "nothing" and _is_hook_script_file(full):
         return f"run 'ponytail install-nvidia-hook --uninstall --at {path}' (ponytail's hook script, made since)"
+    before = entry.get("before") or {}
+    if before.get("kind") == "nothing" and left.get("kind") != "nothing":
+        return f"remove {path} (there was nothing there before the migration, and undo leaves nothing)"
     restore = entry.get("restore")
     if isinstance(restore, str) and restore:
         return f"run '{restore}' (it puts back what ponytail left there)"
