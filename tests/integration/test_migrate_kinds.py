@@ -1,6 +1,6 @@
 """``ponytail migrate --from nvidia`` beside the specs of other NVIDIA node daemons (captured ones, shared/nvidia):
 the device plugin's (``k8s.device-plugin.nvidia.com/gpu``, hooks by ``/usr/bin/nvidia-ctk``) and the GPU
-Operator's (``management.nvidia.com/gpu``) are left alone, byte for byte, and the hook they name becomes
+Operator's (``management.nvidia.com/gpu``) and the DRA driver's (``k8s.gpu.nvidia.com/device``, ``/claim``) are left alone, byte for byte, and the hook they name becomes
 ponytail's hook script; only ``nvidia.com/gpu`` is replaced, by ponytail's spec under its own name. A spec in
 /var/run/cdi (a tmpfs) gets a unit that writes it again at boot. Every refusal of ``--undo`` names the one
 command that clears it, and that command does; then the undo gives back every byte."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ponytail.engines.cdi.owners import scan
 
@@ -17,7 +18,7 @@ from support.engines import console_script
 from support.fakehost import FakeHost, gpus
 from support.harness import run_ponytail
 from support.nvidia_toolkit import tree_bytes
-from support.nvidia_tools import PLACEHOLDER, SPECS
+from support.nvidia_tools import PLACEHOLDER, SPECS, dra_specs
 
 NVIDIA_PROGRAM = b"#!/bin/sh\n# NVIDIA's program (stand-in)\nexit 0\n"
 RUNTIME = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\nBinaryName = "/usr/bin/nvidia-container-runtime"\n'
@@ -42,6 +43,10 @@ def _node(tmp_path: Path, spec_dir: str) -> tuple[Path, Path, FakeHost]:
     (root / "var/run/cdi/k8s.device-plugin.nvidia.com-gpu.yaml").write_text(
         _captured("2gpu-device-plugin-names.yaml", host, hook="/usr/bin/nvidia-ctk"))
     (root / "var/run/cdi/management.nvidia.com-gpu.yaml").write_text(_captured("2gpu-management.yaml", host))
+    # the DRA driver's two specs (kinds k8s.gpu.nvidia.com/device and /claim), their hooks by its own path
+    base, claim = dra_specs(yaml.safe_load(_captured("2gpu-default.yaml", host)), "c1a1m", "/usr/bin/nvidia-cdi-hook")
+    (root / "var/run/cdi/k8s.gpu.nvidia.com-device_base.yaml").write_text(yaml.safe_dump(base))
+    (root / "var/run/cdi/k8s.gpu.nvidia.com-claim_c1a1m.yaml").write_text(yaml.safe_dump(claim))
     for name in ("nvidia-ctk", "nvidia-cdi-hook"):
         (root / "usr/bin" / name).write_bytes(NVIDIA_PROGRAM)
         (root / "usr/bin" / name).chmod(0o755)
@@ -58,9 +63,7 @@ def _migrate(root: Path, config: Path, *more: str) -> tuple[int, str, str]:
 def test_specs_of_other_kinds_are_left_alone_and_their_hooks_served(tmp_path: Path) -> None:
     root, config, _ = _node(tmp_path, "/etc/cdi")
     before = tree_bytes(root)
-    plugin = root / "var/run/cdi/k8s.device-plugin.nvidia.com-gpu.yaml"
-    operator = root / "var/run/cdi/management.nvidia.com-gpu.yaml"
-    kept = {plugin: plugin.read_bytes(), operator: operator.read_bytes()}
+    kept = {p: p.read_bytes() for p in (root / "var/run/cdi").iterdir()}  # the plugin's, the Operator's, the DRA driver's
 
     status, out, err = _migrate(root, config)
     assert status == 0, err
@@ -75,7 +78,8 @@ def test_specs_of_other_kinds_are_left_alone_and_their_hooks_served(tmp_path: Pa
     assert not (root / "etc/systemd/system/ponytail-cdi-spec.service").exists()  # /etc/cdi outlives a boot
     # one spec per kind: ponytail's check of the specs finds no clash
     kinds = sorted(f.kind for f in scan(str(root)))
-    assert kinds == ["k8s.device-plugin.nvidia.com/gpu", "management.nvidia.com/gpu", "nvidia.com/gpu"], kinds
+    assert kinds == ["k8s.device-plugin.nvidia.com/gpu", "k8s.gpu.nvidia.com/claim", "k8s.gpu.nvidia.com/device",
+                     "management.nvidia.com/gpu", "nvidia.com/gpu"], kinds
 
     status, out, err = _migrate(root, config, "--undo")
     assert status == 0, err
