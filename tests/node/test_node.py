@@ -171,6 +171,15 @@ def test_install_start_paths_and_daemon_reload(node: BootedNode, fake: Path, deb
     assert _gpus(node, exec_prefix)["/dev/nvidia0"] == "ENXIO"
     well = node.run("ponytail guard --once")
     assert well.returncode == 0 and " 0 lost access" in well.stdout, well.stdout + well.stderr
+    # the guard as a service (opt-in, as the README says) reacts to systemd's Reloading signal at once, not at
+    # its next interval (60 s): the scope's list is still empty, so the reload takes the GPU and the guard gives it back
+    node.check("systemctl --no-reload enable ponytail-guard.service && systemctl start ponytail-guard.service && sleep 2")
+    node.check("systemctl daemon-reload")
+    deadline = time.monotonic() + 10
+    while _gpus(node, exec_prefix)["/dev/nvidia0"] != "ENXIO" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _gpus(node, exec_prefix)["/dev/nvidia0"] == "ENXIO"
+    assert "event(s): reloaded systemd daemon-reload" in (fake / "host/ponytail.log").read_text()
 
     # an upgrade from the previous version with the GPU containers running: no reload, no lost GPU
     node.check(f"apt-get install -y --allow-downgrades {debs[OLD_VERSION]} >/dev/null 2>&1")
