@@ -160,6 +160,11 @@ def test_install_start_paths_and_daemon_reload(node: BootedNode, fake: Path, deb
         for path, (exec_prefix, unit) in containers.items():
             assert _gpus(node, exec_prefix) == {"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT"}, f"{path} after daemon-reload"
             assert re.search(r"DeviceAllow=/dev/(nvidia0|char/195:0) rw", _device_allow(node, unit)), path
+    # systemd re-applying a scope's settings (any set-property does; so does a reload where systemd re-realizes its
+    # units) builds the device program from DeviceAllow= alone: the GPU stays because the nodes are in that list
+    for path, (exec_prefix, unit) in containers.items():
+        node.check(f"systemctl set-property --runtime {unit} DeviceAllow='/dev/null rw'")
+        assert _gpus(node, exec_prefix) == {"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT"}, f"{path} after its settings were re-applied"
 
     # the node's systemd enforces its units' device rules here: a scope whose list is emptied loses the GPU,
     # and the guard gives exactly that back
@@ -174,12 +179,15 @@ def test_install_start_paths_and_daemon_reload(node: BootedNode, fake: Path, deb
     # the guard as a service (opt-in, as the README says) reacts to systemd's Reloading signal at once, not at
     # its next interval (60 s): the scope's list is still empty, so the reload takes the GPU and the guard gives it back
     node.check("systemctl --no-reload enable ponytail-guard.service && systemctl start ponytail-guard.service && sleep 2")
+    node.check(f"systemctl set-property --runtime {unit} DeviceAllow=")  # lost again (no signal the guard hears)
+    assert _gpus(node, exec_prefix)["/dev/nvidia0"] == "EPERM"
     node.check("systemctl daemon-reload")
     deadline = time.monotonic() + 10
     while _gpus(node, exec_prefix)["/dev/nvidia0"] != "ENXIO" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _gpus(node, exec_prefix)["/dev/nvidia0"] == "ENXIO"
-    assert "event(s): reloaded systemd daemon-reload" in (fake / "host/ponytail.log").read_text()
+    log = (fake / "host/ponytail.log").read_text()
+    assert re.search(r"pass \(1 event\(s\): reloaded systemd daemon-reload\): \d+ container\(s\) watched, 1 lost access, 1 repaired", log), log[-3000:]
 
     # an upgrade from the previous version with the GPU containers running: no reload, no lost GPU
     node.check(f"apt-get install -y --allow-downgrades {debs[OLD_VERSION]} >/dev/null 2>&1")
