@@ -142,7 +142,10 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
             "cri", str,
             "The CRI implementation that starts this node's pods, `\"containerd\"` or `\"cri-o\"`: the pod's namespace "
             "for `env_namespaces` is read only from the annotation it writes over any a pod brings "
-            "(`io.kubernetes.cri.sandbox-namespace`, `io.kubernetes.pod.namespace`).",
+            "(`io.kubernetes.cri.sandbox-namespace`, `io.kubernetes.pod.namespace`), and the device plugin's "
+            "`cdi.k8s.io/*` annotations only from where it puts the kubelet's container annotations (CRI-O: "
+            "`io.kubernetes.cri-o.Annotations`). Unset under `accept_env_when_unprivileged = false`: no CDI annotation "
+            "gives an unprivileged container GPUs (volume mounts still do).",
         ),
     },
     "timeouts": {

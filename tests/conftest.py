@@ -38,6 +38,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the real-driver tier builds Debian roots (minutes, Debian's archive): only when asked for by its marker
     real_driver = "real_driver" in (config.getoption("markexpr", "") or "")
     node = "node" in (config.getoption("markexpr", "") or "")  # the booted-node tier likewise (make test-node)
+    # so does the current-engines tier (a Debian sid root): make test-engines runs it, after make test
+    current_engines = "current_engines" in (config.getoption("markexpr", "") or "")
     for item in items:
         kind = item.path.resolve().relative_to(TESTS).parts[0]
         if kind in KIND_MARKERS:
@@ -48,6 +50,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="the real-driver tier: run it with make test-real-driver (pytest -m real_driver)"))
         if item.get_closest_marker("node") is not None and not node:
             item.add_marker(pytest.mark.skip(reason="the booted-node tier: run it with make test-node (pytest -m node)"))
+        if item.get_closest_marker("current_engines") is not None and not current_engines:
+            item.add_marker(pytest.mark.skip(reason="the current-engines tier: run it with make test-engines (pytest -m current_engines)"))
         if not_root and item.get_closest_marker("root") is not None:
             item.add_marker(pytest.mark.skip(reason="needs root (marked root): run the suite as root"))
 

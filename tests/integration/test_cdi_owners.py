@@ -15,7 +15,7 @@ from support.cdi_support import generate
 from support.engines import console_script
 from support.fakehost import FakeHost
 from support.harness import run_ponytail
-from support.nvidia_tools import captured_host
+from support.nvidia_tools import CAPTURED_HOOK, captured_host, spec_text
 from support.nvidia_tools import nvidia_spec as captured_spec
 
 MIGRATE = "ponytail migrate --from nvidia"
@@ -44,6 +44,22 @@ def test_nvidia_ctks_spec_omits_minor_zero_and_is_up_to_date(host: FakeHost, nvi
     checked = run_ponytail(["cdi", "check", "-config", str(host.write_config()), str(nvidia_spec)])
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.decode() == f"{nvidia_spec}: up to date\n"
+
+
+@pytest.mark.parametrize("name, suffix", [("2gpu", "json"), ("18gpu", "yaml")])
+def test_nvidia_ctks_other_captured_specs_are_up_to_date_on_their_hosts(tmp_path: Path, name: str, suffix: str) -> None:
+    """nvidia-ctk 1.20.0's JSON spec, and its spec of 18 GPUs (37 devices), each on the host it was written for."""
+    host = captured_host(tmp_path, name)
+    hook = tmp_path / "usr/bin/nvidia-cdi-hook"
+    hook.parent.mkdir(parents=True)
+    hook.symlink_to(console_script("ponytail"))
+    spec = tmp_path / f"etc/cdi/nvidia.{suffix}"
+    spec.parent.mkdir(parents=True)
+    spec.write_text(spec_text(tmp_path, name, suffix=suffix).replace(CAPTURED_HOOK, str(hook)))
+    devices = (json.loads if suffix == "json" else yaml.safe_load)(spec.read_text())["devices"]
+    assert len(devices) == 2 * len(host.gpu_list) + 1
+    checked = run_ponytail(["cdi", "check", "-config", str(host.write_config()), str(spec)])
+    assert checked.returncode == 0 and checked.stdout.decode() == f"{spec}: up to date\n", checked.stdout + checked.stderr
 
 
 def test_a_stale_nvidia_spec_is_sent_to_nvidia_ctk_not_overwritten(host: FakeHost, nvidia_spec: Path) -> None:

@@ -1,11 +1,11 @@
 """NVIDIA's behaviour as captured data (``../shared/nvidia``, README there): the specs nvidia-ctk 1.20.0
 wrote for two fake hosts, and the manifests of those hosts. ``captured_host`` lays a fake host out as
 a manifest says; ``nvidia_spec`` is nvidia-ctk's spec for it (``@FAKEHOST@`` replaced), its hooks
-pointed at a program of ours. Nothing here runs NVIDIA's programs: ``nvidia_program`` finds them
+pointed at a program of ours. Nothing here runs NVIDIA's programs: ``installed_toolkit`` finds them
 where a node has them installed, for the tests that compare with them.
 
-No pytest here but in ``nvidia_program``: a booted node or a script lays out the same host with
-``captured_host(root)`` and ``write_spec``."""
+No pytest here: a booted node or a script lays out the same host with ``captured_host(root)`` and
+``write_spec``."""
 
 from __future__ import annotations
 
@@ -205,19 +205,20 @@ def nvidia_spec(host: FakeHost, out: Path, hook: str, env: dict[str, str] | None
     return write_spec(host, out, hook, env, ctk, variant)
 
 
-def nvidia_program(name: str) -> Path:
-    """NVIDIA's program ``name`` where a node has it installed: $NVIDIA_TOOLKIT_DIR (or its bin/), else
-    PATH. Without it the test is skipped, saying so (only the comparison with NVIDIA's program)."""
-    toolkit = os.environ.get("NVIDIA_TOOLKIT_DIR", "")
-    for candidate in ([Path(toolkit) / name, Path(toolkit) / "bin" / name] if toolkit else []):
-        if os.access(candidate, os.X_OK):
-            return candidate
-    found = shutil.which(name)
-    if found:
-        return Path(found)
-    import pytest
+TOOL_BINARIES = ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime-hook", "nvidia-container-runtime", "nvidia-container-cli")
 
-    pytest.skip(f"NVIDIA's {name} is not installed (PATH, NVIDIA_TOOLKIT_DIR): the comparison with it is skipped")
+
+def installed_toolkit() -> Path | None:
+    """The directory of NVIDIA's installed programs (all of TOOL_BINARIES, from NVIDIA's packages):
+    $NVIDIA_TOOLKIT_DIR (or its bin/), else nvidia-ctk's directory on PATH; None where the toolkit is not
+    installed (a test comparing with NVIDIA's programs then skips that comparison, saying so)."""
+    candidates = []
+    if os.environ.get("NVIDIA_TOOLKIT_DIR"):
+        candidates += [Path(os.environ["NVIDIA_TOOLKIT_DIR"]), Path(os.environ["NVIDIA_TOOLKIT_DIR"]) / "bin"]
+    on_path = shutil.which("nvidia-ctk")
+    if on_path:
+        candidates.append(Path(on_path).parent)
+    return next((d for d in candidates if all(os.access(d / n, os.X_OK) for n in TOOL_BINARIES)), None)
 
 
 def install_fake_nvml(host: FakeHost, extra_sources: tuple[Path, ...] = ()) -> None:

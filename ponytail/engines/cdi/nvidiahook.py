@@ -252,6 +252,9 @@ def _run(mine: Invocation, prog: str, log: RunLog) -> int:
     )
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)
+    from ponytail.engines.cdi.hook import record_for_guard
+
+    record_for_guard(config, state.id, container.char_devices, "", log, os.path.basename(prog))
     if len(work) > 1:
         _mark_done(state.bundle)
     log.write("info", f"{os.path.basename(prog)} in {container.rootfs}: {len(outcome.done)} change(s), "
