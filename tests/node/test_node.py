@@ -47,12 +47,28 @@ WantedBy=sysinit.target
 """
 
 
+@pytest.fixture(scope="module", params=["bookworm", "sid"])
+def suite(request: pytest.FixtureRequest) -> str:
+    """Debian 12's engines, and the newer ones of Debian's sid (containerd 2.1, docker 28, podman 5.8, runc 1.3)."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def lower() -> Path:
-    root = node_root()
+def lower(suite: str) -> Path:
+    root = node_root(suite)
     if isinstance(root, str):
         pytest.skip(root)
     return root
+
+
+def bookworm_only(suite: str) -> None:
+    if suite != "bookworm":
+        pytest.skip("on the Debian 12 node only: the sid node runs the start paths, the reloads and the reboot")
+
+
+def _pids(suite: str) -> str:
+    """No pids controller in the node's cgroup tree: podman 4 takes -1 for no limit, podman 5 0."""
+    return "--pids-limit=-1" if suite == "bookworm" else "--pids-limit=0"
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +136,7 @@ def _device_allow(node: BootedNode, unit: str) -> str:
     return node.check(f"systemctl show {unit} -p DeviceAllow")
 
 
-def test_install_start_paths_and_daemon_reload(node: BootedNode, fake: Path, debs: dict[str, Path]) -> None:
+def test_install_start_paths_and_daemon_reload(node: BootedNode, fake: Path, debs: dict[str, Path], suite: str) -> None:
     installed = _install(node, fake, debs["new"])
     assert "ponytail-guard.service) is not enabled" in installed
     assert node.run("systemctl is-enabled ponytail-guard.service").stdout.strip() == "disabled"
@@ -138,9 +154,9 @@ def test_install_start_paths_and_daemon_reload(node: BootedNode, fake: Path, deb
     starts = {
         "legacy hook (docker --gpus)": "docker run -d --network none --gpus device=0 gpuimg /bin/sleep 100000",
         "shim (docker --runtime ponytail)": "docker run -d --network none --runtime ponytail -e NVIDIA_VISIBLE_DEVICES=0 gpuimg /bin/sleep 100000",
-        "hooks.d (podman)": f"podman run -d --pids-limit=-1 --network none --annotation com.example.gpu=true -e NVIDIA_VISIBLE_DEVICES=0 "
+        "hooks.d (podman)": f"podman run -d {_pids(suite)} --network none --annotation com.example.gpu=true -e NVIDIA_VISIBLE_DEVICES=0 "
                             f"--rootfs {fake}/rootfs /bin/sleep 100000",
-        "CDI (podman --device)": f"podman run -d --pids-limit=-1 --network none --device nvidia.com/gpu=0 --rootfs {fake}/rootfs /bin/sleep 100000",
+        "CDI (podman --device)": f"podman run -d {_pids(suite)} --network none --device nvidia.com/gpu=0 --rootfs {fake}/rootfs /bin/sleep 100000",
     }
     containers = {}
     for path, command in starts.items():
@@ -213,7 +229,8 @@ def test_reboot_brings_the_node_back(node: BootedNode, fake: Path, debs: dict[st
     assert well.returncode == 0, well.stdout + well.stderr
 
 
-def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, Path], tmp_path: Path) -> None:
+def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, Path], tmp_path: Path, suite: str) -> None:
+    bookworm_only(suite)
     captured = tmp_path / "captured"
     host = captured_host(captured)
     config = captured / "config.toml"
@@ -241,7 +258,7 @@ def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, P
     snapshot = "sha256sum /usr/bin/nvidia-* /var/run/cdi/*; ls /etc/systemd/system /etc/systemd/system/multi-user.target.wants"
     before = node.check(snapshot)
     uuid = host.gpu_list[0].uuid
-    pod = f"podman run --rm --pids-limit=-1 --network none --device {DEVICE_PLUGIN_KIND}={uuid} --rootfs {rootfs} {CUDACHECK} /dev/nvidia{host.gpu_list[0].minor}"
+    pod = f"podman run --rm {_pids(suite)} --network none --device {DEVICE_PLUGIN_KIND}={uuid} --rootfs {rootfs} {CUDACHECK} /dev/nvidia{host.gpu_list[0].minor}"
 
     migrated = node.check("ponytail migrate --from nvidia")
     assert "is left alone" in migrated
@@ -272,21 +289,27 @@ def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, P
     assert node.check(snapshot) == before
 
 
-def test_a_driver_upgrade_is_reported(node: BootedNode, fake: Path, debs: dict[str, Path]) -> None:
+def test_a_driver_upgrade_is_reported(node: BootedNode, fake: Path, debs: dict[str, Path], suite: str) -> None:
     """Last in this module: it swaps the fake driver that the other tests share."""
+    bookworm_only(suite)
     _install(node, fake, debs["new"])
     node.check("ponytail configure --runtime docker && systemctl restart docker")
     cid = node.check("docker run -d --network none --runtime ponytail -e NVIDIA_VISIBLE_DEVICES=0 gpuimg /usr/local/bin/cudahold").strip()
     time.sleep(1)
     assert node.run("ponytail guard --once").returncode == 0
-    old = next(line for line in (fake / "host/proc/driver/nvidia/version").read_text().split() if line.count(".") == 2)
-    # the package manager's way: a new version in /proc, the old libcuda deleted and a new file in its place
-    node.check(f"""
-        sed -i 's/{old}/570.86.10/' {fake}/host/proc/driver/nvidia/version
-        lib=$(find {fake}/host/driver -name 'libcuda.so.{old}' | head -1)
-        cp "$lib" "$lib.new" && mv "$lib.new" "$lib"
-        """)
-    found = node.run("ponytail guard --once --report-only")
-    assert found.returncode == 1, found.stdout + found.stderr
-    line = next(x for x in found.stdout.splitlines() if cid[:12] in x)
-    assert f"given driver {old}, 570.86.10 runs now" in line, line
+    version = fake / "host/proc/driver/nvidia/version"
+    was = version.read_text()
+    old = next(word for word in was.split() if word.count(".") == 2)
+    try:
+        # the package manager's way: a new version in /proc, the old libcuda deleted and a new file in its place
+        node.check(f"""
+            sed -i 's/{old}/570.86.10/' {version}
+            lib=$(find {fake}/host/driver -name 'libcuda.so.{old}' | head -1)
+            cp "$lib" "$lib.new" && mv "$lib.new" "$lib"
+            """)
+        found = node.run("ponytail guard --once --report-only")
+        assert found.returncode == 1, found.stdout + found.stderr
+        line = next(x for x in found.stdout.splitlines() if cid[:12] in x)
+        assert f"given driver {old}, 570.86.10 runs now" in line, line
+    finally:
+        version.write_text(was)  # the fake driver as the other tests know it

@@ -35,11 +35,14 @@ NODE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "docker.io", "containerd", "
 ENV = "PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive"
 
 
-def node_root() -> Path | str:
-    """The cached Debian 12 node root, or why there is none."""
+def node_root(suite: str = "bookworm") -> Path | str:
+    """The cached node root of Debian 12 (or ``suite``: sid, its newer engines), or why there is none."""
     if shutil.which("systemd-nspawn") is None:
         return "no systemd-nspawn (Debian's systemd-container: make system-packages)"
-    return pristine_root("node", *NODE_PACKAGES)
+    if suite == "bookworm":
+        return pristine_root("node", *NODE_PACKAGES)
+    # sid's docker.io has its command line in a package of its own
+    return pristine_root(f"node-{suite}", *NODE_PACKAGES, "docker-cli", suite=suite)
 
 
 @dataclass
