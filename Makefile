@@ -62,6 +62,13 @@ test-engines: setup binary
 test-real-driver: setup
 	$(PY) -m pytest -q -m real_driver --durations=5 tests/realdriver
 
+# the booted-node tier (tests/node, pytest -m node): Debian 12 nodes booted with systemd under systemd-nspawn
+# (Debian's systemd-container), built once from Debian's archive and cached like the pristine roots
+# (scripts/debian-root.sh); the package of make deb installed inside, the engines started by its systemd
+.PHONY: test-node
+test-node: setup
+	$(PY) -m pytest -q -m node --durations=5 tests/node
+
 # ruff (style, bugs, security, imports) over the repository and mypy over ponytail/, both configured in
 # pyproject.toml; shellcheck over the shell scripts (Debian's, from make system-packages) and codespell
 # (the lint extra) over code and docs

@@ -37,6 +37,7 @@ have containerd || need+=(containerd)  # the Kubernetes node test (CRI): contain
 have strace || need+=(strace)
 have musl-gcc || need+=(musl musl-tools)  # an Alpine-like test image: musl's loader, and cudacheck built for it
 have shellcheck || need+=(shellcheck)
+have systemd-nspawn || need+=(systemd-container)  # the booted-node tier (make test-node): nodes booted with systemd
 have debootstrap || need+=(debootstrap)  # scripts/debian-root.sh: make fresh-check, make test-real-driver, tests/deb, make test-engines
 }
 if [ ${#need[@]} -gt 0 ]; then

@@ -27,7 +27,7 @@ settings.register_profile("ci", max_examples=1000, deadline=None, database=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 TESTS = Path(__file__).resolve().parent
-KIND_MARKERS = {"unit": "unit", "engines": "engine", "realdriver": "real_driver", "deb": "deb"}  # folder under tests/ -> marker (integration and security: root)
+KIND_MARKERS = {"unit": "unit", "engines": "engine", "realdriver": "real_driver", "deb": "deb", "node": "node"}  # folder under tests/ -> marker (integration and security: root)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -37,6 +37,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     not_root = os.geteuid() != 0
     # the real-driver tier builds Debian roots (minutes, Debian's archive): only when asked for by its marker
     real_driver = "real_driver" in (config.getoption("markexpr", "") or "")
+    node = "node" in (config.getoption("markexpr", "") or "")  # the booted-node tier likewise (make test-node)
     # so does the current-engines tier (a Debian sid root): make test-engines runs it, after make test
     current_engines = "current_engines" in (config.getoption("markexpr", "") or "")
     for item in items:
@@ -47,6 +48,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("root")
         if item.get_closest_marker("real_driver") is not None and not real_driver:
             item.add_marker(pytest.mark.skip(reason="the real-driver tier: run it with make test-real-driver (pytest -m real_driver)"))
+        if item.get_closest_marker("node") is not None and not node:
+            item.add_marker(pytest.mark.skip(reason="the booted-node tier: run it with make test-node (pytest -m node)"))
         if item.get_closest_marker("current_engines") is not None and not current_engines:
             item.add_marker(pytest.mark.skip(reason="the current-engines tier: run it with make test-engines (pytest -m current_engines)"))
         if not_root and item.get_closest_marker("root") is not None:

@@ -37,11 +37,16 @@ class DevicesCgroup:
     note: str = ""  # a warning: rules that could not be written
     info: str = ""  # why there was nothing to do somewhere (no program attached, rootless)
     programs: DevicePrograms | None = None
+    unit: str = ""  # the systemd scope the v2 cgroup is (the systemd cgroup driver), with
+    systemd_fd: int = -1  # a connection to systemd (ponytail.apply.systemdbus), opened on the host's side
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if self.systemd_fd >= 0:
+            os.close(self.systemd_fd)
+            self.systemd_fd = -1
         if self.programs is not None:
             self.programs.close()
 
@@ -88,6 +93,13 @@ def open_cgroup_paths(
                 raise
             cgroup.info = cgroup.programs.note
             cgroup.note = "; ".join(n for n in (cgroup.note, cgroup.programs.warning) if n)
+            if cgroup.programs.pairs:
+                from ponytail.apply.systemdbus import connect, scope_unit
+
+                unit = scope_unit(v2)
+                fd = connect() if unit else None
+                if unit and fd is not None:
+                    cgroup.unit, cgroup.systemd_fd = unit, fd
     if cgroup.fd < 0 and cgroup.programs is None and not cgroup.note:
         cgroup.info = "no device cgroup of the container's own (rootless, or in the root cgroup): no device rules to add"
     return cgroup
@@ -148,8 +160,9 @@ def read_proc_cgroup(pid: int) -> str:
         raise InjectionError(f"cannot read {cgroup_file}: {e.strerror}") from e
 
 
-def allow_devices(cgroup: DevicesCgroup, op: AllowDevices) -> list[str]:
-    """Write one rule per injected node (v1) and swap in the prepared programs (v2); the lines for the log."""
+def allow_devices(cgroup: DevicesCgroup, op: AllowDevices, sources: dict[tuple[int, int], str] | None = None) -> list[str]:
+    """Write one rule per injected node (v1) and swap in the prepared programs (v2), and where the v2 cgroup is a
+    systemd scope add the nodes (``sources``: each node's host path) to its DeviceAllow=; the lines for the log."""
     done = []
     if cgroup.fd >= 0:
         for rule in op.rules:
@@ -164,8 +177,26 @@ def allow_devices(cgroup: DevicesCgroup, op: AllowDevices) -> list[str]:
         replaced = replace_device_programs(cgroup.programs)
         if replaced:
             done.append(f"allowed {', '.join(op.rules)}: {replaced}")
-            cgroup.note = "; ".join(n for n in (cgroup.note, systemd_warning(cgroup.programs.directory)) if n)
+            told = _tell_systemd(cgroup, op, sources or {}, done) if cgroup.systemd_fd >= 0 else None
+            cgroup.note = "; ".join(n for n in (cgroup.note, systemd_warning(cgroup.programs.directory) if told is None else told) if n)
     return done
+
+
+def _tell_systemd(cgroup: DevicesCgroup, op: AllowDevices, sources: dict[tuple[int, int], str], done: list[str]) -> str | None:
+    """The nodes in the scope's DeviceAllow= (systemd re-grants them on daemon-reload); a warning, or "" when all went in."""
+    from ponytail.apply.systemdbus import add_device_allow, device_paths
+
+    paths, left_out = device_paths(op.devices, sources)
+    try:
+        if paths:
+            add_device_allow(cgroup.systemd_fd, cgroup.unit, paths)
+            done.append(f"added {', '.join(paths)} to DeviceAllow= of {cgroup.unit} (systemd keeps them on daemon-reload)")
+    except OSError as e:
+        return f"could not add the nodes to DeviceAllow= of {cgroup.unit} ({e.strerror}): systemctl daemon-reload will take them until 'ponytail guard' gives them back"
+    if left_out:
+        return (f"{', '.join(left_out)} not in DeviceAllow= of {cgroup.unit} (systemd takes device paths under /dev only, and no "
+                "/dev/char link leads there: run 'ponytail dev-char-links'): systemctl daemon-reload will take them")
+    return ""
 
 
 def devices_cgroup_path(text: str) -> str | None:

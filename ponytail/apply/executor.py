@@ -130,7 +130,8 @@ def apply_operations(
                             linker_cache(paths, op, ldconfig_fd, outcome, ldconfig_timeout_s)
                         elif isinstance(op, AllowDevices) and devices_cgroup is not None:
                             step("device rules")
-                            _allow_devices(devices_cgroup, op, outcome)
+                            sources = {o.rdev: o.source for o in operations if isinstance(o, Mount) and o.rdev is not None}
+                            _allow_devices(devices_cgroup, op, outcome, sources)
                 except BaseException as e:
                     leftover = _undo(outcome.attached)
                     if leftover and isinstance(e, PonytailError):
@@ -160,10 +161,10 @@ def _undo(attached: list[int]) -> str:
     return f" (and {len(failed)} of the {len(attached)} mount(s) made could not be undone: {failed[0]})"
 
 
-def _allow_devices(devices_cgroup: DevicesCgroup, op: AllowDevices, outcome: Outcome) -> None:
+def _allow_devices(devices_cgroup: DevicesCgroup, op: AllowDevices, outcome: Outcome, sources: dict[tuple[int, int], str]) -> None:
     from ponytail.apply.cgroup import allow_devices
 
-    outcome.done += allow_devices(devices_cgroup, op)
+    outcome.done += allow_devices(devices_cgroup, op, sources)
     if devices_cgroup.note:
         outcome.warnings.append(devices_cgroup.note)
     if devices_cgroup.info:

@@ -301,8 +301,10 @@ def _answers(path: str) -> bool:
 
 def _configured(engine: Engine, root: str) -> bool:
     """The engine's configuration names ponytail (set up for it, whether or not that works)."""
-    if engine.name in ("docker", "containerd"):
+    if engine.name == "docker":
         return "ponytail" in _head(_under(root, engine.config_path), 1 << 20)
+    if engine.name == "containerd":
+        return any("ponytail" in text for _, text in _containerd_files(_under(root, engine.config_path)))
     if engine.name == "crio" and _crio_runtime(root) is not None:
         return True
     # ponytail's hooks file where the engine reads, or in a default directory it was moved away from
@@ -337,22 +339,53 @@ def _docker(engine: Engine, root: str) -> Finding:
                 default = isinstance(data, dict) and data.get("default-runtime") == name
                 how = "the default runtime" if default else f"used by 'docker run --runtime {name}'"
                 return _program_finding("docker", runtime, root, f"runtime '{name}' in {path} ({how})")
-    return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: run {_configure_line('docker', root, path)}")
+    return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: run {_set_up_line('docker', root, path, [(path, _head(path, 1 << 20))])}")
 
 
 def _containerd(engine: Engine, root: str) -> Finding:
+    """ponytail-runtime as a runtime's BinaryName in config.toml or in a file it imports (containerd 2.x's
+    drop-ins, where 'ponytail configure' writes its entry), or in the k3s template of a generated config."""
     path = _under(root, engine.config_path)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(1 << 20)
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "BinaryName" and "ponytail" in value:
-            return _program_finding("containerd", value.strip().strip("\"'"), root, f"BinaryName in {path}")
+    files = _containerd_files(path)
+    for name, text in files:
+        for line in text.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "BinaryName" and "ponytail" in value:
+                return _program_finding("containerd", value.strip().strip("\"'"), root, f"BinaryName in {name}")
     return Finding("engine", "containerd", FAIL,
-                   f"{path} has no runtime whose BinaryName is ponytail-runtime: run {_configure_line('containerd', root, path)}")
+                   f"{path} has no runtime whose BinaryName is ponytail-runtime: run {_set_up_line('containerd', root, path, files)}")
+
+
+def _containerd_files(path: str) -> list[tuple[str, str]]:
+    """(path, text) of containerd's config and of what it is made of, read as 'ponytail configure'
+    writes them: the files its imports name (ponytail.engines.configure.dropin), or the template a
+    k3s-generated config is made from (ponytail.engines.configure.k3s)."""
+    from ponytail.engines.configure import dropin, k3s
+    from ponytail.errors import PonytailError
+
+    text = _head(path, 1 << 20)
+    files = [(path, text)]
+    generated = k3s.generated_by(text)
+    if generated is not None:
+        template = os.path.join(os.path.dirname(path), os.path.basename(generated[1]))
+        return [*files, (template, _head(template, 1 << 20))]
+    try:
+        files += [(p, _head(p, 1 << 20)) for p in dropin.imported(path, text or None)]
+    except PonytailError:
+        pass  # a config containerd cannot read: the finding names config.toml
+    return files
+
+
+def _set_up_line(engine: str, root: str, path: str, files: list[tuple[str, str]]) -> str:
+    """The command that sets this engine up for ponytail: 'ponytail migrate --from nvidia' where its
+    configuration runs NVIDIA's runtime (configure would add ponytail beside it), else configure."""
+    from ponytail.engines.migrate.nvidia import runtime_values
+
+    nvidia = [name for name, text in files if runtime_values(text)]
+    if nvidia:
+        return (f"'ponytail migrate --from nvidia' ({', '.join(nvidia)} runs NVIDIA's nvidia-container-runtime: "
+                "the migration replaces NVIDIA's toolkit, and --undo puts it back)")
+    return _configure_line(engine, root, path)
 
 
 def _configure_line(engine: str, root: str, path: str) -> str:

@@ -20,6 +20,12 @@ from difflib import get_close_matches
 import click
 from click.core import ParameterSource
 
+# click 8.2 raises this for a group named without a subcommand; before 8.2 (Debian 12 has 8.1.3,
+# debian/control admits 8.0) the group prints its help itself and exits 0, and the name is missing
+_NO_ARGS_IS_HELP: tuple[type[BaseException], ...] = tuple(
+    e for e in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if isinstance(e, type)
+)
+
 CONTEXT = {"help_option_names": ["-h", "-help", "--help"], "max_content_width": 100}
 _BEFORE = "ponytail.options_before_subcommand"  # ctx.meta key: [(spelling as typed, parameter name, value)]
 
@@ -136,8 +142,9 @@ def run_main(group: click.Group, args: list[str]) -> int:
     and a group named without a subcommand prints its help and exits 0."""
     try:
         done = group.main(args=args, prog_name="ponytail", standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as e:  # 'ponytail cdi': what it offers
-        click.echo(e.ctx.get_help() if e.ctx else group.get_help(click.Context(group)))
+    except _NO_ARGS_IS_HELP as e:  # 'ponytail cdi': what it offers
+        ctx = getattr(e, "ctx", None)
+        click.echo(ctx.get_help() if ctx is not None else group.get_help(click.Context(group)))
         return 0
     except click.UsageError as e:
         where = e.ctx.command_path if e.ctx is not None else "ponytail"

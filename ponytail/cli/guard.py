@@ -23,6 +23,7 @@ from ponytail.logfile import RunLog
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ponytail.apply.systemdbus import ReloadEvents
     from ponytail.config import Config
     from ponytail.engines.guard.events import FifoEvents, NodeEvents, UdevEvents
 
@@ -64,7 +65,7 @@ class Daemon:
     """The guard's loop: events and the safety interval, each ending in a pass."""
 
     def __init__(self, config: Config, config_file: str | None, repair: bool, textfile: str, interval: float,
-                 sources: list[FifoEvents | UdevEvents | NodeEvents], cdi_specs: tuple[str, ...], also: tuple[tuple[str, str], ...]) -> None:
+                 sources: list[FifoEvents | UdevEvents | NodeEvents | ReloadEvents], cdi_specs: tuple[str, ...], also: tuple[tuple[str, str], ...]) -> None:
         self.config = config
         self.config_file = config_file
         self.repair = repair
@@ -103,7 +104,8 @@ class Daemon:
                 time.sleep(SETTLE_S)
                 events += [e for source in self.sources for e in source.receive() if relevant(e, self.also)]
                 self.events_total += len(events)
-                self._refresh_node(events)
+                if any(e[1] != "systemd" for e in events):  # the driver's: a reload changes no node
+                    self._refresh_node(events)
                 self._run_pass(f"{len(events)} event(s): {', '.join(' '.join(e) for e in events[:4])}")
             elif not ready:
                 self._run_pass("interval")
@@ -160,9 +162,14 @@ def _pass(config: Config, repair: bool, log: RunLog, textfile: str, daemon: Daem
 
 def run_daemon(config: Config, config_file: str | None, repair: bool, textfile: str, interval: float | None,
                events: str | None, cdi_specs: tuple[str, ...], also: tuple[str, ...]) -> int:
+    from ponytail.apply.systemdbus import ReloadEvents
     from ponytail.engines.guard.events import FifoEvents, NodeEvents, UdevEvents
 
-    sources: list[FifoEvents | UdevEvents | NodeEvents] = [FifoEvents(events) if events else UdevEvents(), NodeEvents(config.dev_root)]
+    sources: list[FifoEvents | UdevEvents | NodeEvents | ReloadEvents] = [FifoEvents(events) if events else UdevEvents(), NodeEvents(config.dev_root)]
+    try:  # systemd's reloads: a pass at once gives back what a reload took (docs/cgroup-v2-and-systemd.md)
+        sources += [ReloadEvents()] if events is None else []
+    except OSError:
+        pass  # no systemd here (a container): the interval's passes remain
     watch = tuple((a.partition(":")[0], a.partition(":")[2]) for a in also)
     daemon = Daemon(config, config_file, repair, textfile, interval or config.guard_interval, sources, cdi_specs, watch)
     return daemon.run()

@@ -21,14 +21,18 @@ def migrate(source: str, undo: bool, dry_run: bool, config: str | None, command:
     """Move NVIDIA's container toolkit aside and put ponytail in its place, reversibly.
 
     \b
-    NVIDIA's CDI specs (ponytail's spec of nvidia.com/gpu takes the first one's place),
-    its engine entries (docker daemon.json, containerd config.toml and conf.d, CRI-O
-    crio.conf and crio.conf.d: the runtime 'nvidia' then runs ponytail-runtime), its
-    hooks on PATH (nvidia-container-runtime-hook becomes a link to ponytail;
-    nvidia-cdi-hook and nvidia-ctk are moved aside) and its config
+    NVIDIA's CDI specs of nvidia.com/gpu (ponytail's spec, ponytail.yaml, goes beside the
+    first; a unit writes it again at boot where that is /var/run/cdi; specs of other kinds,
+    the device plugin's and the GPU Operator's, are left alone), its engine entries (docker
+    daemon.json, containerd config.toml and conf.d, CRI-O crio.conf and crio.conf.d: the
+    runtime 'nvidia' then runs ponytail-runtime), its hooks on PATH
+    (nvidia-container-runtime-hook becomes a link to ponytail, nvidia-cdi-hook and a
+    nvidia-ctk that a spec names become ponytail's hook script) and its config
     (/etc/nvidia-container-runtime/config.toml) are each kept in --state-dir. --undo checks
     that each path holds what the migration left, then puts every file back byte for byte.
     Anything it could not put back is refused with one line before anything changes.
+    A run stopped half-way (killed, a full disk) is completed by running it again, or
+    undone by --undo.
       ponytail migrate --from nvidia --dry-run
       ponytail migrate --from nvidia && systemctl restart docker containerd
       ponytail migrate --from nvidia --undo

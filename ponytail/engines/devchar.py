@@ -15,6 +15,11 @@ import os
 from ponytail.errors import InjectionError, os_failure
 from ponytail.host.devchar import DANGLING, MISSING, OK, CharLink, probe_char_links
 
+# The links made in the host's /dev, one "char/M:m ../node" a line: the Debian package's purge
+# removes these and no other (udev and NVIDIA's tools make links of the same names). /run and /dev
+# are both emptied at boot, so the list lasts exactly as long as the links.
+MADE_RECORD = "/run/ponytail/dev-char-links.made"
+
 
 def make_char_links(dev_root: str, proc_root: str, dry_run: bool = False) -> tuple[list[str], bool]:
     """What was done, one line each, and whether every node has its link now (or would)."""
@@ -29,6 +34,7 @@ def make_char_links(dev_root: str, proc_root: str, dry_run: bool = False) -> tup
         if link.state in (MISSING, DANGLING):
             if not dry_run:
                 _make(path, link)
+                _record(dev_root, link)
             if link.state == MISSING:
                 done = "would make" if dry_run else "made"
             else:
@@ -56,3 +62,18 @@ def _make(path: str, link: CharLink) -> None:
         replace_with_symlink(link.target, path)
     except OSError as e:
         raise os_failure(f"cannot make {path}", e, InjectionError) from e
+
+
+def _record(dev_root: str, link: CharLink) -> None:
+    """Add ``link`` to MADE_RECORD when it was made in the host's own /dev."""
+    if os.path.realpath(dev_root) != "/dev":
+        return
+    try:
+        os.makedirs(os.path.dirname(MADE_RECORD), mode=0o755, exist_ok=True)
+        fd = os.open(MADE_RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, f"{link.link} {link.target}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # the link is made; only the purge's list of it is missing

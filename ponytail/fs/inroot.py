@@ -108,6 +108,54 @@ def real_path_in_root(root_fd: int, path: str) -> str | None:
     return resolved.path if resolved.exists else None
 
 
+def host_path_in_root(root: str, path: str, *, follow_last: bool = False) -> str:
+    """The host path of ``path`` of the tree at ``root`` (a trusted host directory, '/' for this
+    host): every symlink on the way, absolute ones included, resolved inside the root, so that
+    a node's ``/var/run -> /run`` leads to ITS /run, never the caller's. The last component is
+    followed only with ``follow_last``; what does not exist yet is named under its deepest
+    existing directory. UnsafePath for a loop or a component that is not a directory."""
+    if root == "/" or not path.strip("/."):
+        return path if root == "/" else root.rstrip("/") + "/" + path.lstrip("/")
+    root_fd = open_root(root)
+    try:
+        return root.rstrip("/") + _canonical(root_fd, _normalized(path), follow_last)
+    finally:
+        os.close(root_fd)
+
+
+def _canonical(root_fd: int, path: str, follow_last: bool, depth: int = 0) -> str:
+    """The canonical in-root path of ``path`` ('' for the root itself)."""
+    if depth > MAX_SYMLINKS:
+        raise UnsafePath(f"too many levels of symbolic links resolving {path} in the root (a loop?)")
+    directory, _, name = path.rstrip("/").rpartition("/")
+    if name in ("", ".", ".."):  # a directory named by its own path
+        try:
+            fd = openat2_in_root(root_fd, path or "/", _DIR_FLAGS)
+        except OSError:
+            return _normalized(path)
+        try:
+            return _path_in_root(root_fd, fd, path)
+        finally:
+            os.close(fd)
+    try:
+        parent = openat2_in_root(root_fd, directory or "/", _DIR_FLAGS)
+    except FileNotFoundError:  # a part of the way is missing: so is everything after it
+        return (_canonical(root_fd, directory, True, depth + 1) if directory else "") + "/" + name
+    except OSError as e:
+        raise _refused(e, directory or "/", path) from e
+    try:
+        parent_path = _path_in_root(root_fd, parent, path)
+        try:
+            target = os.readlink(name, dir_fd=parent) if follow_last else None
+        except OSError:  # not a link, or not there
+            target = None
+    finally:
+        os.close(parent)
+    if target is None:
+        return f"{parent_path}/{name}"
+    return _canonical(root_fd, target if target.startswith("/") else f"{parent_path}/{target}", True, depth + 1)
+
+
 def read_file_in_root(root_fd: int, path: str, limit: int) -> bytes | None:
     """At most ``limit`` bytes of a regular file of the root, or None (see open_file_in_root)."""
     fd = open_file_in_root(root_fd, path)

@@ -5,7 +5,8 @@ container (a registered driver tree) is only as trustworthy as whoever can write
 must belong to root (or to the user running ponytail, who trusts themselves) and be
 writable by no one else, and so must every directory above it, else it could be replaced
 by a rename. This module is that rule, used by the probe cache, the CUDA-version cache
-(ponytail.host.cuda) and the driver-tree check (ponytail.host.driver_trees).
+(ponytail.host.cuda), the driver-tree check (ponytail.host.driver_trees) and the records
+configure and migrate keep to undo what they did (untrusted_store, read_private_file).
 
 Files are opened without following a link and without blocking (a FIFO never hangs a
 run), and checked again once open.
@@ -37,6 +38,17 @@ def untrusted(st: os.stat_result, forbidden: int = GROUP_OR_OTHERS_WRITE) -> str
     if mode & forbidden:
         return f"mode {mode:04o}: group or others may {'read or write' if forbidden & 0o044 else 'write'} it"
     return None
+
+
+def untrusted_store(st: os.stat_result) -> str | None:
+    """Why a directory with this (lstat) status cannot hold records root acts on later (configure's
+    and migrate's state directories), or None: it must be a real directory (not a link) of root's
+    (or this user's) that group and others cannot write. One rule for every store of records."""
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    return untrusted(st)
 
 
 def open_private_dir(path: str) -> int:

@@ -9,18 +9,16 @@ archive (scripts/debian-root.sh; skipped, saying so, when it cannot be reached).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ponytail.engines.hooksd import hook_file_text
 
-from support.commands import REPO
+from support.debbuild import OLD_VERSION, build_debs, changelog_version, nvidia_package
 from support.debianroot import DebianSystem, pristine_root
 from support.fakehost import NVML_DIR, FakeHost, gpus, make_rootfs
 
-OLD_VERSION = "0.0.9"  # an older package to upgrade from
 HOOK_FILE = "/usr/share/containers/oci/hooks.d/ponytail.json"
 CONFIG = "/etc/ponytail/config.toml"
 # what apt and dpkg keep about any install, and the linker cache: not ponytail's files
@@ -31,24 +29,11 @@ BOOKKEEPING = ("/var/lib/dpkg/", "/var/lib/apt/", "/var/cache/apt/", "/var/log/a
 @pytest.fixture(scope="module")
 def debs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The package of HEAD, and the same as OLD_VERSION, each built by make deb's script from a clean clone."""
-    base = tmp_path_factory.mktemp("debs")
-    clone = base / "clone"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-    out = base / "out"
-    built = {}
-    for version in ("", OLD_VERSION):
-        args = [str(clone / "scripts/build-deb.sh"), "--out", str(out), *(["--version", version] if version else [])]
-        result = subprocess.run(args, capture_output=True, text=True, timeout=900)
-        assert result.returncode == 0, result.stdout + result.stderr
-        # lintian prints nothing but its refusal to like root: no error, no warning, no info tag
-        assert not [line for line in result.stdout.splitlines() if line[:2] in ("E:", "W:", "I:")], result.stdout
-        built[version or "new"] = Path(result.stdout.strip().splitlines()[-1].split()[1])
-    assert built["new"].name == f"ponytail_{_changelog_version()}_all.deb"
-    return built
+    return build_debs(tmp_path_factory.mktemp("debs"))
 
 
 def _changelog_version() -> str:
-    return (REPO / "debian/changelog").read_text().split("(", 1)[1].split(")", 1)[0]
+    return changelog_version()
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +70,9 @@ def test_installs_runs_and_purges_without_a_trace(lower: Path, tmp_path: Path, h
 
     installed = system.check(f"apt-get install -y --no-install-recommends {debs['new']}")
     assert "ponytail configure --runtime docker" in installed  # the one command that registers it; nothing was
+    assert "ponytail-guard.service) is not enabled" in installed
+    # no maintainer script reloads systemd (a reload takes the GPUs a hook gave from running containers)
+    assert system.run("grep -l 'systemctl --system daemon-reload' /var/lib/dpkg/info/ponytail.*").returncode == 1
     assert "Setting up python3-click" in installed and "Setting up python3-pynvml" not in installed  # Debian's modules, MIG's only suggested
 
     out = system.check(f"""
@@ -99,11 +87,16 @@ def test_installs_runs_and_purges_without_a_trace(lower: Path, tmp_path: Path, h
     assert "550.54.15" in out and host.gpu_list[0].uuid in out and host.gpu_list[1].uuid in out
     hook = hook_file_text("/usr/bin/ponytail")
     assert hook in out and json.loads(hook)["hook"]["path"] == "/usr/bin/ponytail"
-    # enabled the Debian way (deb-systemd-helper), and not started: no systemd runs here
+    # enabled the Debian way (deb-systemd-helper), and not started: no systemd runs here; the guard is opt-in
     assert "ponytail-dev-char-links.path\nponytail-dev-char-links.service\n" in out
+    assert "ponytail-guard" not in system.check("ls /etc/systemd/system/*.wants/")
+    assert "/lib/systemd/system/ponytail-guard.service" in system.check("dpkg -L ponytail")
     assert "ponytail-info.1.gz" in out and "ponytail-runtime.1.gz" in out
     # every key of the conffile is commented: as installed it means the built-in defaults
     assert not [line for line in system.check(f"cat {CONFIG}").splitlines() if line and line[0] not in "#["]
+
+    # Debian's own python3-click: every failing path is one line and its documented exit status, no traceback
+    _one_line_errors(system, config)
 
     # the hook's manual mode injects GPU 0 into a rootfs: its libcuda loads, its node opens (ENXIO: no driver behind it)
     out = system.check(f"""
@@ -115,7 +108,8 @@ def test_installs_runs_and_purges_without_a_trace(lower: Path, tmp_path: Path, h
     # what ponytail leaves on a node besides its files: the log, the caches, an engine configured and
     # undone, the /dev/char links of the NVIDIA nodes (on a real node udev made /dev/char; here the test does)
     made = system.check(f"""
-        mknod /dev/nvidia0 c 195 0 && mknod /dev/nvidiactl c 195 255 && mkdir /dev/char
+        mknod /dev/nvidia0 c 195 0 && mknod /dev/nvidiactl c 195 255 && mknod /dev/nvidia1 c 195 1 && mkdir /dev/char
+        ln -s ../nvidia1 /dev/char/195:1
         ponytail dev-char-links -config {config} --dev-root /dev
         ls -l /dev/char
         echo '{{}}' >/etc/engine.json
@@ -134,7 +128,9 @@ def test_installs_runs_and_purges_without_a_trace(lower: Path, tmp_path: Path, h
     system.check("apt-get purge -y ponytail")
     gone = system.run("dpkg -L ponytail")
     assert gone.returncode != 0 and "is not installed" in gone.stderr
-    system.check("rm /dev/nvidia0 /dev/nvidiactl && rmdir /dev/char")  # the links went with the purge
+    # the links ponytail made went with the purge; the one another tool made (before ponytail ran) stays
+    assert system.check("ls /dev/char").split() == ["195:1"]
+    system.check("rm /dev/nvidia0 /dev/nvidiactl /dev/nvidia1 /dev/char/195:1 && rmdir /dev/char")
     system.check("apt-get autoremove --purge -y")  # the dependencies apt brought in, too
     after = system.files()
     changed = sorted(p for p in set(before) ^ set(after) if not p.startswith(BOOKKEEPING))
@@ -167,10 +163,63 @@ def test_an_upgrade_keeps_the_changed_config_mig_works_and_registered_engines_ar
     out = system.check(mig)
     assert f"nvidia-cap{gi}" in out and f"nvidia-cap{ci}" in out
 
-    # an engine still registered: removal warns, and the purge keeps its record (the engine's config as it was)
+    # an engine still registered: removal is refused, naming the command to run first, and the package stays
     system.check("echo '{}' >/etc/engine.json && ponytail configure --runtime docker --config-file /etc/engine.json")
-    removed = system.run("apt-get remove -y ponytail")
-    assert removed.returncode == 0 and "ponytail configure --runtime ENGINE --uninstall" in removed.stderr, removed.stderr
+    refused = system.run("apt-get remove -y ponytail")
+    assert refused.returncode != 0 and "ponytail: not removed: 'ponytail configure' registered" in refused.stderr, refused.stderr
+    assert "ponytail configure --runtime ENGINE --uninstall" in refused.stderr
+    assert system.check("dpkg-query -W -f '${Status}' ponytail") == "install ok installed"
+    assert system.check("ponytail --version").startswith("ponytail, version")
+    # so is it on a node migrated from NVIDIA's toolkit (its record there), naming the undo
+    system.check("mkdir -p /var/lib/ponytail/migrate && touch /var/lib/ponytail/migrate/record.json")
+    refused = system.run("apt-get remove -y ponytail")
+    assert refused.returncode != 0 and "run 'ponytail migrate --from nvidia --undo' first" in refused.stderr, refused.stderr
+    system.check("rm -r /var/lib/ponytail/migrate")
+    # asked for anyway: removed, and the purge keeps the engine's record (its config as it was)
+    removed = system.run("PONYTAIL_REMOVE_ANYWAY=1 apt-get remove -y ponytail")
+    assert removed.returncode == 0, removed.stderr
     purged = system.run("apt-get purge -y ponytail")
     assert purged.returncode == 0 and "kept /var/lib/ponytail/configure" in purged.stderr, purged.stderr
     assert "%2Fetc%2Fengine.json.json" in system.check("ls /var/lib/ponytail/configure")
+
+
+def _one_line_errors(system: DebianSystem, config: Path) -> None:
+    """Bad options, a refusal, findings and an all-well guard pass, with the package's click (cli.md's exit statuses)."""
+    one_line = {
+        "ponytail configure": 2,  # a missing option
+        "ponytail configure --runtime bogus": 2,  # a bad value
+        "ponytail info -devcie 0": 2,  # a misspelled option
+        "ponytail guard --once -nope": 2,
+        "ponytail migrate --from nvidia --undo": 1,  # a refusal: nothing to undo
+        f"ponytail -config {config} -root /nonexistent -device 0": 2,  # no such rootfs
+    }
+    for command, status in one_line.items():
+        result = system.run(command)
+        assert result.returncode == status, (command, result.returncode, result.stderr)
+        assert result.stderr.startswith("ponytail: error: ") and result.stderr.count("\n") == 1, (command, result.stderr)
+        assert "Traceback" not in result.stdout + result.stderr, command
+    # findings (no engine here, no GPU node in /dev): 1, and what to do, never a traceback
+    found = system.run(f"ponytail check -config {config}")
+    assert found.returncode == 1 and "need attention" in found.stdout + found.stderr and "Traceback" not in found.stderr, found
+    # a guard pass with nothing wrong: 0
+    well = system.run(f"ponytail guard --once -config {config}")
+    assert well.returncode == 0 and "0 lost access" in well.stdout and "Traceback" not in well.stderr, well
+
+
+def test_removing_nvidias_package_after_migrating_keeps_the_hooks(lower: Path, tmp_path: Path, host: FakeHost, debs: dict[str, Path]) -> None:
+    nvidia = nvidia_package(debs["new"].parent)
+    system = _system(lower, tmp_path, host, debs)
+    config = host.base.parent / "config.toml"
+    system.check(f"dpkg -i {nvidia} && apt-get install -y --no-install-recommends {debs['new']}")
+    migrated = system.check(f"ponytail migrate --from nvidia -config {config}")
+    assert "undo with: ponytail migrate --from nvidia --undo" in migrated
+    removed = system.check("dpkg -r nvidia-container-toolkit-base")
+    assert "put back the link to /usr/bin/ponytail" in removed and "put back ponytail's hook script" in removed, removed
+    assert "not ponytail's usual hook script" not in removed
+    out = system.check("readlink /usr/bin/nvidia-container-runtime-hook; head -2 /usr/bin/nvidia-cdi-hook")
+    assert out.startswith("/usr/bin/ponytail\n") and "ponytail-hook-script" in out
+    # the node can still go back: the undo finds what the migration left, and puts NVIDIA's files back
+    undone = system.run("ponytail migrate --from nvidia --undo")
+    assert undone.returncode == 0, undone.stderr
+    assert "NVIDIA's nvidia-cdi-hook" in system.check("cat /usr/bin/nvidia-cdi-hook")
+    system.check("apt-get remove -y ponytail")  # nothing recorded any more: not refused

@@ -31,7 +31,7 @@ def test_containerd_2_1_runs_the_migrated_handler_and_ponytails_spec(tmp_path: P
     config = state / "config.toml"
     config.write_text(tomlkit.dumps(document))
     (state / "cdi").mkdir()
-    shutil.copy(root / "etc/cdi/nvidia.yaml", state / "cdi/nvidia.yaml")  # the engines' CDI directory after the migration
+    shutil.copy(root / "etc/cdi/ponytail.yaml", state / "cdi/ponytail.yaml")  # the engines' CDI directory after the migration
     with node_daemon(config, state, {"PONYTAIL_CONFIG": str(ponytail_config)}, rootfs, image, tmp_path, sid=True) as (daemon, pods):
         _, code, lines = pods.run(CUDACHECK_GPU1, env={"NVIDIA_VISIBLE_DEVICES": DEVICES}, mounts=[("/dev/null", f"{DEVICES}/1")],
                                   runtime_handler="nvidia")

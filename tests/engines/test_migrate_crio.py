@@ -27,7 +27,7 @@ def test_crio_reads_the_migrated_handler_and_ponytails_spec(tmp_path: Path) -> N
         assert runtime["runtimes"]["nvidia"]["runtime_path"] == console_script("ponytail-runtime"), runtime["runtimes"]["nvidia"]
         assert runtime["runtimes"]["runc"] == before["crio"]["runtime"]["runtimes"]["runc"]
         specs = sorted((root / "etc/cdi").iterdir())
-        assert [p.name for p in specs] == ["nvidia.yaml"]
+        assert [p.name for p in specs] == ["ponytail.yaml"]
         spec = yaml.safe_load(specs[0].read_text())
         assert spec["kind"] == "nvidia.com/gpu" and all(h["path"] == console_script("ponytail")
                                                         for h in spec.get("containerEdits", {}).get("hooks", [])), spec

@@ -64,7 +64,7 @@ def test_migrate_moves_nvidias_toolkit_aside_and_undo_gives_back_every_byte(node
     hook_script = (root / "usr/bin/nvidia-cdi-hook").read_text()  # the specs of the device plugin and the DRA driver name it
     assert "ponytail-hook-script" in hook_script and f"'{console_script('ponytail')}' nvidia-hook" in hook_script, hook_script
     assert os.stat(root / "usr/bin/nvidia-cdi-hook").st_mode & 0o111
-    assert "cdi-hook" in (root / "etc/cdi/nvidia.yaml").read_text()  # ponytail's spec in its place
+    assert "cdi-hook" in (root / "etc/cdi/ponytail.yaml").read_text() and not (root / "etc/cdi/nvidia.yaml").exists()  # ponytail's spec by its own name
     report = json.loads(run_ponytail(["check", "-config", str(host.write_config()), "--engine-root", str(root), "--json"]).stdout)
     cdi = [f for f in report["findings"] if f["subject"].startswith("CDI")]
     assert [f["level"] for f in cdi] == ["ok"] and "(ponytail's)" in cdi[0]["message"], cdi
@@ -141,7 +141,7 @@ def test_podman_beside_migrated_and_back(node: tuple[FakeHost, Path, dict[str, b
     both = _podman(podman_with, tmp_path, [nvidia, ours]).run(rootfs, CHECK, devices=["nvidia.com/gpu=0"])
     assert both.returncode != 0 and "unresolvable CDI devices nvidia.com/gpu=0" in both.stderr, both.stderr
     assert migrate(host, root).returncode == 0
-    migrated = _podman(podman_with, tmp_path, [root / "etc/cdi/nvidia.yaml"]).run(make_rootfs(tmp_path / "rootfs2"), CHECK, devices=["nvidia.com/gpu=0"])
+    migrated = _podman(podman_with, tmp_path, [root / "etc/cdi/ponytail.yaml"]).run(make_rootfs(tmp_path / "rootfs2"), CHECK, devices=["nvidia.com/gpu=0"])
     assert migrated.returncode == 0 and CUDA_OK in migrated.stdout, migrated.stderr
     assert "open /dev/nvidia0 ENXIO" in migrated.stdout and "open /dev/nvidia1 ENOENT" in migrated.stdout, migrated.stdout
     assert "cdi-hook in" in host.log.read_text()

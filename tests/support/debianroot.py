@@ -19,11 +19,12 @@ DEBIAN_ROOT = REPO / "scripts" / "debian-root.sh"
 ROOT_ENV = "PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 DEBIAN_FRONTEND=noninteractive"
 
 
-def pristine_root(name: str, *packages: str) -> Path | str:
-    """The cached root's path, or why there is none (Debian's archive unreachable: exit 3)."""
+def pristine_root(name: str, *packages: str, suite: str = "") -> Path | str:
+    """The cached root's path (Debian 12, or ``suite``), or why there is none (Debian's archive unreachable: exit 3)."""
     # the system's PATH: the script's python3 is Debian's, not the tests' stand-in (support.guard)
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"}
-    result = subprocess.run([str(DEBIAN_ROOT), name, *packages], capture_output=True, text=True, timeout=900, env=env)
+    args = [str(DEBIAN_ROOT), *(["--suite", suite] if suite else []), name, *packages]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
     if result.returncode == 3:
         return f"Debian's archive cannot be reached: {result.stderr.strip()}"
     assert result.returncode == 0, result.stderr

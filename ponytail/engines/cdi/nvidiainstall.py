@@ -37,7 +37,7 @@ def hook_paths(at: tuple[str, ...], specs: tuple[str, ...], toolkit_dirs: tuple[
 
     paths = list(at) + [os.path.join(d, TOOLKIT_NAME) for d in toolkit_dirs]
     for spec_file in specs:
-        named = _hook_paths_in(read_spec(spec_file))
+        named = hook_paths_in(read_spec(spec_file))
         if not named:
             raise UsageError(f"{spec_file} names no nvidia-cdi-hook or nvidia-ctk hook: nothing to serve there")
         paths += named
@@ -89,7 +89,8 @@ def uninstall(paths: list[str], command: str, dry_run: bool = False) -> list[str
     return [remove_link(path, command, _HINT, dry_run) or f"{path} does not exist: nothing changed" for path in paths]
 
 
-def _hook_paths_in(spec: dict) -> list[str]:
+def hook_paths_in(spec: dict) -> list[str]:
+    """The absolute hook paths a spec names that end in a name ponytail answers to."""
     edits = [spec.get("containerEdits")] + [d.get("containerEdits") for d in spec.get("devices") or [] if isinstance(d, dict)]
     found = []
     for edit in edits:

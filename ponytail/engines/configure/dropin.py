@@ -52,6 +52,21 @@ def node_prefix(main_path: str) -> str | None:
     return main_path[: -len(default)] if main_path.endswith(default) else None
 
 
+def imported(main_path: str, main_text: str | None) -> list[str]:
+    """The files containerd merges into the config at ``main_path`` (its ``imports``: a glob's matches in
+    name order, a relative path beside the config), as seen from here; those that exist. The paths of a
+    config at its usual place are the node's (node_prefix); a bad config is a ConfigError."""
+    import glob
+
+    prefix = node_prefix(main_path) or ""
+    found: list[str] = []
+    for pattern in _imports(_parse(main_path, main_text)):
+        full = prefix + pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(main_path), pattern)
+        matches = sorted(glob.glob(full)) if glob.has_magic(full) else [full]
+        found += [m for m in matches if os.path.isfile(m) and m not in found and m != main_path]
+    return found
+
+
 def main_edit(path: str, text: str | None, drop_in: str, remove: bool = False, added: dict | None = None) -> Edit:
     """config.toml with an import that covers ``drop_in`` (or, to remove, without the one ponytail added)."""
     import tomlkit

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ponytail.engines.configure import files
 from ponytail.errors import ConfigError, InjectionError, os_failure
-from ponytail.fs.trust import Untrusted, read_private_file, untrusted
+from ponytail.fs.trust import Untrusted, read_private_file, untrusted_store
 
 LEGACY_BACKUP = ".ponytail-backup"
 LEGACY_CREATED = ".ponytail-created"
@@ -56,7 +55,7 @@ def check_state_dir(state_dir: str) -> bool:
     st = files.lstat_or_none(state_dir, f"cannot examine configure's state directory {state_dir}")
     if st is None:
         return False
-    why = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory" if not stat.S_ISDIR(st.st_mode) else untrusted(st)
+    why = untrusted_store(st)
     if why is not None:
         raise ConfigError(
             f"configure's state directory {state_dir} is {why}: its records decide what --uninstall writes into the "

@@ -134,6 +134,8 @@ def relevant(event: Event, also: tuple[tuple[str, str], ...] = ()) -> bool:
     if event == OVERFLOW:
         return True
     _, subsystem, name = event
+    if subsystem == "systemd":  # a daemon-reload ended (ponytail.apply.systemdbus.ReloadEvents)
+        return True
     if any(subsystem == s and (not n or name == n) for s, n in also):
         return True
     if subsystem == "module":

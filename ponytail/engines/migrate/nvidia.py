@@ -18,6 +18,10 @@ SERVED = {HOOK_NAME: "link", "nvidia-cdi-hook": "script"}
 # the runtime NVIDIA's engine entries run (nvidia-ctk runtime configure: docker, containerd, CRI-O)
 RUNTIMES = ("nvidia-container-runtime", "nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy")
 CONFIG = "/etc/nvidia-container-runtime/config.toml"
+PONYTAIL_VENDOR = "nvidia.com"  # the vendor of every kind ponytail's specs use
+# the unit a migration writes (and its link enabling it) where ponytail's spec goes to a tmpfs (plan.py)
+BOOT_UNIT = "/etc/systemd/system/ponytail-cdi-spec.service"
+BOOT_WANTS = "/etc/systemd/system/multi-user.target.wants/ponytail-cdi-spec.service"
 # podman's legacy hook of older toolkit packages: it runs nvidia-container-runtime-hook, ponytail's link after a migration
 OCI_HOOKS = ("/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json", "/etc/containers/oci/hooks.d/oci-nvidia-hook.json")
 # the engines' files that may name NVIDIA's runtime: the main configs and their drop-in directories
@@ -33,22 +37,37 @@ _RUNTIME_VALUE = re.compile(r"""(["'])((?:[^"'\n]*/)?(?:""" + _NAMES + r"""))\1"
 class Toolkit:
     """NVIDIA's files found, by path on the node (without the root prefix)."""
 
-    specs: tuple[str, ...]  # its CDI specs (nvidia-ctk's, by their hooks)
+    specs: tuple[str, ...]  # its CDI specs (nvidia-ctk's, by their hooks) of a kind ponytail writes (clashing: replaced)
     engine_files: tuple[str, ...]  # engine configs whose runtime entries run nvidia-container-runtime
     binaries: tuple[str, ...]  # its programs on the engines' PATH
     config: str | None  # /etc/nvidia-container-runtime/config.toml
     refresh_units: tuple[str, ...]  # nvidia-cdi-refresh units present
     oci_hooks: tuple[str, ...] = ()  # podman's legacy hooks.d file
+    # specs of NVIDIA's libraries of kinds ponytail does not write (the device plugin's, the GPU
+    # Operator's, the DRA driver's): (path, kind), left alone; and the hook paths they name
+    kept_specs: tuple[tuple[str, str], ...] = ()
+    hook_paths: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
         return not (self.specs or self.engine_files or self.binaries or self.config)
 
 
+def clashes(kind: str) -> bool:
+    """A kind ponytail's specs use (nvidia.com/gpu, nvidia.com/<feature>): two generators of one kind
+    make its devices unresolvable. The device plugin's k8s.device-plugin.nvidia.com/gpu, the GPU
+    Operator's management.nvidia.com/gpu and the DRA driver's kinds do not clash."""
+    return kind.startswith(PONYTAIL_VENDOR + "/")
+
+
 def probe(root: str) -> Toolkit:
+    from ponytail.engines.cdi.nvidiainstall import hook_paths_in
     from ponytail.engines.cdi.owners import NVIDIA_CTK, scan
 
-    specs = tuple(_on_node(root, f.path) for f in scan(root) if f.generator == NVIDIA_CTK)
+    nvidias = [f for f in scan(root) if f.generator == NVIDIA_CTK]
+    specs = tuple(_on_node(root, f.path) for f in nvidias if clashes(f.kind))
+    kept = tuple((_on_node(root, f.path), f.kind) for f in nvidias if not clashes(f.kind))
+    named = tuple(dict.fromkeys(p for f in nvidias if not clashes(f.kind) and f.spec is not None for p in hook_paths_in(f.spec) if os.path.isabs(p)))
     engine_files = tuple(p for p in _engine_files(root) if runtime_values(_read(under(root, p))))
     binaries = tuple(
         os.path.join(d, name) for d in dict.fromkeys(SERVICE_PATH) for name in BINARIES
@@ -58,7 +77,7 @@ def probe(root: str) -> Toolkit:
     config = CONFIG if os.path.lexists(under(root, CONFIG)) else None
     units = tuple(u for u in REFRESH_UNITS if os.path.lexists(under(root, u)))
     hooks = tuple(h for h in OCI_HOOKS if os.path.lexists(under(root, h)))
-    return Toolkit(specs, engine_files, _unique_binaries(root, binaries), config, units, hooks)
+    return Toolkit(specs, engine_files, _unique_binaries(root, binaries), config, units, hooks, kept, named)
 
 
 def runtime_values(text: str) -> list[str]:
@@ -72,7 +91,11 @@ def replace_runtime(text: str, runtime: str) -> str:
 
 
 def under(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
+    """The host path of the node's ``path``: its links resolved inside ``root`` (a node's absolute
+    /var/run -> /run leads to the node's /run, not this process's)."""
+    from ponytail.fs.inroot import host_path_in_root
+
+    return host_path_in_root(root, path)
 
 
 def _on_node(root: str, path: str) -> str:
