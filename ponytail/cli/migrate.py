@@ -29,6 +29,8 @@ def migrate(source: str, undo: bool, dry_run: bool, config: str | None, command:
     (/etc/nvidia-container-runtime/config.toml) are each kept in --state-dir. --undo checks
     that each path holds what the migration left, then puts every file back byte for byte.
     Anything it could not put back is refused with one line before anything changes.
+    A run stopped half-way (killed, a full disk) is completed by running it again, or
+    undone by --undo.
       ponytail migrate --from nvidia --dry-run
       ponytail migrate --from nvidia && systemctl restart docker containerd
       ponytail migrate --from nvidia --undo
