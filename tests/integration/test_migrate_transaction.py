@@ -270,6 +270,34 @@ grep -c nvidia-cdi-hook {root}/run/cdi/nvidia.yaml || true
     assert node_files(root) == original
 
 
+def test_a_spec_that_is_an_absolute_link_is_read_inside_the_root(tmp_path: Path) -> None:
+    """The node's /etc/cdi/linked.yaml -> /run/cdi/vendor.yaml is the node's vendor spec, not this process's
+    file of that name (NVIDIA's spec here, in a private tmpfs /run): cdi owners, whose scan migrate uses, reads the node's."""
+    root = tmp_path / "root"
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "run/cdi").mkdir(parents=True)
+    (root / "run/cdi/vendor.yaml").write_text(VENDOR_SPEC)
+    (root / "etc/cdi/linked.yaml").symlink_to("/run/cdi/vendor.yaml")
+    owners = " ".join([*undo_argv(root)[:1], "cdi", "owners", "--root", str(root)])
+    script = f"""mount -t tmpfs tmpfs /run && mkdir /run/cdi && cat > /run/cdi/vendor.yaml <<'SPEC'
+{NVIDIA_SPEC}SPEC
+{owners}"""
+    result = in_private_mount_ns(script)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{root}/etc/cdi/linked.yaml\tvendor.com/x\tanother generator\t1 device(s)\n", result.stdout
+
+
+VENDOR_SPEC = """\
+cdiVersion: 0.5.0
+kind: vendor.com/x
+devices:
+- name: "a"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/null
+"""
+
+
 def _tmpfs_script(root: Path, size: str, body: str, staging: Path) -> str:
     return f"mount -t tmpfs -o size={size},mode=755 tmpfs {root} && cp -a {staging}/. {root}/ && {body}"
 

@@ -55,20 +55,23 @@ def scan(root: str = "/", dirs: tuple[str, ...] = SPEC_DIRS) -> list[SpecFile]:
             continue
         for name in names:
             path = os.path.join(base, name)
-            if not name.endswith(SUFFIXES) or not os.path.isfile(path):
+            real: str | None = path  # what a link names, inside the root too
+            if root != "/" and os.path.islink(path):
+                real = _in_root(root, f"{base[len(root.rstrip('/')):]}/{name}")
+            if not name.endswith(SUFFIXES) or real is None or not os.path.isfile(real):
                 continue
             try:
-                spec = read_spec(path)
+                spec = read_spec(real)
             except PonytailError as e:
-                found.append(SpecFile(path, _kind_of_text(path), _generator_of_text(path), (), None, e.message))
+                found.append(SpecFile(path, _kind_of_text(real), _generator_of_text(real), (), None, e.message))
                 continue
             found.append(SpecFile(path, str(spec["kind"]), generator_of(spec, path), tuple(d["name"] for d in spec["devices"]), spec))
     return _with_feature_owners(found)
 
 
 def _in_root(root: str, directory: str) -> str | None:
-    """``directory`` of the tree at ``root``, its links resolved inside it (a node's /var/run -> /run
-    is the node's /run, not this process's); None when it cannot be (a loop)."""
+    """``directory`` (or a file) of the tree at ``root``, its links resolved inside it (a node's /var/run
+    -> /run is the node's /run, not this process's); None when it cannot be (a loop)."""
     from ponytail.errors import InjectionError
     from ponytail.fs.inroot import host_path_in_root
 
