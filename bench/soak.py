@@ -22,9 +22,9 @@ Counts, and exits 1 unless all are zero:
 - leaks: mounts left in this mount namespace, processes or descriptors left on the
   fake host or the rootfs directories, temporary files in the rootfs directories or
   in the fake host's cache directory (its [cache] dir).
+Then ponytail guard under pid reuse (bench/soak_guard.py; --guard-rounds, 0 to leave it out).
 Then bench/soak_migrate.py's trials: migrate and undo SIGKILLed or on a full disk, and run again
 (stuck nodes and broken runs, both 0 or exit 1; --migrate-trials 0 leaves them out).
-Then ponytail guard under pid reuse (bench/soak_guard.py; --guard-rounds, 0 to leave it out).
 tests/integration/test_faults.py runs a shorter soak; the README (Reliability) has the numbers of a full one.
 """
 
@@ -431,8 +431,8 @@ def main() -> int:
     parser.add_argument("--kill-rate", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--command", default=str(Path(sys.executable).parent / "ponytail"), help="the ponytail command")
-    parser.add_argument("--migrate-trials", type=int, default=120, help="bench/soak_migrate.py's trials after the runs")
     parser.add_argument("--guard-rounds", type=int, default=40, help="rounds of the guard under pid reuse (bench/soak_guard.py)")
+    parser.add_argument("--migrate-trials", type=int, default=120, help="bench/soak_migrate.py's trials after the runs")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ponytail-soak-"))
     try:
