@@ -1,0 +1,89 @@
+"""The API server, through the ``kubernetes`` client (PyPI's, or Debian's python3-kubernetes).
+
+Only the client's transport is used (its configuration, in-cluster or kubeconfig, its auth and
+TLS, ``call_api``): objects go in and out as plain JSON, so that any client release speaks
+resource.k8s.io/v1 (Debian 12's 22.6 predates it) and no field a newer API server adds is dropped
+by a model class. Errors become one-line ``KubeError``s naming the call.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ponytail.errors import PonytailError
+
+GROUP = "/apis/resource.k8s.io/v1"
+
+
+class KubeError(PonytailError):
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Kube:
+    def __init__(self, kubeconfig: str | None = None) -> None:
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            try:
+                config.load_incluster_config(client_configuration=configuration)
+            except config.ConfigException:
+                config.load_kube_config(client_configuration=configuration)
+        self.api = client.ApiClient(configuration)
+
+    def call(self, method: str, path: str, body: dict | None = None, query: list[tuple[str, str]] | None = None) -> Any:
+        """The JSON the API server answers ``method path`` with; KubeError (with the HTTP status) otherwise."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        try:
+            if hasattr(self.api, "param_serialize"):  # the client's 2025 generator (kubernetes 35+)
+                verb, url, headers, data, post = self.api.param_serialize(
+                    method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"])
+                response = self.api.call_api(verb, url, header_params=headers, body=data, post_params=post, _request_timeout=30)
+                text, status, reason = response.read(), response.status, response.reason
+            else:  # earlier clients (Debian 12's 22.6)
+                response = self.api.call_api(
+                    path, method, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"],
+                    _preload_content=False, _return_http_data_only=True, _request_timeout=30)
+                text, status, reason = response.data, 200, ""
+        except ApiException as e:
+            raise KubeError(f"{method} {path}: HTTP {e.status} {_reason(e.body) or e.reason}", e.status or 0) from None
+        except (HTTPError, OSError) as e:
+            raise KubeError(f"{method} {path}: {type(e).__name__}: {e}") from None
+        if not 200 <= status < 300:
+            raise KubeError(f"{method} {path}: HTTP {status} {_reason(text) or reason}", status)
+        return json.loads(text) if text else None
+
+    def claim(self, namespace: str, name: str) -> dict:
+        return self.call("GET", f"{GROUP}/namespaces/{namespace}/resourceclaims/{name}")
+
+    def slices(self, node: str, driver: str) -> list[dict]:
+        found = self.call("GET", f"{GROUP}/resourceslices", query=[("fieldSelector", f"spec.nodeName={node},spec.driver={driver}")])
+        return list((found or {}).get("items") or [])
+
+    def create_slice(self, obj: dict) -> dict:
+        return self.call("POST", f"{GROUP}/resourceslices", obj)
+
+    def replace_slice(self, obj: dict) -> dict:
+        return self.call("PUT", f"{GROUP}/resourceslices/{obj['metadata']['name']}", obj)
+
+    def delete_slice(self, name: str) -> None:
+        try:
+            self.call("DELETE", f"{GROUP}/resourceslices/{name}")
+        except KubeError as e:
+            if e.status != 404:
+                raise
+
+
+def _reason(body: object) -> str:
+    try:
+        return str(json.loads(body).get("message", ""))  # type: ignore[arg-type]
+    except (TypeError, ValueError, AttributeError):
+        return ""
