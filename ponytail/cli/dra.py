@@ -21,6 +21,9 @@ from ponytail.cli.clickclasses import CONTEXT, one_line_errors
               help="This node's name: the pool and the ResourceSlice's node (env NODE_NAME; the DaemonSet sets it).")
 @click.option("--kubeconfig", metavar="FILE", envvar="KUBECONFIG", default=None,
               help="How to reach the API server. Default: the pod's service account, else ~/.kube/config.")
+@click.option("--service-account-dir", metavar="DIR", default=None,
+              help="A service account's token and ca.crt (the DaemonSet's, seen from the host: it runs the plugin in the host's "
+                   "mount namespace). Needs KUBERNETES_SERVICE_HOST and _PORT, as in a pod.")
 @click.option("--plugin-dir", metavar="DIR", default=None, help="Where the DRA socket goes. Default: /var/lib/kubelet/plugins/<driver>.")
 @click.option("--registry-dir", metavar="DIR", default="/var/lib/kubelet/plugins_registry", show_default=True,
               help="The kubelet's plugin registration directory.")
@@ -34,7 +37,7 @@ from ponytail.cli.clickclasses import CONTEXT, one_line_errors
 @click.option("--resync", type=click.FloatRange(min=1.0, max=86400.0), metavar="SECONDS", default=60.0, show_default=True,
               help="How often the GPUs are probed again for the ResourceSlice.")
 @click.option("--hook-path", metavar="CMD", default=None, help="ponytail as the claims' CDI hook runs it. Default: this install's.")
-def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_name: str, kubeconfig: str | None, plugin_dir: str | None,
+def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_name: str, kubeconfig: str | None, service_account_dir: str | None, plugin_dir: str | None,
                registry_dir: str, cdi_dir: str, state_dir: str, kmsg: str, xid_effects: tuple[str, ...], resync: float,
                hook_path: str | None) -> None:
     """Run ponytail's DRA kubelet plugin: the node's GPUs for ResourceClaims.
@@ -46,7 +49,7 @@ def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_n
     resource.kubernetes.io/pciBusID and driverTrees. It registers with the kubelet and
     prepares each claim: it reads the claim's allocation and its opaque GpuConfig
     (driverTree, capabilities, require), checks them as the hook does, and writes one CDI
-    spec per claim (<cdi dir>/ponytail-dra_<uid>.yaml) whose hook is ponytail cdi-hook.
+    spec per claim (<cdi dir>/ponytail-dra_<uid>.json) whose hook is ponytail cdi-hook.
     A claim that cannot work fails with one line in the pod's events. It reads the kernel
     log for Xid errors: the GPU turns unhealthy on the kubelet's health stream, its device
     gets a taint, and the log names the container that caused it.
@@ -82,5 +85,5 @@ def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_n
         if nvidia and driver != NVIDIA_DRIVER:
             raise UsageError(f"--nvidia stands in for {NVIDIA_DRIVER}; --driver-name {driver} contradicts it")
         settings = Settings(driver=driver, node=node_name, plugin_dir=plugin_dir or "", registry_dir=registry_dir, cdi_dir=cdi_dir,
-                            state_dir=state_dir, kmsg=kmsg, kubeconfig=kubeconfig, resync_s=resync, hook_command=command, xid_effects=effects)
+                            state_dir=state_dir, kmsg=kmsg, kubeconfig=kubeconfig, service_account_dir=service_account_dir, resync_s=resync, hook_command=command, xid_effects=effects)
         sys.exit(run(settings, loaded))

@@ -9,6 +9,7 @@ by a model class. Errors become one-line ``KubeError``s naming the call.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from ponytail.errors import PonytailError
@@ -23,12 +24,22 @@ class KubeError(PonytailError):
 
 
 class Kube:
-    def __init__(self, kubeconfig: str | None = None) -> None:
+    def __init__(self, kubeconfig: str | None = None, service_account_dir: str | None = None) -> None:
+        """``kubeconfig``, else the service account's token and CA in ``service_account_dir`` (a pod's
+        /var/run/secrets/kubernetes.io/serviceaccount seen from the host: the DaemonSet runs the plugin in
+        the host's mount namespace), else the pod's own, else ~/.kube/config."""
         from kubernetes import client, config
 
         configuration = client.Configuration()
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        elif service_account_dir:
+            from kubernetes.config.incluster_config import InClusterConfigLoader
+
+            try:
+                InClusterConfigLoader(os.path.join(service_account_dir, "token"), os.path.join(service_account_dir, "ca.crt")).load_and_set(configuration)
+            except config.ConfigException as e:
+                raise KubeError(f"--service-account-dir {service_account_dir}: {e}") from None
         else:
             try:
                 config.load_incluster_config(client_configuration=configuration)

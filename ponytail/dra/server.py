@@ -49,6 +49,7 @@ class Settings:
     state_dir: str = "/var/lib/ponytail/dra"
     kmsg: str = "/dev/kmsg"
     kubeconfig: str | None = None
+    service_account_dir: str | None = None
     resync_s: float = 60.0
     hook_command: str = ""
     xid_effects: dict[int, str] = field(default_factory=dict)
@@ -61,7 +62,7 @@ class Plugin:
             settings.plugin_dir = f"/var/lib/kubelet/plugins/{settings.driver}"
         self.registration_socket = os.path.join(settings.registry_dir, f"{settings.driver}-reg.sock")
         self.dra_socket = os.path.join(settings.plugin_dir, "dra.sock")
-        self.kube = Kube(settings.kubeconfig)
+        self.kube = Kube(settings.kubeconfig, settings.service_account_dir)
         self.preparer = Preparer(config, settings.driver, settings.cdi_dir, settings.state_dir, settings.hook_command)
         self.stopping = threading.Event()
         self.changed = threading.Condition()
@@ -83,15 +84,15 @@ class Plugin:
 
         os.makedirs(self.s.plugin_dir, mode=0o750, exist_ok=True)
         os.makedirs(self.s.registry_dir, mode=0o750, exist_ok=True)
-        dra = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        dra.add_generic_rpc_handlers([self._dra_handler(grpc)] + [self._health_handler(grpc, p) for p in HEALTH_PACKAGES])
-        _bind(dra, self.dra_socket)
-        dra.start()
-        registration = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        registration.add_generic_rpc_handlers([self._registration_handler(grpc)])
-        _bind(registration, self.registration_socket)
-        registration.start()
-        self.servers = [registration, dra]
+        # one server on both sockets (the kubelet asks each only for its own services): gRPC's Python server wakes
+        # its polling thread five times a second to look for signals, which is most of what an idle plugin costs
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        server.add_generic_rpc_handlers([self._registration_handler(grpc), self._dra_handler(grpc)]
+                                        + [self._health_handler(grpc, p) for p in HEALTH_PACKAGES])
+        _bind(server, self.dra_socket)
+        _bind(server, self.registration_socket)  # last: the kubelet registers the plugin once this socket appears
+        server.start()
+        self.servers = [server]
         threading.Thread(target=self._resync_loop, name="resync", daemon=True).start()
         if self.s.kmsg:
             threading.Thread(target=self._kmsg_loop, name="kmsg", daemon=True).start()

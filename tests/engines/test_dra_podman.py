@@ -75,10 +75,10 @@ def test_a_claims_cdi_names_give_exactly_its_gpu_and_its_driver_trees_libcuda(pr
 
 def test_two_claims_share_nothing(prepared: tuple) -> None:
     """Each claim's spec names only its own GPU's node, and the two specs' device names differ."""
-    import yaml
+    import json
 
     node, ids = prepared
-    specs = {uid: yaml.safe_load((node.cdi / f"ponytail-dra_{uid}.yaml").read_text()) for uid in ids}
+    specs = {uid: json.loads((node.cdi / f"ponytail-dra_{uid}.json").read_text()) for uid in ids}
     nodes = {uid: {n["path"] for d in s["devices"] for n in d["containerEdits"]["deviceNodes"]} for uid, s in specs.items()}
     assert nodes == {UID_A: {"/dev/nvidia0"}, UID_B: {"/dev/nvidia2"}}
     names = {uid: {d["name"] for d in s["devices"]} for uid, s in specs.items()}

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from support.dra import DRIVER, NODE, DraNode
 from support.fakehost import FakeHost, gpus
@@ -58,8 +57,8 @@ def test_prepare_writes_one_spec_per_claim_is_idempotent_and_unprepare_removes_e
     ids2, error2 = _prepared(first, UID2)
     assert (error1, error2) == ("", "")
     assert ids1 == [f"{DRIVER}/claim={UID1}-gpu-1"] and ids2 == [f"{DRIVER}/claim={UID2}-gpu-0"]
-    assert node.spec_files() == [f"ponytail-dra_{UID1}.yaml", f"ponytail-dra_{UID2}.yaml"]
-    spec = yaml.safe_load((node.cdi / f"ponytail-dra_{UID1}.yaml").read_text())
+    assert node.spec_files() == [f"ponytail-dra_{UID1}.json", f"ponytail-dra_{UID2}.json"]
+    spec = json.loads((node.cdi / f"ponytail-dra_{UID1}.json").read_text())
     [device] = spec["devices"]
     assert [n["path"] for n in device["containerEdits"]["deviceNodes"]] == ["/dev/nvidia0"]  # gpu-1 is minor 0
     assert spec["containerEdits"]["hooks"][0]["args"][1] == "cdi-hook"
@@ -68,7 +67,7 @@ def test_prepare_writes_one_spec_per_claim_is_idempotent_and_unprepare_removes_e
     checkpoint = json.loads((node.state / "checkpoint.json").read_text())
     assert checkpoint["claims"][UID1]["state"] == "prepared"
     node.kubelet.unprepare(node.kubelet.claim("default", UID1, "one"))
-    assert node.spec_files() == [f"ponytail-dra_{UID2}.yaml"]
+    assert node.spec_files() == [f"ponytail-dra_{UID2}.json"]
     assert UID1 not in json.loads((node.state / "checkpoint.json").read_text())["claims"]
     node.kubelet.unprepare(node.kubelet.claim("default", UID1, "one"))  # twice: still fine
 
@@ -140,13 +139,13 @@ def test_a_plugin_killed_mid_prepare_cleans_up_at_its_next_start(node: DraNode) 
     node.cdi.mkdir()
     (node.state / "checkpoint.json").write_text(json.dumps(
         {"version": 1, "driver": DRIVER, "claims": {UID1: {"state": "preparing", "namespace": "default", "name": "one"}}}))
-    (node.cdi / f"ponytail-dra_{UID1}.yaml").write_text("half: written\n")
+    (node.cdi / f"ponytail-dra_{UID1}.json").write_text("half: written\n")
     node.start()
     assert "was being prepared when the plugin stopped" in node.log()
     assert node.spec_files() == []
     node.api.add_claim(allocated_claim("default", "one", UID1, DRIVER, NODE, ["gpu-0"]))
     ids, error = _prepared(node.kubelet.prepare(node.kubelet.claim("default", UID1, "one")), UID1)
-    assert error == "" and node.spec_files() == [f"ponytail-dra_{UID1}.yaml"]
+    assert error == "" and node.spec_files() == [f"ponytail-dra_{UID1}.json"]
 
 
 def test_an_xid_turns_the_gpu_unhealthy_taints_its_device_and_names_the_process(node: DraNode) -> None:
