@@ -123,8 +123,7 @@ def test_a_claim_on_a_gpu_that_vanished_fails_clearly(tmp_path: Path) -> None:
         import shutil
 
         shutil.rmtree(host.proc / "driver/nvidia/gpus" / lost.bus_id)  # the driver no longer has it...
-        shutil.rmtree(host.sys / "bus/pci/devices" / lost.bus_id, ignore_errors=True)  # ...nor the bus
-        (host.sys / "bus/pci/devices" / lost.bus_id).unlink(missing_ok=True)
+        shutil.rmtree(host.sys / "bus/pci/devices" / lost.bus_id)  # ...nor the bus
         ids, error = _prepared(node.kubelet.prepare(node.kubelet.claim("default", UID1, "gone")), UID1)
     finally:
         node.close()
@@ -194,3 +193,40 @@ def test_sigterm_removes_the_sockets(node: DraNode) -> None:
     node.start()
     assert node.stop() == 0
     assert list(node.registry.iterdir()) == [] and not (node.plugins / "dra.sock").exists()
+
+
+def test_the_slice_follows_the_probe_when_a_gpu_is_lost(tmp_path: Path) -> None:
+    import shutil
+
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2))
+    node = DraNode(host, tmp_path, extra=("--resync", "1"))
+    try:
+        node.start()
+        assert [d["name"] for d in node.slice()["spec"]["devices"]] == ["gpu-0", "gpu-1"]
+        lost = host.gpu_list[1]
+        shutil.rmtree(host.proc / "driver/nvidia/gpus" / lost.bus_id)
+        shutil.rmtree(host.sys / "bus/pci/devices" / lost.bus_id)
+        node.wait_log("1 device(s), 0 tainted")
+        published = node.slice()
+    finally:
+        node.close()
+    assert [d["name"] for d in published["spec"]["devices"]] == ["gpu-0"] and published["spec"]["pool"]["generation"] == 2
+    assert node.api.refused == []
+
+
+def test_a_mig_device_is_published_and_prepared_with_its_access_nodes(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(2), mig={1: [(1, 0), (2, 0)]})
+    node = DraNode(host, tmp_path)
+    try:
+        node.start()
+        names = [d["name"] for d in node.slice()["spec"]["devices"]]
+        node.api.add_claim(allocated_claim("default", "mig", UID1, DRIVER, NODE, ["gpu-1-mig-2-0"]))
+        ids, error = _prepared(node.kubelet.prepare(node.kubelet.claim("default", UID1, "mig")), UID1)
+        spec = json.loads((node.cdi / f"ponytail-dra_{UID1}.json").read_text())
+    finally:
+        node.close()
+    assert names == ["gpu-0", "gpu-1-mig-1-0", "gpu-1-mig-2-0"] and node.api.refused == []
+    assert error == "" and ids == [f"{DRIVER}/claim={UID1}-gpu-1-mig-2-0"]
+    paths = {n["path"] for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]}
+    gi_minor, ci_minor = FakeHost.mig_minors(1, 2, 0)
+    assert paths == {"/dev/nvidia1", f"/dev/nvidia-caps/nvidia-cap{gi_minor}", f"/dev/nvidia-caps/nvidia-cap{ci_minor}"}, paths

@@ -150,3 +150,37 @@ def test_the_validator_refuses_what_an_api_server_refuses(change: object, refuse
     with pytest.raises(Invalid, match=refused):
         SchemaValidator().validate(obj, "ResourceSlice")
         validate_slice_rules(obj)
+
+
+def _documents(path: str) -> list[dict]:
+    import yaml
+
+    from support.commands import REPO
+
+    return [d for d in yaml.safe_load_all((REPO / path).read_text()) if d]
+
+
+def test_the_dra_manifests_are_what_the_api_server_and_the_plugin_expect() -> None:
+    documents = {(d["kind"], d["metadata"]["name"]): d for d in _documents("deploy/kubernetes/ponytail-dra.yaml")}
+    types = {e.attributes["type"]["string"] for e in device_entries(GPUS, "550.54.15", "12.4", [])}
+    for name, kind in (("gpu.ponytail.example.com", "gpu"), ("mig.gpu.ponytail.example.com", "mig")):
+        device_class = documents[("DeviceClass", name)]
+        SchemaValidator().validate(device_class, "DeviceClass")
+        expression = device_class["spec"]["selectors"][0]["cel"]["expression"]
+        assert f"device.driver == '{DRIVER}'" in expression and f".type == '{kind}'" in expression and kind in types
+    rules = {(r["resources"][0], tuple(r["verbs"])) for r in documents[("ClusterRole", "ponytail-dra")]["rules"]}
+    assert ("resourceclaims", ("get",)) in rules and any(r == "resourceslices" and "create" in v and "delete" in v for r, v in rules)
+    container = documents[("DaemonSet", "ponytail-dra")]["spec"]["template"]["spec"]["containers"][0]
+    assert "dra-plugin --service-account-dir" in container["args"][0] and {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container["env"]
+
+
+def test_no_manifest_waits_for_a_label_only_nvidias_feature_discovery_sets() -> None:
+    for path in ("deploy/kubernetes/ponytail-installer.yaml", "deploy/kubernetes/ponytail-dra.yaml"):
+        for document in _documents(path):
+            if document["kind"] == "RuntimeClass":
+                assert "scheduling" not in document
+            if document["kind"] == "DaemonSet":
+                pod = document["spec"]["template"]["spec"]
+                assert "nodeSelector" not in pod
+                terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                assert len(terms) == 3 and {"key": "ponytail.example.com/gpu", "operator": "In", "values": ["true"]} in [t["matchExpressions"][0] for t in terms]
