@@ -64,9 +64,9 @@ def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_n
 
     with one_line_errors():
         try:
+            import google.protobuf  # noqa: F401
             import grpc  # noqa: F401 - here, to say what is missing in one line
             import kubernetes  # noqa: F401
-            from google import protobuf  # noqa: F401
 
             from ponytail.dra.health import parse_overrides
             from ponytail.dra.server import DEFAULT_DRIVER, NVIDIA_DRIVER, Settings, run
