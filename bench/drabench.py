@@ -43,6 +43,16 @@ def rss_mib(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+def drain(stream: object) -> None:
+    import grpc
+
+    try:
+        for _ in stream:  # type: ignore[attr-defined]
+            pass
+    except grpc.RpcError:
+        pass  # cancelled at the end
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gpus", type=int, default=8)
@@ -76,8 +86,8 @@ def main() -> int:
             t = time.perf_counter()
             node.kubelet.unprepare(claim)
             unprepare.append(time.perf_counter() - t)
-        stream = node.kubelet.health()
-        threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()  # the kubelet keeps it open
+        stream = node.kubelet.health(timeout=args.idle_seconds + 600)
+        threading.Thread(target=drain, args=(stream,), daemon=True).start()  # the kubelet keeps it open
         time.sleep(2.0)
         rss = rss_mib(pid)
         before = cpu_seconds(pid)

@@ -31,20 +31,22 @@ class Kube:
         from kubernetes import client, config
 
         configuration = client.Configuration()
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        elif service_account_dir:
-            from kubernetes.config.incluster_config import InClusterConfigLoader
+        try:
+            if kubeconfig:
+                config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            elif service_account_dir:
+                from kubernetes.config.incluster_config import InClusterConfigLoader
 
-            try:
                 InClusterConfigLoader(os.path.join(service_account_dir, "token"), os.path.join(service_account_dir, "ca.crt")).load_and_set(configuration)
-            except config.ConfigException as e:
-                raise KubeError(f"--service-account-dir {service_account_dir}: {e}") from None
-        else:
-            try:
-                config.load_incluster_config(client_configuration=configuration)
-            except config.ConfigException:
-                config.load_kube_config(client_configuration=configuration)
+            else:
+                try:
+                    config.load_incluster_config(client_configuration=configuration)
+                except config.ConfigException:
+                    config.load_kube_config(client_configuration=configuration)
+        except (config.ConfigException, OSError, ValueError) as e:
+            where = f"--kubeconfig {kubeconfig}" if kubeconfig else f"--service-account-dir {service_account_dir}" if service_account_dir else \
+                "the pod's service account or ~/.kube/config"
+            raise KubeError(f"cannot reach the API server with {where}: {e}") from None
         self.api = client.ApiClient(configuration)
 
     def call(self, method: str, path: str, body: dict | None = None, query: list[tuple[str, str]] | None = None) -> Any:

@@ -72,6 +72,7 @@ class Plugin:
         self.published: dict | None = None
         self.probe_key: tuple = ()
         self.servers: list[Any] = []
+        self.publishing = threading.Lock()  # the resync and kernel-log threads both publish
 
     # -- start and stop --------------------------------------------------------------------------
 
@@ -168,6 +169,10 @@ class Plugin:
 
     def publish(self) -> bool:
         """Make the node's slice say ``entries`` with their taints (and remove any other of this driver's for the node)."""
+        with self.publishing:
+            return self._publish()
+
+    def _publish(self) -> bool:
         taints = {name: t for name, (_, t) in self.unhealthy.items() if name in self.entries and t}
         name = slice_name(self.s.node, self.s.driver)
         try:
@@ -358,11 +363,16 @@ def run(settings: Settings, config: Config) -> int:
     """Run until SIGTERM or SIGINT; the exit status."""
     import signal
 
-    plugin = Plugin(settings, config)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    plugin.start()
+    try:
+        plugin = Plugin(settings, config)
+        plugin.start()
+    except OSError as e:  # a directory that cannot be made, a socket that cannot be bound
+        from ponytail.errors import ProbeError, os_failure
+
+        raise os_failure(f"dra-plugin cannot start ({e.filename or 'a socket'})", e, ProbeError) from None
     try:
         done.wait()
     finally:

@@ -230,3 +230,34 @@ def test_a_mig_device_is_published_and_prepared_with_its_access_nodes(tmp_path: 
     paths = {n["path"] for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]}
     gi_minor, ci_minor = FakeHost.mig_minors(1, 2, 0)
     assert paths == {"/dev/nvidia1", f"/dev/nvidia-caps/nvidia-cap{gi_minor}", f"/dev/nvidia-caps/nvidia-cap{ci_minor}"}, paths
+
+
+def test_an_xids_process_is_named_by_the_container_whose_cgroup_holds_it(node: DraNode) -> None:
+    """The Xid's pid is a process inside a container (not its first process): the container is the one
+    whose recorded devices cgroup holds that pid, read from the records the hooks write for the guard."""
+    import os
+    import subprocess
+
+    from ponytail.apply.containerrecord import record_container
+    from ponytail.config import config_path, load_config
+
+    cgroup = Path(f"/sys/fs/cgroup/devices/dra-test-{os.getpid()}")
+    cgroup.mkdir()
+    first = subprocess.Popen(["sleep", "60"])
+    worker = subprocess.Popen(["sleep", "60"])
+    try:
+        for process in (first, worker):
+            (cgroup / "cgroup.procs").write_text(str(process.pid))
+        records = load_config(*config_path(str(node.config))).records_dir
+        record_container(records, "ctr-train", first.pid, "hook", [("c", 195, 0, "/dev/nvidia0")], "550.54.15")
+        node.start()
+        bus = node.host.gpu_list[0].bus_id[:-2]
+        with open(node.kmsg, "a") as kmsg:
+            kmsg.write(f"3,1,2,-;NVRM: Xid (PCI:{bus}): 31, pid={worker.pid}, name=sleep, Ch 00000008, intr 00000000. MMU Fault\n")
+        log = node.wait_log("reported only")
+    finally:
+        for process in (first, worker):
+            process.kill()
+            process.wait()
+        cgroup.rmdir()
+    assert f"Xid 31 on gpu-0 ({node.host.gpu_list[0].uuid}), pid {worker.pid} (sleep) in container ctr-train" in log, log

@@ -93,14 +93,14 @@ class Kubelet:
         stub = self.dra_rpc.DRAPluginStub(self.channel)
         return stub.NodeUnprepareResources(self.dra_pb.NodeUnprepareResourcesRequest(claims=claims), timeout=60)
 
-    def health(self, package: str = "v1alpha1") -> object:
+    def health(self, package: str = "v1alpha1", timeout: float = 120.0) -> object:
         """The health stream, called by the method path the kubelet of ``package`` uses."""
         call = self.channel.unary_stream(  # type: ignore[union-attr]
             f"/{package}.DRAResourceHealth/NodeWatchResources",
             request_serializer=self.health_pb.NodeWatchResourcesRequest.SerializeToString,
             response_deserializer=self.health_pb.NodeWatchResourcesResponse.FromString,
         )
-        return call(self.health_pb.NodeWatchResourcesRequest(), timeout=120)
+        return call(self.health_pb.NodeWatchResourcesRequest(), timeout=timeout)
 
     def close(self) -> None:
         if self.channel is not None:

@@ -184,3 +184,22 @@ def test_no_manifest_waits_for_a_label_only_nvidias_feature_discovery_sets() -> 
                 assert "nodeSelector" not in pod
                 terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
                 assert len(terms) == 3 and {"key": "ponytail.example.com/gpu", "operator": "In", "values": ["true"]} in [t["matchExpressions"][0] for t in terms]
+
+
+def test_the_service_account_is_read_from_the_directory_given(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The DaemonSet runs the plugin in the host's mount namespace: the pod's token and CA come by path."""
+    from pathlib import Path
+
+    from ponytail.dra.kube import Kube, KubeError
+
+    account = Path(str(tmp_path))
+    (account / "token").write_text("secret-token\n")
+    (account / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    configuration = Kube(service_account_dir=str(account)).api.configuration
+    assert configuration.host == "https://10.96.0.1:443" and configuration.ssl_ca_cert == str(account / "ca.crt")
+    assert "secret-token" in str(configuration.api_key)
+    (account / "token").unlink()
+    with pytest.raises(KubeError, match="--service-account-dir"):
+        Kube(service_account_dir=str(account))
