@@ -261,3 +261,46 @@ def test_an_xids_process_is_named_by_the_container_whose_cgroup_holds_it(node: D
             process.wait()
         cgroup.rmdir()
     assert f"Xid 31 on gpu-0 ({node.host.gpu_list[0].uuid}), pid {worker.pid} (sleep) in container ctr-train" in log, log
+
+
+def test_a_plugin_killed_while_it_prepares_leaves_nothing_and_the_next_prepare_works(node: DraNode) -> None:
+    """SIGKILL while the plugin waits for the claim from the API server: nothing is written yet; the
+    restarted plugin prepares the claim when the kubelet asks again."""
+    import threading
+
+    node.start()
+    node.api.add_claim(allocated_claim("default", "one", UID1, DRIVER, NODE, ["gpu-0"]))
+    node.api.claim_delay = 5.0
+    failed: list[object] = []
+
+    def ask() -> None:
+        try:
+            node.kubelet.prepare(node.kubelet.claim("default", UID1, "one"))
+        except Exception as e:  # noqa: BLE001 - the call dies with the plugin
+            failed.append(e)
+
+    caller = threading.Thread(target=ask)
+    caller.start()
+    assert node.api.claim_reads.wait(30)
+    node.kill()
+    caller.join(30)
+    assert failed and node.spec_files() == []
+    node.api.claim_delay = 0.0
+    node.start()
+    ids, error = _prepared(node.kubelet.prepare(node.kubelet.claim("default", UID1, "one")), UID1)
+    assert error == "" and node.spec_files() == [f"ponytail-dra_{UID1}.json"]
+
+
+def test_nvidia_mode_serves_nvidias_driver_name_and_device_classes(tmp_path: Path) -> None:
+    host = FakeHost(tmp_path / "host", gpu_list=gpus(1))
+    node = DraNode(host, tmp_path, extra=("--nvidia",))
+    try:
+        node.start()
+        published = node.slice()
+        node.api.add_claim(allocated_claim("default", "one", UID1, "gpu.nvidia.com", NODE, ["gpu-0"]))
+        ids, error = _prepared(node.kubelet.prepare(node.kubelet.claim("default", UID1, "one")), UID1)
+    finally:
+        node.close()
+    assert node.kubelet.info.name == "gpu.nvidia.com" and published["spec"]["driver"] == "gpu.nvidia.com"
+    assert published["spec"]["devices"][0]["attributes"]["type"] == {"string": "gpu"}  # what NVIDIA's DeviceClass gpu.nvidia.com selects
+    assert error == "" and ids == [f"gpu.nvidia.com/claim={UID1}-gpu-0"] and node.api.refused == []

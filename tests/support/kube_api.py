@@ -178,6 +178,8 @@ class KubeApi:
         self.writes: list[tuple[str, str]] = []  # (method, path) of each accepted write
         self.lock = threading.Lock()
         self.version = 0
+        self.claim_reads = threading.Event()  # set at each GET of a claim
+        self.claim_delay = 0.0  # seconds a GET of a claim waits before its answer
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -252,10 +254,16 @@ class KubeApi:
         if not path.startswith(GROUP + "/"):
             return 404, _status(404, f"{path} not found")
         parts = path[len(GROUP) + 1:].split("/")
+        if "resourceclaims" in parts and self.claim_delay:
+            import time
+
+            self.claim_reads.set()
+            time.sleep(self.claim_delay)
         with self.lock:
             if parts[0] == "resourceslices":
                 return self._slices(method, parts[1] if len(parts) > 1 else None, query, body)
             if parts[0] == "namespaces" and len(parts) == 4 and parts[2] == "resourceclaims" and method == "GET":
+                self.claim_reads.set()
                 claim = self.claims.get((parts[1], parts[3]))
                 return (200, claim) if claim is not None else (404, _status(404, f'resourceclaims "{parts[3]}" not found'))
         return 405, _status(405, f"{method} {path} is not served by the stand-in")
