@@ -89,11 +89,11 @@ bench: setup binary
 	$(PY) bench/hookbench.py
 
 # ponytail side by side with NVIDIA's own tools (nvidia-ctk, nvidia-cdi-hook, nvidia-container-runtime-hook,
-# nvidia-container-cli, built from NVIDIA's public sources into $(NVIDIA_TOOLS)/bin and lib: CONTRIBUTING.md,
-# "Benchmarks"); writes bench/RESULTS.md
-NVIDIA_TOOLS ?= /tmp/nvidia-tools
+# nvidia-container-cli) where NVIDIA's packages installed them ($NVIDIA_TOOLKIT_DIR, else PATH); without them it
+# says so and measures ponytail alone (CONTRIBUTING.md, "Benchmarks"); BEFORE=PATH: an older ponytail command
+# measured in the same run (before and after); writes bench/RESULTS.md
 bench-nvidia: setup binary
-	$(PY) bench/nvidiabench.py --tools $(NVIDIA_TOOLS)
+	$(PY) bench/nvidiabench.py $(if $(BEFORE),--command before=$(BEFORE))
 
 clean:
 	rm -rf $(VENV) build dist demo *.egg-info

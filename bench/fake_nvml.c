@@ -217,3 +217,21 @@ int nvmlDeviceGetMemoryInfo_v2(handle_t h, struct memory_v2 *m) {
     m->reserved = m->used = 0;
     return OK;
 }
+
+/* topology (NVIDIA's device plugin asks it in GetPreferredAllocation, the kubelet's call before Allocate): the
+ * level of the two GPUs' common ancestor, nvmlGpuTopologyLevel_t: 0 the same GPU, 40 the same NUMA node (both
+ * bus numbers below 0x80, or both above), 50 across the system's interconnect */
+enum { TOPOLOGY_INTERNAL = 0, TOPOLOGY_NODE = 40, TOPOLOGY_SYSTEM = 50 };
+static unsigned bus_number(const char *bus_id) {
+    unsigned domain = 0, bus = 0;
+    sscanf(bus_id, "%x:%x", &domain, &bus);
+    return bus;
+}
+int nvmlDeviceGetTopologyCommonAncestor(handle_t a, handle_t b, int *level) {
+    GPU_OR_INVALID(a, i);
+    GPU_OR_INVALID(b, j);
+    if (!level) return INVALID;
+    if (i == j) *level = TOPOLOGY_INTERNAL;
+    else *level = (bus_number(gpus[i].bus_id) < 0x80) == (bus_number(gpus[j].bus_id) < 0x80) ? TOPOLOGY_NODE : TOPOLOGY_SYSTEM;
+    return OK;
+}

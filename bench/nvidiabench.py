@@ -5,9 +5,12 @@
                                  [--binary PATH | --no-binary] [--command LABEL=PATH ...]
                                  [--results bench/RESULTS.md | --no-results]
 
-NVIDIA's tools are built outside this repository from NVIDIA's public sources (CONTRIBUTING.md, "Benchmarks")
-(``--tools``, default /tmp/nvidia-tools: bin/ and lib/). Without them the benchmark says
-so and measures ponytail's part alone.
+NVIDIA's tools are timed where they are installed (NVIDIA's own packages): ``--tools DIR`` (its programs in
+DIR or DIR/bin, libnvidia-container in DIR/lib if there), else ``$NVIDIA_TOOLKIT_DIR``, else ``PATH``. Nothing
+here builds, downloads or unpacks them. Without them the benchmark says so and measures ponytail alone:
+every ponytail row is always there (the pip install of this checkout, the binary, and any ``--command``,
+e.g. an older version's: before and after in one run), and NVIDIA's spec, whose hooks ponytail serves,
+is then the one nvidia-ctk 1.20.0 wrote (captured in ../shared/nvidia, made to fit the bench's host).
 
 The fake hosts are bench/hookbench.py's (tests/support/fakehost.py with the full compute+utility
 file set and a driver-root ld.so.cache as large as a real host's), for 2 and 18 GPUs. For
@@ -35,7 +38,8 @@ Work measured, ponytail vs NVIDIA (each run checked: exit 0; mounts counted):
   ``nvidia-cdi-hook`` processes);
 - nvidia spec hooks: NVIDIA's own spec's hooks, run by ``nvidia-cdi-hook`` vs by the
   nvidia-cdi-hook script each ponytail command's ``install-nvidia-hook`` writes: the same
-  five processes, the bundle's config.json listing them as an engine writes it.
+  five processes, the bundle's config.json listing them as an engine writes it (ponytail's
+  rows also without NVIDIA's tools, on the captured spec).
 
 ponytail's CDI rows say "not available in this build" where ``ponytail cdi`` does not
 exist. All configurations run interleaved, in a different order each round. The hook
@@ -66,7 +70,6 @@ sys.path.insert(0, str(BENCH))
 import hookbench as hb  # noqa: E402
 from hookbench import LIB_DIR, BenchHost, Sample, Series, StandIn, build_host, fresh_bundle, spawn_timed, state_for  # noqa: E402
 
-DEFAULT_TOOLS = Path("/tmp/nvidia-tools")  # noqa: S108 - where CONTRIBUTING.md builds them (make bench-nvidia's NVIDIA_TOOLS)
 TOOL_NAMES = ("nvidia-container-cli", "nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-cdi-hook")
 NOT_AVAILABLE = "not available in this build"
 GPU_ENV = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
@@ -88,26 +91,44 @@ WORKS = ("inject", "hook", "info", "cdi generate", "cdi hooks", "nvidia spec hoo
 
 @dataclass
 class Tools:
-    root: Path
+    programs: dict[str, str]  # name -> path
+    lib: Path | None = None  # libnvidia-container's directory where it is not the system's
 
     def bin(self, name: str) -> str:
-        return str(self.root / "bin" / name)
+        return self.programs[name]
 
     @property
     def env(self) -> dict[str, str]:
-        return {**hb.HOOK_ENV, "LD_LIBRARY_PATH": str(self.root / "lib")}
+        return {**hb.HOOK_ENV, **({"LD_LIBRARY_PATH": str(self.lib)} if self.lib else {})}
 
 
-def find_tools(root: Path) -> tuple[Tools | None, str]:
-    missing = [name for name in TOOL_NAMES if not os.access(root / "bin" / name, os.X_OK)]
-    if not (root / "lib/libnvidia-container.so.1").exists():
-        missing.append("lib/libnvidia-container.so.1")
+def find_tools(given: Path | None) -> tuple[Tools | None, str]:
+    """NVIDIA's programs where they are installed: ``given`` (--tools), else $NVIDIA_TOOLKIT_DIR, else PATH."""
+    toolkit = given or (Path(os.environ["NVIDIA_TOOLKIT_DIR"]) if os.environ.get("NVIDIA_TOOLKIT_DIR") else None)
+    if toolkit is not None:
+        where = f"{toolkit}"
+        dirs = [toolkit, toolkit / "bin"]
+        found = {n: str(d / n) for n in TOOL_NAMES for d in reversed(dirs) if os.access(d / n, os.X_OK)}
+        lib = toolkit / "lib" if (toolkit / "lib/libnvidia-container.so.1").exists() else None
+    else:
+        where = "PATH"
+        found = {n: p for n in TOOL_NAMES if (p := shutil.which(n))}
+        lib = None
+    missing = [n for n in TOOL_NAMES if n not in found]
     if missing:
         return None, (
-            f"NVIDIA's tools are not built in {root} (missing: {', '.join(missing)}): build them from "
-            "NVIDIA's public sources (CONTRIBUTING.md, \"Benchmarks\") or pass --tools DIR; measuring ponytail only"
+            f"NVIDIA's tools are not installed ({where}; missing: {', '.join(missing)}): NVIDIA's rows are left out and "
+            "ponytail is measured alone, on nvidia-ctk 1.20.0's captured spec (install NVIDIA's container toolkit from "
+            "NVIDIA's packages, or set NVIDIA_TOOLKIT_DIR, to time them side by side)"
         )
-    return Tools(root), f"NVIDIA's tools from {root}"
+    return Tools(found, lib), f"NVIDIA's tools from {where}"
+
+
+def captured_nvidia_spec(bench: BenchHost) -> dict:
+    """nvidia-ctk 1.20.0's spec as captured (../shared/nvidia), made to fit the bench's host (tests/support/nvidia_tools.py)."""
+    from support.nvidia_tools import derived_spec
+
+    return derived_spec(bench.host)
 
 
 def install_fake_nvml(bench: BenchHost, work: Path) -> None:
@@ -408,8 +429,10 @@ def configurations(h: Host, ponytails: dict[str, list[str]], cdi: dict[str, bool
         h.specs["NVIDIA"] = json.loads(spec.read_text())
         runs["cdi hooks"]["NVIDIA"] = lambda: h.cdi_hooks("NVIDIA")
         runs["nvidia spec hooks"]["NVIDIA"] = lambda: h.cdi_hooks("NVIDIA", "nvidia spec hooks")
+    else:  # ponytail serving NVIDIA's spec, measured all the same: the spec nvidia-ctk 1.20.0 wrote
+        h.specs["NVIDIA"] = captured_nvidia_spec(h.bench)
     for label, command in ponytails.items():
-        if h.tools and len(command) == 1:
+        if len(command) == 1:
             try:
                 key = h.nvidia_spec_for(label, command)
             except subprocess.CalledProcessError:  # an older ponytail: no install-nvidia-hook
@@ -548,7 +571,7 @@ def summary(
         for n in sorted(results):
             series = results[n][work]
             nv = series.get("NVIDIA")
-            cells = [work, str(n), f"{metric(nv):.1f}" if nv else "not built"]
+            cells = [work, str(n), f"{metric(nv):.1f}" if nv else "not installed"]
             for label in labels:
                 if label not in series:
                     cells += [NOT_AVAILABLE if work.startswith("cdi") and not cdi[label] else "—", "—"]
@@ -585,7 +608,7 @@ def targets(results: dict[int, dict[str, dict[str, Series]]], labels: list[str])
                     continue
                 r, c = mine.median() / nv.median(), cpu_median(mine) / cpu_median(nv)
                 lines.append(f"  {'met   ' if r <= ratio else 'MISSED'} {work}, {n} GPUs, {label}: {r:.2f}× wall (≤ {ratio}×); {c:.2f}× CPU")
-    return lines or ["  (nothing to compare: NVIDIA's tools are not built)"]
+    return lines or ["  (nothing to compare: NVIDIA's tools are not installed here)"]
 
 
 def revision() -> str:
@@ -603,7 +626,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15, help="runs of each configuration (default 15)")
     parser.add_argument("--gpus", default="2,18", help="GPU counts of the fake hosts (default 2,18)")
-    parser.add_argument("--tools", type=Path, default=DEFAULT_TOOLS, help=f"NVIDIA's tools: bin/ and lib/ (default {DEFAULT_TOOLS})")
+    parser.add_argument("--tools", type=Path, help="where NVIDIA's toolkit is installed: its programs in DIR or DIR/bin "
+                        "(default: $NVIDIA_TOOLKIT_DIR, else PATH)")
     parser.add_argument("--pip", metavar="PATH", help="an installed ponytail command instead of a fresh 'pip install .' venv")
     parser.add_argument("--binary", metavar="PATH", help="the binary to measure (default: dist/ponytail/ponytail if built)")
     parser.add_argument("--no-binary", action="store_true", help="measure no binary")

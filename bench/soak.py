@@ -22,6 +22,7 @@ Counts, and exits 1 unless all are zero:
 - leaks: mounts left in this mount namespace, processes or descriptors left on the
   fake host or the rootfs directories, temporary files in the rootfs directories or
   in the fake host's cache directory (its [cache] dir).
+Then ponytail guard under pid reuse (bench/soak_guard.py; --guard-rounds, 0 to leave it out).
 tests/integration/test_faults.py runs a shorter soak; the README (Reliability) has the numbers of a full one.
 """
 
@@ -428,6 +429,7 @@ def main() -> int:
     parser.add_argument("--kill-rate", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--command", default=str(Path(sys.executable).parent / "ponytail"), help="the ponytail command")
+    parser.add_argument("--guard-rounds", type=int, default=40, help="rounds of the guard under pid reuse (bench/soak_guard.py)")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="ponytail-soak-"))
     try:
@@ -437,7 +439,12 @@ def main() -> int:
     print(report.summary())
     for line in report.wrong_gpus + report.silent_failures + report.leaks:
         print("  " + line)
-    return 0 if report.clean else 1
+    guard = True
+    if args.guard_rounds > 0:
+        from soak_guard import run as guard_under_pid_reuse
+
+        guard = guard_under_pid_reuse(args.command, args.guard_rounds, seed=args.seed)
+    return 0 if report.clean and guard else 1
 
 
 if __name__ == "__main__":

@@ -59,6 +59,9 @@ class Config:
     guard_repair: bool = True
     guard_interval: float = 60.0
     guard_textfile: str = ""
+    # [cdi] unknown_nvidia_hooks: a hook subcommand of NVIDIA's that ponytail does not serve (a spec written by a
+    # newer toolkit): "warn" (logged, the start goes on, as NVIDIA's own binary does) or "fail" (the start stops)
+    unknown_nvidia_hooks: str = "warn"
 
     @property
     def records_dir(self) -> str:
@@ -139,7 +142,10 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
             "cri", str,
             "The CRI implementation that starts this node's pods, `\"containerd\"` or `\"cri-o\"`: the pod's namespace "
             "for `env_namespaces` is read only from the annotation it writes over any a pod brings "
-            "(`io.kubernetes.cri.sandbox-namespace`, `io.kubernetes.pod.namespace`).",
+            "(`io.kubernetes.cri.sandbox-namespace`, `io.kubernetes.pod.namespace`), and the device plugin's "
+            "`cdi.k8s.io/*` annotations only from where it puts the kubelet's container annotations (CRI-O: "
+            "`io.kubernetes.cri-o.Annotations`). Unset under `accept_env_when_unprivileged = false`: no CDI annotation "
+            "gives an unprivileged container GPUs (volume mounts still do).",
         ),
     },
     "timeouts": {
@@ -164,6 +170,14 @@ _SCHEMA: dict[str, dict[str, tuple[str, type, str]]] = {
                      "node a reload took; above 0, at most 600."),
         "textfile": ("guard_textfile", str, "A Prometheus text file the guard rewrites after each pass, for node "
                      "exporter's textfile collector (`.../ponytail.prom`); `\"\"`: none."),
+    },
+    "cdi": {
+        "unknown_nvidia_hooks": (
+            "unknown_nvidia_hooks", str,
+            "What ponytail does, serving NVIDIA's hook names, with a hook subcommand it does not know (a CDI spec "
+            "written by a newer toolkit): `\"warn\"` logs a warning and the start goes on, as NVIDIA's own hook binary "
+            "does; `\"fail\"` stops the start with one line. An unknown flag of a known subcommand is always an error.",
+        ),
     },
     "cgroup": {
         "extend_denying_programs": (
@@ -205,6 +219,7 @@ def schema() -> list[tuple[str, str, object, str]]:
 
 
 MAX_TIMEOUT_S = 600.0
+UNKNOWN_HOOK_CHOICES = ("warn", "fail")
 _DRIVER_KEYS = tuple(_NAMED_TABLES["drivers"])
 # [request] cri -> the annotation that CRI implementation writes into every container's config.json
 # with its pod's namespace, after (over) the annotations a pod may bring: containerd's comes from
@@ -283,6 +298,9 @@ def parse_config(raw: bytes, path: str) -> Config:
     if isinstance(mps, str) and os.path.normpath(mps) != mps:
         raise ConfigError(f"config file {path}: 'host.mps_pipe_directory' must be a plain absolute path (no '..', '.', '//', trailing '/'), not {mps!r}")
     _check_namespaces(path, values)
+    unknown = values.get("unknown_nvidia_hooks", "warn")
+    if unknown not in UNKNOWN_HOOK_CHOICES:
+        raise ConfigError(f"config file {path}: 'cdi.unknown_nvidia_hooks' must be \"warn\" or \"fail\", not {unknown!r}")
     return Config(**values)  # type: ignore[arg-type]  # each value was checked against its field type above
 
 

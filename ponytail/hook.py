@@ -66,7 +66,7 @@ def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, 
     of -root: manual mode), what it asks for (a Request), the plan for it on this host, and then
     the plan printed (-debug) or applied. The exit status."""
     log.context = f"manual:{options.root}" if options.root else "-"
-    container = _container(options, stdin, log)
+    container = _container(options, config, stdin, log)
     request = _request(options, config, container, log)
     if request.devices.is_void:
         _say_not_a_gpu_request(request, options.debug, container is None, stdout, stderr, log)
@@ -108,6 +108,8 @@ def _request(options: HookOptions, config: Config, container: Container | None, 
     if container is None:
         return build_request(cli_device=options.device, cli_capabilities=options.capabilities,
                              accept_env_when_unprivileged=config.accept_env_when_unprivileged)
+    if container.handover_refused is not None:  # a pod's own cdi.k8s.io/* annotations: never the device plugin's list
+        log.write("warning", container.handover_refused)
     request = request_for(container, config, cli_device=options.device, cli_capabilities=options.capabilities)
     if not container.privileged and not config.accept_env_when_unprivileged and not request.devices.is_void \
             and container.plugin_devices is None and options.device is None:  # believed only for its pod's namespace: say so
@@ -236,7 +238,7 @@ def _names_driver_tree(container: Container) -> bool:
     return DRIVER_VAR in container.env or DRIVER_ANNOTATION in container.annotations
 
 
-def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container | None:
+def _container(options: HookOptions, config: Config, stdin: BinaryIO, log: RunLog) -> Container | None:
     if options.root is not None:
         if not os.path.isdir(options.root):
             raise UsageError(f"-root {options.root}: not a directory")
@@ -254,7 +256,7 @@ def _container(options: HookOptions, stdin: BinaryIO, log: RunLog) -> Container 
         )
     state = parse_state(raw)
     log.context = state.id  # from here on every failure is logged with the container's id
-    return load_container(state)
+    return load_container(state, config=config)
 
 
 def _interactive(stream: BinaryIO | TextIO) -> bool:
@@ -289,6 +291,8 @@ def _header(options: HookOptions, config: Config, container: Container | None, r
         lines.append(f"manual mode: rootfs {options.root} (in this mount namespace)")
     else:
         lines.append("no container: no OCI state on stdin and no -root; showing what would be injected")
+    if container is not None and container.handover_refused is not None:
+        lines.append(f"device plugin: {container.handover_refused}")
     lines.append(f"devices requested: {request.devices.selector!r} (from {request.devices.source})")
     lines.append(f"capabilities: {','.join(request.capabilities) or 'none'} (from {request.capabilities_source})")
     for var, expression in request.requirements:

@@ -94,7 +94,10 @@ in_root dpkg-query -W -f '${Package} ${Version}\n' >"$build/.ponytail-root-packa
 touch "$build/.ponytail-root-complete"
 mv "$build" "$root"
 mv "$log" "$root/.ponytail-root-build.log"
-for old in "$cache/$name"-*; do
+# only NAME-<key>: a glob NAME-* would also take another root whose name starts with NAME-
+# (building driver-535 removed driver-535-wide)
+hex='[0-9a-f]'
+for old in "$cache/$name"-$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex$hex; do
     [ "$old" = "$root" ] || [ ! -d "$old" ] || rm -rf "$old"
 done
 echo "$root"

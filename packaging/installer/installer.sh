@@ -76,17 +76,39 @@ copy_files() {
     say "installed ponytail in $INSTALL_DIR"
 }
 
+# The CRI implementation whose pods this node runs: the device plugin's CDI annotations are believed
+# only from where it puts the kubelet's container annotations ([request] cri).
+case "$ENGINE" in
+    containerd) cri="containerd" ;;
+    crio) cri="cri-o" ;;
+    *) cri= ;;
+esac
+
+# policy_text ACCEPT CRI: the config.toml the installer writes
+policy_text() {
+    printf '# Written by the ponytail installer (see config/config.toml for every key).\n[request]\naccept_env_when_unprivileged = %s\n' "$1"
+    [ -z "$2" ] || printf 'cri = "%s"\n' "$2"
+}
+
 write_policy() {
     policy="$HOST_ROOT/etc/ponytail/config.toml"
     if [ -e "$policy" ]; then
+        # an earlier installer's file, untouched since, gains the CRI; any other file is the operator's
+        for accept in true false; do
+            if [ -n "$cri" ] && [ "$(cat "$policy")" = "$(policy_text "$accept" "")" ]; then
+                policy_text "$accept" "$cri" > "$policy.tmp"
+                mv "$policy.tmp" "$policy"
+                say "added cri = \"$cri\" to /etc/ponytail/config.toml (the installer's own file)"
+                return 0
+            fi
+        done
         say "/etc/ponytail/config.toml exists: left as it is"
         return 0
     fi
     mkdir -p "$(dirname "$policy")"
-    printf '# Written by the ponytail installer (see config/config.toml for every key).\n[request]\naccept_env_when_unprivileged = %s\n' \
-        "$ACCEPT_ENV_WHEN_UNPRIVILEGED" > "$policy.tmp"
+    policy_text "$ACCEPT_ENV_WHEN_UNPRIVILEGED" "$cri" > "$policy.tmp"
     mv "$policy.tmp" "$policy"
-    say "wrote /etc/ponytail/config.toml: accept_env_when_unprivileged = $ACCEPT_ENV_WHEN_UNPRIVILEGED"
+    say "wrote /etc/ponytail/config.toml: accept_env_when_unprivileged = $ACCEPT_ENV_WHEN_UNPRIVILEGED${cri:+, cri = \"$cri\"}"
 }
 
 # configure ARGS...: run `ponytail configure`; returns 0 when the engine's config changed

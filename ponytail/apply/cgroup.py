@@ -52,8 +52,14 @@ def open_devices_cgroup(
     """Open the devices.allow (v1) and prepare the device programs (v2) of process ``pid``'s cgroups
     (runs into one cgroup v2 take turns: ponytail.apply.cgroup2)."""
     text = read_proc_cgroup(pid)
-    v1 = devices_cgroup_path(text)
-    v2 = unified_cgroup_path(text)
+    return open_cgroup_paths(devices_cgroup_path(text), unified_cgroup_path(text), op, lock_timeout_s, extend_denying_programs)
+
+
+def open_cgroup_paths(
+    v1: str | None, v2: str | None, op: AllowDevices | None = None, lock_timeout_s: float = 10.0, extend_denying_programs: bool = False
+) -> DevicesCgroup:
+    """``open_devices_cgroup`` for the cgroups ``v1`` (devices) and ``v2`` (unified) named by path:
+    ponytail guard, which has pinned the container's process and checked it is in them."""
     with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
         mountinfo = f.read()
     cgroup = DevicesCgroup()

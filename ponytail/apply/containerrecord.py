@@ -1,20 +1,26 @@
 """The record of a GPU container ponytail started: what ``ponytail guard`` watches.
 
-The prestart hook and the CDI hook write one file per container, ``<records dir>/<id>.json``
-(``[guard] records``; by default ``containers/`` under ``[cache] dir``): the container's id,
-its process (pid and start time, so that a reused pid is not taken for it), its cgroups (the
-v1 devices path and the v2 path, from /proc/<pid>/cgroup), the device nodes it was given
-(type, major, minor, path in the container), the driver version and the libcuda (path and
-identity) it was given, and which start path made it. Files are root's alone: 0600, in a 0700
-directory that only root may change (ponytail.fs.trust), replaced atomically (ponytail.fs.atomic),
-so that the guard, which runs as root and edits cgroups from them, believes nothing another
-user could have written. They are not fsynced: a record describes a running process, which a
-crash ends too, and an fsync is the one costly step of writing it.
+The prestart hook, the CDI hook and NVIDIA's hook names write one file per container,
+``<records dir>/<id>.json`` (``[guard] records``; by default ``containers/`` under ``[cache] dir``):
+the container's id, its process (pid and start time, so that a reused pid is not taken for it),
+its cgroups (the v1 devices path and the v2 path, from /proc/<pid>/cgroup, and the inode of the
+cgroup namespace those paths are relative to), the device nodes it was given (type, major,
+minor, path in the container), the driver version and the libcuda (path and identity) it was
+given, and which start path made it. A CDI hook runs inside the container's cgroup namespace,
+where its own cgroup reads as ``/``: it reads the paths from the host's cgroup namespace
+(its runtime's, entered with setns) where it may, else records its own and the guard reads the
+host's view of the pinned process itself. Files are root's alone: 0600, in a 0700 directory that
+only root may change (ponytail.fs.trust), replaced atomically (ponytail.fs.atomic), so that the
+guard, which runs as root and edits cgroups from them, believes nothing another user could have
+written. They are not fsynced: a record describes a running process, which a crash ends too, and
+an fsync is the one costly step of writing it.
 
-Writing costs a hook start one small file (tmpfs) and two reads of /proc; a record that
+Writing costs a hook start one small file (tmpfs) and a few reads of /proc; a record that
 cannot be written is a warning in the log, never a failed start. The guard removes the
 record of a container that is gone, and one start in 64 does too (``prune_records``), so
-that records do not pile up where no guard runs.
+that records do not pile up where no guard runs. A record is removed only if it is still the
+file that was read (``remove_record``): a container restarted under the same id keeps its new
+one. A record that is not JSON at all (a file cut short) is removed as well.
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ _NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX
 
 def record_container(
     directory: str, container_id: str, pid: int, started_by: str, devices: Iterable[tuple[str, int, int, str]],
-    driver_version: str, libcuda: dict[str, object] | None = None, spec_driver_version: str = "",
+    driver_version: str, libcuda: dict[str, object] | None = None, spec_driver_version: str = "", in_container: bool = False,
 ) -> str:
     """Write the record of container ``container_id`` (process ``pid``) into ``directory``; the
-    file's path (OSError when it cannot be written, ValueError for an id that is no file name)."""
+    file's path (OSError when it cannot be written, ValueError for an id that is no file name).
+    ``in_container``: written by a hook that runs in the container's namespaces (``host_cgroup_namespace``)."""
     name = record_name(container_id)
+    namespace = host_cgroup_namespace(in_container)
     text = read_small(f"/proc/{pid}/cgroup")
     data = {
         "version": RECORD_VERSION,
@@ -49,6 +57,7 @@ def record_container(
         "pid": pid,
         "pid_start": process_start(pid),
         "cgroup": cgroup_paths(text),
+        "cgroup_ns": namespace,
         "devices": [{"type": t, "major": major, "minor": minor, "path": path} for t, major, minor, path in devices],
         "driver_version": driver_version,
         "libcuda": libcuda,
@@ -67,38 +76,119 @@ def record_container(
 
 
 def prune_records(dir_fd: int) -> int:
-    """Remove the records of containers whose process is gone (and temporary files of killed writers);
-    how many went. The guard does this on each pass; a start does it now and then too, so that
-    records do not pile up in /run on a node where no guard runs."""
+    """Remove the records of containers whose process is gone, records cut short (not JSON), and
+    temporary files of killed writers; how many went. The guard does this on each pass; a start
+    does it now and then too, so that records do not pile up in /run on a node where no guard runs."""
     from ponytail.fs.atomic import writer_pid
-    from ponytail.lite.plainjson import loads_plain
+    from ponytail.fs.trust import Untrusted
 
     removed = 0
     for name in os.listdir(dir_fd):
-        gone = False
         if name.endswith(SUFFIX) and not name.startswith("."):
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-            except OSError:
+                read = read_record(dir_fd, name)
+            except Untrusted:
+                continue  # not root's: the guard says so; never removed on its word
+            if read is None:
                 continue
-            try:
-                record = loads_plain(os.read(fd, MAX_RECORD_BYTES))
-            except OSError:
-                record = None
-            finally:
-                os.close(fd)
-            if isinstance(record, dict) and isinstance(record.get("pid"), int) and isinstance(record.get("pid_start"), int):
-                gone = process_start(record["pid"]) != record["pid_start"]
-        else:
-            pid = writer_pid(name)
-            gone = pid is not None and process_start(pid) == -1
-        if gone:
+            record, identity = read
+            if record is CUT_SHORT or isinstance(record, dict) and record_gone(record):
+                removed += remove_record(dir_fd, name, identity)
+            continue
+        pid = writer_pid(name)
+        if pid is not None and process_start(pid) == -1:
             try:
                 os.unlink(name, dir_fd=dir_fd)
                 removed += 1
             except OSError:
                 pass
     return removed
+
+
+CUT_SHORT = "cut short"  # read_record's answer for a file that is not JSON at all
+
+
+def read_record(dir_fd: int, name: str, directory: str = "") -> tuple[object, tuple[int, int]] | None:
+    """The record ``name`` of the open records directory (``directory`` names it in messages), parsed
+    (a dict, other JSON, or CUT_SHORT for a file that is not JSON: one cut short), and the (device,
+    inode) of the file read; None when it is gone or cannot be read. Untrusted (ponytail.fs.trust)
+    for a file another user could have written (not a regular file, another owner, a group or other
+    bit, larger than a record)."""
+    from ponytail.fs.trust import read_private_at
+    from ponytail.lite.plainjson import loads_plain
+
+    read = read_private_at(dir_fd, name, MAX_RECORD_BYTES, directory or "records")
+    if read is None:
+        return None
+    data, st = read
+    record = loads_plain(data)
+    if record is None:  # not plain JSON: json itself says whether it is JSON at all (rare: json's import is not paid otherwise)
+        import json
+
+        try:
+            record = json.loads(data)
+        except (ValueError, RecursionError):
+            record = CUT_SHORT
+    return record, (st.st_dev, st.st_ino)
+
+
+def record_gone(record: dict) -> bool:
+    """Whether the process a record names has ended (or its pid is another process's now)."""
+    pid, start = record.get("pid"), record.get("pid_start")
+    return isinstance(pid, int) and isinstance(start, int) and process_start(pid) != start
+
+
+def remove_record(dir_fd: int, name: str, identity: tuple[int, int]) -> bool:
+    """Remove the record ``name`` only if it is still the file ``identity`` (device, inode) that was
+    read: it is first renamed aside, then looked at; a newer record (the container restarted under
+    the same id, its hook wrote again meanwhile) is put back, unless an even newer one came."""
+    from ponytail.fs.atomic import temporary_name
+
+    aside = temporary_name(name)  # a hidden name with this process's pid: pruned if this one is killed here
+    try:
+        os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        st = os.stat(aside, dir_fd=dir_fd, follow_symlinks=False)
+        if (st.st_dev, st.st_ino) != identity:
+            try:
+                os.link(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)  # never over a newer one
+            except FileExistsError:
+                pass
+            return False
+        return True
+    finally:
+        try:
+            os.unlink(aside, dir_fd=dir_fd)
+        except OSError:
+            pass
+
+
+def container_of(directory: str, pid: int) -> dict | None:
+    """The record of the running container whose process is ``pid`` (its start time checked), or None:
+    how another part of ponytail maps a process to the container ponytail started."""
+    from ponytail.fs.trust import Untrusted
+
+    try:
+        dir_fd = open_records_dir(directory)
+    except OSError:
+        return None
+    try:
+        start = process_start(pid)
+        for name in os.listdir(dir_fd):
+            if not name.endswith(SUFFIX) or name.startswith("."):
+                continue
+            try:
+                read = read_record(dir_fd, name)
+            except Untrusted:
+                continue
+            record = read[0] if read else None
+            if isinstance(record, dict) and record.get("pid") == pid and record.get("pid_start") == start != -1:
+                return record
+        return None
+    finally:
+        os.close(dir_fd)
 
 
 def record_name(container_id: str) -> str:
@@ -159,6 +249,58 @@ def cgroup_paths(text: str) -> dict[str, str | None]:
         elif "devices" in controllers.split(","):
             v1 = path
     return {"v1": v1, "v2": v2}
+
+
+def host_cgroup_namespace(in_container: bool) -> int:
+    """The inode of the cgroup namespace this process reads /proc/<pid>/cgroup in (0 when unknown).
+    ``in_container``: a CDI hook, which runs in the container's cgroup namespace, where its cgroup is
+    ``/``: it first enters its runtime's (the nearest ancestor's in another one: the namespace the
+    prestart hook and the guard read in), so that the record holds the cgroup as the host sees it.
+    A process that may not enter it (a rootless engine's hook) stays; the guard then reads the host's
+    view of the pinned process itself."""
+    try:
+        own = os.stat("/proc/self/ns/cgroup").st_ino
+    except OSError:
+        return 0
+    if not in_container:
+        return own
+    pid = _parent("self")
+    for _ in range(_ANCESTORS):
+        if pid <= 1:
+            break
+        try:
+            fd = os.open(f"/proc/{pid}/ns/cgroup", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            break
+        try:
+            theirs = os.fstat(fd).st_ino
+            if theirs != own:
+                from ponytail.fs.libc import libc
+
+                return theirs if libc().setns(fd, CLONE_NEWCGROUP) == 0 else own
+        finally:
+            os.close(fd)
+        pid = _parent(str(pid))
+    return own
+
+
+def _parent(pid: str) -> int:
+    """The parent of process ``pid`` ("self" too) as /proc names it (the host's pids: a hook runs with the host's /proc)."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        fields = os.read(fd, 4096).rpartition(b")")[2].split()
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+
+
+_ANCESTORS = 4  # the hook, the runtime's init (the container's process), the runtime: two steps up; a little more for wrappers
+CLONE_NEWCGROUP = 0x02000000
 
 
 def read_small(path: str) -> str:

@@ -399,7 +399,13 @@ def _symlink(paths: InRoot, op: Symlink, host_ns: int, outcome: Outcome, identit
 
 
 def _chmod(paths: InRoot, op: Chmod, outcome: Outcome) -> None:
-    """Set ``op.target``'s permission bits, through a descriptor of the file itself (never a link)."""
+    """Set ``op.target``'s permission bits, through a descriptor of the file itself (never a link),
+    and only on the container's own files: not where the directory holding it is a kernel
+    filesystem, nor where the target is itself a mount point (its own filesystem's root: a kernel
+    filesystem such as a devpts or sysfs is refused, any other, a volume or a directory of the
+    host's, is left as it is with a warning)."""
+    from ponytail.fs.kernelfs import kernel_filesystem, mount_id
+
     resolved = paths.resolve(op.target, follow_last=False)
     try:
         if not resolved.exists:
@@ -407,12 +413,23 @@ def _chmod(paths: InRoot, op: Chmod, outcome: Outcome) -> None:
             return
         if stat.S_ISLNK(resolved.mode):
             raise UnsafePath(f"cannot set the mode of {resolved.path} in the rootfs: it is a symbolic link")
-        refuse_kernel_fs(resolved, resolved.parent_fd, f"chmod {op.mode:o}")
-        if stat.S_IMODE(resolved.mode) == op.mode:
-            outcome.unchanged.append(f"{resolved.path} (mode {op.mode:o} already)")
-            return
+        what = f"chmod {op.mode:o}"
+        refuse_kernel_fs(resolved, resolved.parent_fd, what)
         fd = os.open(resolved.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=resolved.parent_fd)
         try:
+            st = os.fstat(fd)
+            if stat.S_ISLNK(st.st_mode):  # raced into a link after the resolve
+                raise UnsafePath(f"cannot set the mode of {resolved.path} in the rootfs: it is a symbolic link")
+            kind = kernel_filesystem(fd)
+            if kind is not None:
+                raise UnsafePath(f"refusing to {what} at {resolved.path}: it is the root of a mount of the kernel's {kind} filesystem")
+            if st.st_dev != os.fstat(resolved.parent_fd).st_dev or mount_id(fd) != mount_id(resolved.parent_fd):
+                outcome.warnings.append(f"mode of {resolved.path} left as it is (not {op.mode:o}): it is a mount point, another "
+                                        "filesystem's root (a volume, or a directory of the host's), not a file of the container's own")
+                return
+            if stat.S_IMODE(st.st_mode) == op.mode:
+                outcome.unchanged.append(f"{resolved.path} (mode {op.mode:o} already)")
+                return
             os.chmod(f"/proc/self/fd/{fd}", op.mode)
         finally:
             os.close(fd)

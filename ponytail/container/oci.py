@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checker
     from typing import BinaryIO
 
     from ponytail.capabilities import FeatureAsk
+    from ponytail.config import Config
 
 MAX_STATE_BYTES = 4 << 20
 MAX_BUNDLE_CONFIG_BYTES = 4 << 20
@@ -38,6 +39,7 @@ class Container:
     plugin_devices: tuple[str, str] | None = None  # (selector, source): the device plugin's list, ponytail.container.deviceplugin
     char_devices: tuple[tuple[int, int], ...] = ()  # major:minor of linux.devices' character devices
     plugin_features: tuple[FeatureAsk, ...] = ()  # opt-in features the device plugin hands over
+    handover_refused: str | None = None  # which cdi.k8s.io/* annotations were not believed to be the kubelet's, and why
 
 
 @record(frozen=True)
@@ -105,18 +107,19 @@ def parse_state(raw_state: bytes, lowest_pid: int = 1) -> State:
     return State(container_id, pid, bundle, status, annotations)
 
 
-def load_container(state: State, raw: dict | None = None) -> Container:
-    """The container ``state`` names: its bundle's config.json (``raw`` when read already) validated."""
+def load_container(state: State, raw: dict | None = None, config: Config | None = None) -> Container:
+    """The container ``state`` names: its bundle's config.json (``raw`` when read already) validated;
+    the device plugin's hand-over read as ``config`` says (default: the built-in config)."""
     bundle = state.bundle
     raw = read_bundle_config(bundle) if raw is None else raw
     root = _section(raw, "root", f"{bundle}/config.json", required=True)
     root_path = root.get("path")
     if not isinstance(root_path, str) or not root_path or "\0" in root_path:
         raise InputError(f"{bundle}/config.json: 'root.path' is missing or not a string")
-    spec = read_spec(raw, f"{bundle}/config.json")
+    annotations = {**_string_map(raw.get("annotations"), f"{bundle}/config.json: 'annotations'"), **state.annotations}
+    spec = read_spec(raw, f"{bundle}/config.json", config, annotations)
     from ponytail.container.deviceplugin import plugin_features
 
-    annotations = {**spec.annotations, **state.annotations}
     return Container(
         id=state.id,
         pid=state.pid,
@@ -127,9 +130,10 @@ def load_container(state: State, raw: dict | None = None) -> Container:
         annotations=annotations,
         cgroups_path=spec.cgroups_path,
         privileged=spec.privileged,
-        plugin_devices=device_plugin_list(spec, annotations),
+        plugin_devices=device_plugin_list(spec),
         char_devices=spec.char_devices,
-        plugin_features=plugin_features(spec.mounts, annotations),
+        plugin_features=plugin_features(spec.mounts, spec.handover),
+        handover_refused=spec.handover_refused,
     )
 
 
@@ -145,10 +149,13 @@ class Spec:
     cgroups_path: str | None
     char_devices: tuple[tuple[int, int], ...]  # major:minor of linux.devices' character devices
     gpu_cdi_hook: bool = False  # a createContainer hook of a GPU CDI spec (ponytail's cdi-hook, NVIDIA's): CDI was applied
+    # the cdi.k8s.io/* annotations believed to be the kubelet's (ponytail.container.deviceplugin.handover_annotations)
+    handover: dict[str, str] = field(default_factory=dict)
+    handover_refused: str | None = None  # which were not, and why
 
     @property
     def plugin_devices(self) -> tuple[str, str] | None:
-        """The device plugin's list, as Container.plugin_devices (the spec's annotations alone)."""
+        """The device plugin's list, as Container.plugin_devices."""
         return device_plugin_list(self)
 
     @property
@@ -156,42 +163,55 @@ class Spec:
         """The features the device plugin hands over, as Container.plugin_features."""
         from ponytail.container.deviceplugin import plugin_features
 
-        return plugin_features(self.mounts, self.annotations)
+        return plugin_features(self.mounts, self.handover)
 
 
-def read_spec(spec: dict, where: str) -> Spec:
+def read_spec(spec: dict, where: str, config: Config | None = None, annotations: dict[str, str] | None = None) -> Spec:
     """``spec`` (a parsed config.json, named ``where`` in errors) read into a Spec; the root is
-    left to the caller. Malformed sections are one-line InputErrors."""
+    left to the caller. Malformed sections are one-line InputErrors. Which of its ``cdi.k8s.io/*``
+    annotations (``annotations``: these instead of the spec's) are the device plugin's hand-over is
+    decided by ``config``'s ``[request]`` keys (default: the built-in config)."""
+    from ponytail.container.deviceplugin import accepts_env, handover_annotations
+
     process = _section(spec, "process", where)
     env = parse_env(process.get("env"), f"{where}: 'process.env'")
     capabilities = process.get("capabilities")
     if not isinstance(capabilities, dict):
         capabilities = {}
     bounding = capabilities.get("bounding")
-    annotations = _string_map(spec.get("annotations"), f"{where}: 'annotations'")
+    if annotations is None:
+        annotations = _string_map(spec.get("annotations"), f"{where}: 'annotations'")
     linux = _section(spec, "linux", where)
     cgroups_path = linux.get("cgroupsPath")
+    privileged = isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
+    if config is None:
+        from ponytail.config import Config
+
+        config = Config()
+    handover, refused = handover_annotations(annotations, config.cri, privileged or accepts_env(config, annotations))
     return Spec(
         env=env,
         annotations=annotations,
-        privileged=isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding,
+        privileged=privileged,
         mounts=spec.get("mounts"),
         cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
         char_devices=_char_devices(linux.get("devices"), f"{where}: 'linux.devices'"),
         gpu_cdi_hook=_gpu_cdi_hook(spec.get("hooks")),
+        handover=handover,
+        handover_refused=refused,
     )
 
 
-def device_plugin_list(spec: Spec, annotations: dict[str, str] | None = None) -> tuple[str, str] | None:
-    """The device plugin's list in ``spec`` (ponytail.container.deviceplugin), ``annotations`` those
-    to read (default: the spec's); whether the engine's CDI has injected the GPUs already is told
-    by a GPU CDI spec's hook, or, in an unprivileged container (which gets only the devices it was
-    given), by NVIDIA nodes in linux.devices."""
+def device_plugin_list(spec: Spec) -> tuple[str, str] | None:
+    """The device plugin's list in ``spec`` (ponytail.container.deviceplugin), from its volume mounts
+    and the CDI annotations believed to be the kubelet's (Spec.handover); whether the engine's CDI
+    has injected the GPUs already is told by a GPU CDI spec's hook, or, in an unprivileged container
+    (which gets only the devices it was given), by NVIDIA nodes in linux.devices."""
     from ponytail.capabilities import NVIDIA_MAJOR
     from ponytail.container.deviceplugin import plugin_devices
 
     injected = spec.gpu_cdi_hook or (not spec.privileged and any(major == NVIDIA_MAJOR for major, _ in spec.char_devices))
-    return plugin_devices(spec.mounts, spec.annotations if annotations is None else annotations, injected)
+    return plugin_devices(spec.mounts, spec.handover, injected)
 
 
 GPU_CDI_HOOKS = ("nvidia-cdi-hook", "nvidia-ctk")  # NVIDIA's specs' hook programs; ponytail's runs `ponytail cdi-hook`

@@ -76,6 +76,21 @@ def fstatfs(fd: int) -> Statfs64:
     return buf
 
 
+def mount_id(fd: int) -> int | None:
+    """The id of the mount ``fd`` (any descriptor, O_PATH included) lies on, from
+    /proc/self/fdinfo (Linux 3.15 on); None where that does not say."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+            text = f.read(4096)
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(b":")
+        if key == b"mnt_id" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
 def kernel_mounts_under(path: str, mountinfo: str = "/proc/self/mountinfo") -> list[str]:
     """Mount points of kernel filesystems at or below ``path`` (canonical), deepest first."""
     prefix = path.rstrip("/") + "/"

@@ -61,13 +61,21 @@ def read_private_file(directory: str, name: str, limit: int) -> bytes | None:
     except OSError:
         return None
     try:
+        read = read_private_at(dir_fd, name, limit, directory)
+    finally:
+        os.close(dir_fd)
+    return None if read is None else read[0]
+
+
+def read_private_at(dir_fd: int, name: str, limit: int, directory: str) -> tuple[bytes, os.stat_result] | None:
+    """``read_private_file`` of ``name`` in the open directory ``dir_fd`` (``directory`` names it in
+    messages), with the status of the file read (its device and inode say which file it was)."""
+    try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as e:
         raise Untrusted(f"{directory}/{name}: {e.strerror}") from None  # a link (ELOOP), a FIFO without a reader (ENXIO)...
-    finally:
-        os.close(dir_fd)
     try:
         st = os.fstat(fd)
         why = "not a regular file" if not stat.S_ISREG(st.st_mode) else untrusted(st, GROUP_OR_OTHERS_ANY)
@@ -75,7 +83,7 @@ def read_private_file(directory: str, name: str, limit: int) -> bytes | None:
             why = f"larger than {limit} bytes"
         if why is not None:
             raise Untrusted(f"{directory}/{name} is {why}")
-        return os.read(fd, limit + 1)
+        return os.read(fd, limit + 1), st
     except OSError:
         return None
     finally:

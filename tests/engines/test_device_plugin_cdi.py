@@ -1,10 +1,11 @@
-"""NVIDIA's device plugin (v0.20.0, ../shared/anchor) in its default CDI modes, served by ponytail, on containerd 2.3
-and CRI-O 1.36 (`make test-engines`): no change to the plugin's strategy, only its hook binary is ponytail's
-(``ponytail install-nvidia-hook --at`` the plugin's ``--nvidia-cdi-hook-path``; its default name, nvidia-ctk).
+"""NVIDIA's device plugin (v0.20.0's answers, captured: tests/support/device_plugin.py's stand-in) in its CDI modes,
+served by ponytail, on containerd 2.x and CRI-O (`make test-engines`): no change to the plugin's strategy, only its
+hook binary is ponytail's (``ponytail install-nvidia-hook --at`` the plugin's ``--nvidia-cdi-hook-path``; its default
+name, nvidia-ctk).
 
 A kubelet stand-in (tests/support/device_plugin.py) serves the Registration service, lists the plugin's GPUs
-with ListAndWatch, asks Allocate for one, and turns the answer into the CRI CreateContainer request as the
-kubelet does: ``cdi-cri`` answers with CDI devices (the CRI CDIDevices field), ``cdi-annotations`` with a
+with ListAndWatch, asks GetPreferredAllocation and Allocate for one, and turns the answer into the CRI
+CreateContainer request as the kubelet does: ``cdi-cri`` answers with CDI devices (the CRI CDIDevices field), ``cdi-annotations`` with a
 ``cdi.k8s.io/`` annotation. The engine resolves them from the plugin's own spec
 (kind k8s.device-plugin.nvidia.com/gpu, written by the plugin into the engine's CDI directory) and runs its
 hooks: the container gets exactly the allocated GPU, libcuda.so.1 loads, every node and library is mounted
@@ -25,7 +26,7 @@ from support.cri_nodes import ENGINES, HANDLERS, CriNode, cri_node
 from support.device_plugin import DevicePlugin, Kubelet, cri_request
 from support.engines import console_script
 from support.fakehost import FakeHost
-from support.nvidia_tools import install_fake_nvml, nvidia_tools
+from support.nvidia_tools import nvidia_spec
 
 pytestmark = pytest.mark.current_engines
 
@@ -35,7 +36,6 @@ CHECK = ["/bin/busybox", "sh", "-c", "/usr/local/bin/cudacheck " + " ".join(NODE
 
 @pytest.fixture(scope="module", params=ENGINES)
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CriNode]:
-    nvidia_tools()
     with cri_node(request.param, tmp_path_factory.mktemp("deviceplugin"), _hook_and_management_spec) as engine:
         yield engine
 
@@ -46,12 +46,7 @@ def _hook_and_management_spec(host: FakeHost, cdi: Path, config: Path) -> None:
     installed = subprocess.run([console_script("ponytail"), "install-nvidia-hook", "--at", str(_hook(cdi)), "--config", str(config)],
                                capture_output=True, text=True, timeout=60)
     assert installed.returncode == 0, installed.stderr
-    install_fake_nvml(host)
-    made = subprocess.run([str(nvidia_tools() / "bin/nvidia-ctk"), "cdi", "generate", "--driver-root", str(host.driver), "--dev-root",
-                           str(host.base), "--nvidia-cdi-hook-path", str(_hook(cdi)), "--vendor", "management.nvidia.com",
-                           "--device-name-strategy", "index", "--output", str(cdi / "management.nvidia.com-gpu.yaml")],
-                          capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0, made.stderr[-2000:]
+    nvidia_spec(host, cdi / "management.nvidia.com-gpu.yaml", str(_hook(cdi)), ctk=str(_hook(cdi)), variant="management")
 
 
 def _hook(cdi: Path) -> Path:

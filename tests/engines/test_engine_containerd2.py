@@ -59,7 +59,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     if engines is None:
         pytest.skip("current engines (containerd 2.3, crictl, runc 1.5): run make test-engines (ENGINES_DIR)")
     base = tmp_path_factory.mktemp("node2")
-    host, ponytail_config, rootfs, image = gpu_node_files(base)
+    host, ponytail_config, rootfs, image = gpu_node_files(base, 'cri = "containerd"\n')  # annotations believed only where the CRI is known
     state = make_state_dir()
     config, configure_said = configured_private_config(str(engines / "containerd"), state, image)
     # a handler that does pass the annotations to ponytail-runtime, as configure wrote it for containerd 1.x

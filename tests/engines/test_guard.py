@@ -38,7 +38,7 @@ class Running:
     """A runc container running ``busybox sleep`` with ponytail as its prestart hook."""
 
     def __init__(self, runtime: str, host: FakeHost, base: Path, command: list[str] | None = None, cdi: dict | None = None,
-                 hooks: bool = True) -> None:
+                 hooks: bool = True, cgroupns: bool = False, programs: tuple[str, ...] = ()) -> None:
         self.runtime = RUNTIMES[runtime]
         self.id = unique("guard")
         if cdi is None:
@@ -47,8 +47,13 @@ class Running:
         else:
             bundle = oci_bundle(base, command or ["/bin/busybox", "sleep", "600"])
             apply_cdi(bundle / "config.json", cdi, "0", hooks)
+        if cgroupns:  # the container in a cgroup namespace of its own, as containerd and CRI-O do on cgroup v2
+            config = json.loads((bundle / "config.json").read_text())
+            config["linux"]["namespaces"].append({"type": "cgroup"})
+            (bundle / "config.json").write_text(json.dumps(config))
         os.mknod(bundle / "rootfs" / DENIED.lstrip("/"), 0o666 | stat.S_IFCHR, os.makedev(195, 200))
-        shutil.copy(compile_program("cudahold.c"), bundle / "rootfs/usr/local/bin/cudahold")
+        for program in ("cudahold.c", *programs):
+            shutil.copy(compile_program(program), bundle / "rootfs/usr/local/bin" / Path(program).stem)
         self.proc = subprocess.Popen([*self.runtime, "run", "--bundle", str(bundle), self.id], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self.pid = self._wait_running()
@@ -95,7 +100,8 @@ def apply_cdi(config_json: Path, spec: dict, device: str, hooks: bool = True) ->
             config["mounts"].append({"destination": mount["containerPath"], "source": mount["hostPath"], "type": "bind",
                                      "options": mount["options"]})
         for hook in edits.get("hooks", []) if hooks else []:
-            config.setdefault("hooks", {}).setdefault(hook["hookName"], []).append({"path": hook["path"], "args": hook["args"]})
+            entry = {"path": hook["path"], "args": hook["args"], **({"env": hook["env"]} if hook.get("env") else {})}
+            config.setdefault("hooks", {}).setdefault(hook["hookName"], []).append(entry)
     config_json.write_text(json.dumps(config))
 
 
@@ -499,3 +505,246 @@ def test_pure_cgroup_v2_report_only_then_once_gives_back_exactly_the_gpu(host: F
         assert program_ids(container.pid) == fixed
     finally:
         container.stop()
+
+
+# --- pinned processes, records read and removed, containers in a cgroup namespace, the bounded scan --------
+
+
+@pytest.fixture
+def other_cgroup():
+    """A devices cgroup of nobody's container that allows no device: where a reused pid lands."""
+    other = Path("/sys/fs/cgroup/devices") / unique("guard-other")
+    other.mkdir()
+    (other / "devices.deny").write_text("a")
+    yield other
+    for pid in (other / "cgroup.procs").read_text().split():
+        os.kill(int(pid), signal.SIGKILL)
+    _wait(lambda: not (other / "cgroup.procs").read_text().strip())
+    other.rmdir()
+
+
+def test_a_pid_reused_between_the_check_and_the_write_is_given_nothing(host: FakeHost, v1: Running, other_cgroup: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window between the guard's check of the recorded process and its write, widened: the
+    container's process ends there and its pid is taken by a process in another cgroup. That
+    process's cgroup is given nothing; the container's line says why."""
+    from ponytail.config import load_config
+    from ponytail.engines.guard import watch
+
+    at_pid = compile_program("at_pid.c")
+    real = watch.denied_devices
+    reused: list[int] = []
+
+    def widened(*args, **kwargs):  # type: ignore[no-untyped-def]
+        found = real(*args, **kwargs)
+        if not reused:
+            os.kill(v1.pid, signal.SIGKILL)
+            v1.proc.wait(timeout=TIMEOUT)
+            _wait(lambda: not Path(f"/proc/{v1.pid}").exists())
+            at = subprocess.run([str(at_pid), str(v1.pid), str(other_cgroup / "cgroup.procs")], capture_output=True, text=True, timeout=TIMEOUT)
+            assert at.returncode == 0, at.stderr
+            reused.append(int(at.stdout))
+        return found
+
+    reload_v1(v1.pid)
+    monkeypatch.setattr(watch, "denied_devices", widened)
+    report = watch.guard_pass(load_config(str(host.base / "config.toml"), True), repair=True)
+    assert reused == [v1.pid] and Path(f"/proc/{v1.pid}/cgroup").read_text().count(other_cgroup.name) == 1
+    assert (other_cgroup / "devices.list").read_text() == ""  # nothing granted to the process that has the pid now
+    [container] = report.containers
+    assert container.state == "lost" and "not given back: " in container.line(), container.line()  # its cgroup gone, or the process
+
+
+def _private_dir(path: Path) -> Path:
+    from ponytail.apply.containerrecord import open_records_dir
+
+    os.close(open_records_dir(str(path), create=True))
+    return path
+
+
+def test_a_record_cut_short_is_removed_once_said(host: FakeHost) -> None:
+    host.write_config()
+    directory = _private_dir(records(host))
+    cut = directory / "cut-short.json"
+    fd = os.open(cut, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b'{"version": 1, "id": "cut-short", "pid": 12')
+    os.close(fd)
+    report = guard(host, "--once", "--report-only")
+    assert report.returncode == 1 and "is not JSON (cut short?): kept (report only)" in report.stdout and cut.exists(), report.stdout
+    first = guard(host, "--once")
+    assert first.returncode == 1 and "is not JSON (cut short?): removed" in first.stdout and not cut.exists(), first.stdout
+    again = guard(host, "--once")
+    assert again.returncode == 0 and "problem" not in again.stdout, again.stdout
+
+
+@pytest.fixture
+def restart(host: FakeHost):
+    """A container's process that has ended after its hook recorded it, and its next one under the same id."""
+    from ponytail.apply.containerrecord import record_container
+    from ponytail.config import load_config
+
+    config = load_config(str(host.write_config()), True)
+    ended, restarted = (subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL) for _ in range(2))
+    record_container(config.records_dir, "restarted", ended.pid, "hook", [("c", 195, 2, "/dev/nvidia2")], host.driver_version)
+    ended.kill()
+    ended.wait()
+    yield config, ended, restarted
+    restarted.kill()
+    restarted.wait()
+
+
+def test_a_pass_never_removes_the_new_record_of_a_container_restarted_under_its_id(host: FakeHost, restart,  # type: ignore[no-untyped-def]
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container's process ended (its record is gone's), and between the pass's reading and its
+    removal the container started again under the same id (its hook wrote a new record)."""
+    from ponytail.apply.containerrecord import record_container
+    from ponytail.engines.guard import watch
+
+    config, _, restarted = restart
+    real = watch._check
+
+    def restarted_meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+        result = real(*args, **kwargs)
+        record_container(config.records_dir, "restarted", restarted.pid, "hook", [("c", 195, 2, "/dev/nvidia2")], host.driver_version)
+        return result
+
+    monkeypatch.setattr(watch, "_check", restarted_meanwhile)
+    report = watch.guard_pass(config, repair=True)
+    assert [c.state for c in report.containers] == ["gone"] and not report.containers[0].removed
+    assert json.loads((records(host) / "restarted.json").read_text())["pid"] == restarted.pid
+    assert [p.name for p in records(host).iterdir()] == ["restarted.json"]
+
+
+def test_a_start_s_pruning_never_removes_the_new_record_of_a_restarted_container(host: FakeHost, restart,  # type: ignore[no-untyped-def]
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from ponytail.apply import containerrecord
+
+    config, ended, restarted = restart
+    real = containerrecord.process_start
+    written: list[int] = []
+
+    def restarted_meanwhile(pid: int) -> int:
+        result = real(pid)
+        if pid == ended.pid and not written:
+            written.append(pid)
+            containerrecord.record_container(config.records_dir, "restarted", restarted.pid, "hook", [], host.driver_version)
+        return result
+
+    monkeypatch.setattr(containerrecord, "process_start", restarted_meanwhile)
+    fd = containerrecord.open_records_dir(config.records_dir)
+    try:
+        assert containerrecord.prune_records(fd) == 0 and written
+    finally:
+        os.close(fd)
+    assert json.loads((records(host) / "restarted.json").read_text())["pid"] == restarted.pid
+    assert [p.name for p in records(host).iterdir()] == ["restarted.json"]
+
+
+def test_a_cdi_container_in_a_cgroup_namespace_is_recorded_as_the_host_sees_it(host: FakeHost, tmp_path: Path) -> None:
+    """The CDI hook runs in the container's cgroup namespace, where its cgroup reads "/": the record holds
+    the host's path, and the guard gives the GPU back. A record of a hook that could not leave that namespace
+    (a rootless engine's: "/" and the namespace) is still the container's: the guard reads the host's view."""
+    container = Running("runc", host, tmp_path, cdi=generate(host, tmp_path / "spec.json"), cgroupns=True)
+    try:
+        path = records(host) / f"{container.id}.json"
+        record = json.loads(path.read_text())
+        namespace = os.stat(f"/proc/{container.pid}/ns/cgroup").st_ino
+        assert namespace != os.stat("/proc/self/ns/cgroup").st_ino  # the container has a cgroup namespace of its own
+        assert record["cgroup"]["v1"] == "/" + str(devices_dir(container.pid).relative_to("/sys/fs/cgroup/devices")), record
+        assert record["cgroup_ns"] == os.stat("/proc/self/ns/cgroup").st_ino, record
+        for how in ("as the host sees it", "from inside its namespace"):
+            if how == "from inside its namespace":
+                record.update(cgroup={"v1": "/", "v2": "/"}, cgroup_ns=namespace)
+                path.write_text(json.dumps(record))
+            reload_v1(container.pid)
+            assert container.opens() == LOST
+            result = guard(host, "--once")
+            assert result.returncode == 1 and "given back (only those)" in result.stdout, (how, result.stdout)
+            assert container.opens() == ALLOWED and path.exists(), how
+    finally:
+        container.stop()
+
+
+def test_a_container_from_nvidias_spec_with_ponytails_hook_script_is_recorded_and_given_back(host: FakeHost, tmp_path: Path) -> None:
+    """The device plugin's and the DRA driver's route: a spec whose hooks are NVIDIA's (nvidia-cdi-hook
+    create-symlinks, noop), served by the script install-nvidia-hook writes; the container in a cgroup
+    namespace of its own."""
+    link = tmp_path / "bin" / "nvidia-cdi-hook"
+    installed = subprocess.run([console_script("ponytail"), "install-nvidia-hook", "--at", str(link), "--path", console_script("ponytail")],
+                               capture_output=True, text=True, timeout=TIMEOUT)
+    assert installed.returncode == 0, installed.stderr
+    spec = generate(host, tmp_path / "spec.json")
+    for edits in [spec["containerEdits"], *(d["containerEdits"] for d in spec["devices"])]:
+        edits.pop("hooks", None)
+    env = [f"PONYTAIL_CONFIG={host.write_config()}"]
+    spec["containerEdits"]["hooks"] = [
+        {"hookName": "createContainer", "path": str(link), "env": env,
+         "args": ["nvidia-cdi-hook", "create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda-guard-test.so"]},
+        {"hookName": "createContainer", "path": str(link), "env": env, "args": ["nvidia-cdi-hook", "noop"]},
+    ]
+    container = Running("runc", host, tmp_path, cdi=spec, cgroupns=True)
+    try:
+        record = json.loads((records(host) / f"{container.id}.json").read_text())
+        assert record["started_by"] == "nvidia-cdi-hook" and record["pid"] == container.pid, record
+        assert record["cgroup"]["v1"] == "/" + str(devices_dir(container.pid).relative_to("/sys/fs/cgroup/devices")), record
+        given = {f"c {d['major']}:{d['minor']} rw" for d in record["devices"]}
+        assert f"c 195:{host.gpu_list[0].minor} rw" in given and "c 195:255 rw" in given, given
+        for rule in given:
+            (devices_dir(container.pid) / "devices.deny").write_text(rule.replace(" rw", " rwm"))
+        assert not given & set((devices_dir(container.pid) / "devices.list").read_text().splitlines())
+        result = guard(host, "--once")
+        assert result.returncode == 1 and f"container {container.id}" in result.stdout and "given back" in result.stdout, result.stdout
+        assert given <= set((devices_dir(container.pid) / "devices.list").read_text().splitlines())
+    finally:
+        container.stop()
+
+
+def test_the_stale_driver_scan_is_bounded_and_believes_no_mere_name(host: FakeHost, tmp_path: Path) -> None:
+    """A container whose process maps a deleted file merely named libcuda.so.1, and 30,000 mappings of a
+    file under a 3,800-character path (about 115 MB of /proc/<pid>/maps). While the driver is the one it
+    was given, its maps are not read: no stale, a fast pass. Once the driver's libcuda is replaced, they
+    are read, bounded, and the bound is said; the decoy is still not taken for the driver."""
+    container = Running("runc", host, tmp_path, ["/usr/local/bin/mapmany", "30000"], programs=("mapmany.c",))
+    try:
+        _wait(lambda: Path(f"/proc/{container.pid}/root/dev/shm/ready").exists(), timeout=120)
+        first = guard(host, "--once", "--json")
+        status = json.loads(first.stdout)
+        assert first.returncode == 0 and status["stale"] == 0 and status["bounded"] == [], first.stdout
+        assert status["duration_s"] < 1.0, status["duration_s"]  # its maps not read
+        assert not [finding for finding in check(host) if finding[1] == container.id]
+        found = next(host.driver.rglob(f"libcuda.so.{host.driver_version}"))
+        replacement = found.with_name(found.name + ".new")
+        replacement.write_bytes(found.read_bytes())
+        os.rename(replacement, found)
+        result = guard(host, "--once", "--json", "--report-only")
+        status = json.loads(result.stdout)
+        [watched] = status["containers"]
+        assert result.returncode == 1 and any("has been replaced" in r for r in watched["stale"]), result.stdout
+        assert not any("map" in r for r in watched["stale"]), watched  # the decoy is not the driver's file
+        assert status["bounded"] and "bytes of its maps read" in status["bounded"][0], status["bounded"]
+        assert any("stale-driver scan bounded" in n for n in watched["notes"]), watched
+        assert status["duration_s"] < 3.0, status["duration_s"]
+    finally:
+        container.stop()
+
+
+def test_a_process_maps_to_the_container_ponytail_recorded(host: FakeHost, v1: Running) -> None:
+    """What another part of ponytail (a DRA plugin) asks the records: whose container is process PID?"""
+    from ponytail.apply.containerrecord import container_of
+
+    found = container_of(str(records(host)), v1.pid)
+    assert found is not None and found["id"] == v1.id and found["pid"] == v1.pid
+    assert container_of(str(records(host)), os.getpid()) is None
+
+
+def test_the_soak_s_guard_under_pid_reuse(tmp_path: Path) -> None:
+    """bench/soak_guard.py, shortened: containers' pids taken by processes in nobody's cgroup while the
+    guard runs (half the rounds inside the window between its check and its write)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from soak_guard import guard_soak
+
+    report = guard_soak(tmp_path, console_script("ponytail"), rounds=6)
+    assert report.clean and report.in_window > 0 and report.repaired > 0, report.summary() + "\n" + "\n".join(
+        report.wrong_gpus + report.silent_failures + report.stuck)

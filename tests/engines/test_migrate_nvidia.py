@@ -1,8 +1,9 @@
 """``ponytail migrate --from nvidia`` on a root where NVIDIA's toolkit 1.20 is installed as its packages and
-``nvidia-ctk`` install it (tests/support/nvidia_toolkit.py): both vendors' specs clash in podman; the migration
-moves NVIDIA's specs, engine entries, hooks and config aside and puts ponytail in their place (podman starts GPU
-containers through ponytail's spec); the undo gives back every file byte for byte (mode and owner too), and
-NVIDIA's spec works in podman again. What it could not undo is refused with one line, before anything changes."""
+``nvidia-ctk`` install it (tests/support/nvidia_toolkit.py: nvidia-ctk's captured spec; NVIDIA's programs where
+they are installed here, stand-ins elsewhere): both vendors' specs clash in podman; the migration moves NVIDIA's
+specs, engine entries, hooks and config aside and puts ponytail in their place (podman starts GPU containers
+through ponytail's spec); the undo gives back every file byte for byte (mode and owner too), and, where NVIDIA's
+programs are installed, NVIDIA's spec works in podman again. What it could not undo is refused with one line, before anything changes."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from support.fakehost import FakeHost, gpus, make_rootfs
 from support.harness import run_ponytail
 from support.hostile import CUDA_OK
 from support.nvidia_toolkit import install_toolkit, tree_bytes
+from support.nvidia_tools import installed_toolkit
 
 STATE = "/var/lib/ponytail/migrate"
 CHECK = ["sh", "-c", "/usr/local/bin/cudacheck /dev/nvidia0 /dev/nvidia1 /dev/nvidiactl"]
@@ -128,8 +130,7 @@ def _podman(made: list[CdiPodman], tmp_path: Path, specs: list[Path]) -> CdiPodm
 
 
 def test_podman_beside_migrated_and_back(node: tuple[FakeHost, Path, dict[str, bytes]], tmp_path: Path, podman_with: list[CdiPodman]) -> None:
-    """Both vendors' specs: podman refuses the kind; migrated: ponytail's spec starts GPU containers; undone:
-    NVIDIA's spec (its nvidia-cdi-hook) starts them again."""
+    """Both vendors' specs: podman refuses the kind; migrated: ponytail's spec starts GPU containers; undone: NVIDIA's files again."""
     host, root, before = node
     rootfs = make_rootfs(tmp_path / "rootfs")
     nvidia = tmp_path / "specs/nvidia-ctk.yaml"
@@ -144,6 +145,17 @@ def test_podman_beside_migrated_and_back(node: tuple[FakeHost, Path, dict[str, b
     assert migrated.returncode == 0 and CUDA_OK in migrated.stdout, migrated.stderr
     assert "open /dev/nvidia0 ENXIO" in migrated.stdout and "open /dev/nvidia1 ENOENT" in migrated.stdout, migrated.stdout
     assert "cdi-hook in" in host.log.read_text()
+    assert run_ponytail(["migrate", "--from", "nvidia", "--root", str(root), "--undo"]).returncode == 0
+    assert nvidia_files(root) == before
+
+
+def test_nvidias_own_hook_serves_its_spec_again_after_the_undo(node: tuple[FakeHost, Path, dict[str, bytes]], tmp_path: Path,
+                                                                podman_with: list[CdiPodman]) -> None:
+    """Undone: NVIDIA's spec runs NVIDIA's own nvidia-cdi-hook from the root's /usr/bin again (only where NVIDIA's toolkit is installed)."""
+    host, root, before = node
+    if installed_toolkit() is None:
+        pytest.skip("NVIDIA's toolkit is not installed (PATH, NVIDIA_TOOLKIT_DIR): the comparison with its own hook is skipped")
+    assert migrate(host, root).returncode == 0
     assert run_ponytail(["migrate", "--from", "nvidia", "--root", str(root), "--undo"]).returncode == 0
     assert nvidia_files(root) == before
     back = _podman(podman_with, tmp_path, [root / "etc/cdi/nvidia.yaml"]).run(make_rootfs(tmp_path / "rootfs3"), CHECK, devices=["nvidia.com/gpu=0"])

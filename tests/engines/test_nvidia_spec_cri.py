@@ -1,4 +1,4 @@
-"""NVIDIA's own CDI spec (``nvidia-ctk cdi generate`` 1.20, ../shared/anchor) with its hooks served by ponytail
+"""NVIDIA's own CDI spec (``nvidia-ctk cdi generate`` 1.20.0's, from the captured data) with its hooks served by ponytail
 (the nvidia-cdi-hook script ``ponytail install-nvidia-hook`` writes) on
 Kubernetes' engines: containerd 2.3 and CRI-O 1.36 (from $ENGINES_DIR, `make test-engines`) resolve the
 spec themselves from the CRI CDIDevices field or a ``cdi.k8s.io/*`` annotation, under their default runc
@@ -58,20 +58,19 @@ def test_nvidias_spec_with_ponytails_hook_gives_exactly_the_gpu(node: CriNode, h
     assert "nvidia-cdi-hook in " in log and "injected into" not in log, log[-3000:]  # never a second injection
 
 
-def test_an_unknown_hook_subcommand_in_the_spec_stops_the_start(node: CriNode) -> None:
-    """Not NVIDIA's silent success: a hook ponytail cannot serve fails the container with its reason."""
+def test_an_unknown_hook_subcommand_in_the_spec_is_skipped_with_a_warning(node: CriNode) -> None:
+    """As NVIDIA's own binary: a hook of a newer toolkit is a warning in the log, and the container starts."""
     spec_file = node.cdi / "nvidia.yaml"
     original = spec_file.read_text()
     spec_file.write_text(original.replace("disable-device-node-modification", "frobnicate-devices"))
+    before = node.host.log.read_text() if node.host.log.exists() else ""
     try:
         _, code, lines = node.pods.run(MOUNTINFO, cdi_devices=("nvidia.com/gpu=0",))
-    except Exception as e:  # noqa: BLE001 - the engine reports the hook's failure as the create's error
-        assert "unknown hook subcommand 'frobnicate-devices'" in str(e), str(e)[-2000:]
-    else:
-        pytest.fail(f"the container started (exit {code}): {lines}")
     finally:
         spec_file.write_text(original)
-
+    log = node.host.log.read_text()[len(before):]
+    assert code == 0 and lines[:len(EXPECTED_GPU0)] == EXPECTED_GPU0, (lines, log[-3000:])
+    assert "unsupported CDI hook: frobnicate-devices" in log, log[-3000:]
 
 
 def test_a_dra_claims_devices_run_ponytails_hook_the_same_way(node: CriNode) -> None:

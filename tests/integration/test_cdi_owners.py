@@ -1,5 +1,5 @@
-"""ponytail beside NVIDIA's toolkit: nvidia-ctk's real spec (nvidia-ctk 1.20 from the prebuilt tools,
-generated against a fake host) is read as the CDI runtime reads it, checked, and never written over;
+"""ponytail beside NVIDIA's toolkit: nvidia-ctk's real spec (what nvidia-ctk 1.20.0 wrote, captured in ../shared/nvidia,
+for a fake host laid out as its manifest says) is read as the CDI runtime reads it, checked, and never written over;
 and ponytail never writes a second spec of a kind another file already defines (one owner per kind)."""
 
 from __future__ import annotations
@@ -13,34 +13,53 @@ import yaml
 
 from support.cdi_support import generate
 from support.engines import console_script
-from support.fakehost import FakeHost, gpus
+from support.fakehost import FakeHost
 from support.harness import run_ponytail
-from support.nvidia_toolkit import nvidia_ctk_spec
+from support.nvidia_tools import CAPTURED_HOOK, captured_host, spec_text
+from support.nvidia_tools import nvidia_spec as captured_spec
 
 MIGRATE = "ponytail migrate --from nvidia"
 
 
 @pytest.fixture
 def host(tmp_path: Path) -> FakeHost:
-    return FakeHost(tmp_path / "host", gpu_list=gpus(2), daemons=True)
+    return captured_host(tmp_path)
 
 
 @pytest.fixture
 def nvidia_spec(host: FakeHost, tmp_path: Path) -> Path:
     """nvidia-ctk's spec of the host where nvidia-ctk writes it: /etc/cdi/nvidia.yaml (under a fake root)."""
     spec = tmp_path / "root/etc/cdi/nvidia.yaml"
-    spec.parent.mkdir(parents=True)
-    nvidia_ctk_spec(host, spec)
+    hook = tmp_path / "bin/nvidia-cdi-hook"  # a hook program where the spec names it (ponytail's, as served)
+    hook.parent.mkdir()
+    hook.symlink_to(console_script("ponytail"))
+    captured_spec(host, spec, str(hook))
     return spec
 
 
 def test_nvidia_ctks_spec_omits_minor_zero_and_is_up_to_date(host: FakeHost, nvidia_spec: Path) -> None:
     spec = yaml.safe_load(nvidia_spec.read_text())
-    first = next(d for d in spec["devices"] if d["name"] == "0")["containerEdits"]["deviceNodes"][0]
+    first = next(d for d in spec["devices"] if d["name"] == "1")["containerEdits"]["deviceNodes"][0]  # NVML's index 1: minor 0
     assert first["path"] == "/dev/nvidia0" and "minor" not in first  # what the CDI runtime takes as 0
     checked = run_ponytail(["cdi", "check", "-config", str(host.write_config()), str(nvidia_spec)])
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.decode() == f"{nvidia_spec}: up to date\n"
+
+
+@pytest.mark.parametrize("name, suffix", [("2gpu", "json"), ("18gpu", "yaml")])
+def test_nvidia_ctks_other_captured_specs_are_up_to_date_on_their_hosts(tmp_path: Path, name: str, suffix: str) -> None:
+    """nvidia-ctk 1.20.0's JSON spec, and its spec of 18 GPUs (37 devices), each on the host it was written for."""
+    host = captured_host(tmp_path, name)
+    hook = tmp_path / "usr/bin/nvidia-cdi-hook"
+    hook.parent.mkdir(parents=True)
+    hook.symlink_to(console_script("ponytail"))
+    spec = tmp_path / f"etc/cdi/nvidia.{suffix}"
+    spec.parent.mkdir(parents=True)
+    spec.write_text(spec_text(tmp_path, name, suffix=suffix).replace(CAPTURED_HOOK, str(hook)))
+    devices = (json.loads if suffix == "json" else yaml.safe_load)(spec.read_text())["devices"]
+    assert len(devices) == 2 * len(host.gpu_list) + 1
+    checked = run_ponytail(["cdi", "check", "-config", str(host.write_config()), str(spec)])
+    assert checked.returncode == 0 and checked.stdout.decode() == f"{spec}: up to date\n", checked.stdout + checked.stderr
 
 
 def test_a_stale_nvidia_spec_is_sent_to_nvidia_ctk_not_overwritten(host: FakeHost, nvidia_spec: Path) -> None:
@@ -58,7 +77,7 @@ def test_check_reads_nvidia_ctks_spec_and_names_its_generator(host: FakeHost, nv
     cdi = [f for f in report["findings"] if f["subject"].startswith("CDI")]
     assert [f["level"] for f in cdi] == ["ok"], cdi
     assert f"{nvidia_spec} (nvidia-ctk's) is true for the running driver and GPUs" == cdi[0]["message"]
-    (host.driver / f"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{host.driver_version}").unlink()  # an upgrade took it
+    (host.driver / host.lib_dir.lstrip("/") / f"libnvidia-ml.so.{host.driver_version}").unlink()  # an upgrade took it
     report = json.loads(run_ponytail(["check", "-config", config, "--engine-root", str(tmp_path / "root"), "--json"]).stdout)
     cdi = [f for f in report["findings"] if f["subject"].startswith("CDI")]
     assert [f["level"] for f in cdi] == ["problem"], cdi

@@ -18,6 +18,7 @@ from support.harness import bundle_for, run_ponytail, state_for
 
 DEVICES = "/var/run/nvidia-container-devices"
 STRICT = "[request]\naccept_env_when_unprivileged = false\n"
+STRICT_CONTAINERD = STRICT + 'cri = "containerd"\n'  # CDI annotations are believed only where the CRI is known
 ALL_CAPS = ["CAP_CHOWN", "CAP_SYS_ADMIN", "CAP_NET_ADMIN"]
 
 
@@ -76,7 +77,7 @@ def test_cdi_annotations_name_the_gpus(host: FakeHost, tmp_path: Path, rootfs: P
         "cdi.k8s.io/other": "vendor.com/net=eth1",
         "io.kubernetes.cri.container-type": "container",
     })
-    output = dry_run(host, bundle, STRICT)
+    output = dry_run(host, bundle, STRICT_CONTAINERD)
     assert "devices requested: '1' (from CDI annotations (cdi.k8s.io/*))" in output and "1 selected" in output
 
 
@@ -120,14 +121,14 @@ def test_the_device_plugins_own_cdi_kind_names_the_gpus(host: FakeHost, tmp_path
     bundle = bundle_for(tmp_path, rootfs, env=["NVIDIA_VISIBLE_DEVICES=all"])
     uuid = host.gpu_list[1].uuid
     spec_with(bundle, annotations={"cdi.k8s.io/k8s-device-plugin_abc": f"k8s.device-plugin.nvidia.com/gpu={uuid}"})
-    output = dry_run(host, bundle, STRICT)
+    output = dry_run(host, bundle, STRICT_CONTAINERD)
     assert f"devices requested: '{uuid}' (from CDI annotations (cdi.k8s.io/*))" in output and "1 selected" in output
     spec_with(bundle, annotations={"cdi.k8s.io/k8s-device-plugin_abc": "k8s.device-plugin.nvidia.com/mig=MIG-0000,vendor.com/x=1"})
-    (host.base / "config.toml").write_text(host.config_text() + STRICT)
+    (host.base / "config.toml").write_text(host.config_text() + STRICT_CONTAINERD)
     asked = run_ponytail(["-config", str(host.base / "config.toml"), "-debug"], stdin=state_for(bundle, 1))
     assert b"unknown MIG device 'MIG-0000' in CDI annotations (cdi.k8s.io/*)" in asked.stderr  # asked for, and this host has none
     spec_with(bundle, annotations={"cdi.k8s.io/other": "k8s.device-plugin.example.com/gpu=1"})  # another vendor's kind
-    assert "not a GPU container" in selected(dry_run(host, bundle, STRICT))
+    assert "not a GPU container" in selected(dry_run(host, bundle, STRICT_CONTAINERD))
 
 
 CONTAINERD_NAMESPACE = "io.kubernetes.cri.sandbox-namespace"
@@ -173,7 +174,7 @@ def test_cdi_annotations_the_engine_resolved_are_not_injected_again(host: FakeHo
     spec["linux"]["devices"] = [{"path": "/dev/nvidia2", "type": "c", "major": 195, "minor": 2},
                                 {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}]
     (bundle / "config.json").write_text(json.dumps(spec))
-    line = selected(dry_run(host, bundle, STRICT))
+    line = selected(dry_run(host, bundle, STRICT_CONTAINERD))
     assert "not a GPU container" in line and "already resolved by the engine's CDI" in line, line
     assert spec_asks_for_gpus(read_spec(spec, "config.json"), accept_env_when_unprivileged=False) is False
     listed = {**spec, "mounts": [device_mount("1")]}
@@ -187,4 +188,4 @@ def test_cdi_annotations_the_engine_resolved_are_not_injected_again(host: FakeHo
         spec = json.loads((bundle / "config.json").read_text())
         spec["hooks"] = {"createContainer": [hook]}
         (bundle / "config.json").write_text(json.dumps(spec))
-        assert "already resolved by the engine's CDI" in selected(dry_run(host, bundle, STRICT)), hook
+        assert "already resolved by the engine's CDI" in selected(dry_run(host, bundle, STRICT_CONTAINERD)), hook

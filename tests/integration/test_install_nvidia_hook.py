@@ -58,21 +58,27 @@ def test_a_path_under_another_name_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2 and "end in nvidia-cdi-hook or nvidia-ctk" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("name, args, code, said", [
-    ("nvidia-cdi-hook", ["frobnicate"], 2, "unknown hook subcommand 'frobnicate'"),
-    ("nvidia-cdi-hook", ["create-symlinks", "--bogus"], 2, "unknown flag '--bogus'"),
-    ("nvidia-ctk", ["cdi", "generate"], 2, "serves only 'nvidia-ctk hook SUBCOMMAND'"),
-    ("nvidia-cdi-hook", ["update-ldcache", "--folder", "/usr/lib"], 2, "OCI state"),
+@pytest.mark.parametrize("name, args, code, said, config", [
+    ("nvidia-cdi-hook", ["frobnicate"], 0, "unsupported CDI hook: frobnicate", ""),  # as NVIDIA's: a spec from a newer toolkit starts
+    ("nvidia-ctk", ["hook", "create-devices", "--x"], 0, "unsupported CDI hook: create-devices", ""),
+    ("nvidia-cdi-hook", ["frobnicate"], 1, "a hook ponytail does not serve", '[cdi]\nunknown_nvidia_hooks = "fail"\n'),
+    ("nvidia-cdi-hook", ["create-symlinks", "--bogus"], 2, "unknown flag '--bogus'", ""),
+    ("nvidia-ctk", ["cdi", "generate"], 2, "serves only 'nvidia-ctk hook SUBCOMMAND'", ""),
+    ("nvidia-cdi-hook", ["update-ldcache", "--folder", "/usr/lib"], 2, "OCI state", ""),
 ])
 @pytest.mark.parametrize("how", ["script", "link"])
-def test_the_link_answers_as_nvidias_hook_binary(tmp_path: Path, name: str, args: list[str], code: int, said: str, how: str) -> None:
+def test_the_link_answers_as_nvidias_hook_binary(tmp_path: Path, name: str, args: list[str], code: int, said: str, config: str, how: str) -> None:
     link = tmp_path / name
     if how == "script":
         assert install("--at", str(link)).returncode == 0
     else:
         link.symlink_to(console_script("ponytail"))
-    result = subprocess.run([str(link), *args], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    (tmp_path / "config.toml").write_text(f'[log]\nfile = "{tmp_path}/log"\n{config}')
+    result = subprocess.run([str(link), *args], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "PONYTAIL_CONFIG": str(tmp_path / "config.toml")})
     assert result.returncode == code and said in result.stderr and result.stderr.count("\n") == 1, (result.returncode, result.stderr)
+    if code == 0:
+        assert said in (tmp_path / "log").read_text()
 
 
 @pytest.mark.parametrize("colon", [":", ": "])  # runc's compact JSON; a writer that puts a space after the colon

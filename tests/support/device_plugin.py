@@ -1,84 +1,129 @@
-"""NVIDIA's device plugin (v0.20.0, ../shared/anchor's prebuilt binary) on a fake host, and a stand-in for the
-kubelet that speaks the device-plugin API to it (tests/deviceplugin/deviceplugin_v1beta1_min.proto: the
-kubelet's Registration service, and GetDevicePluginOptions, ListAndWatch and Allocate on the plugin's socket).
+"""The kubelet's device-plugin API (tests/deviceplugin/deviceplugin_v1beta1_min.proto) with two stand-ins of
+the project's own: ``DevicePlugin`` answers as NVIDIA's device plugin v0.20.0 was seen to answer on a fake host
+(../shared/nvidia/README.md: its GPUs by UUID, Healthy; Allocate's ContainerAllocateResponse per
+``--device-list-strategy``; in the CDI strategies its own spec, kind k8s.device-plugin.nvidia.com/gpu, in the
+engine's CDI directory), and ``Kubelet`` serves Registration and makes every call the kubelet's device manager
+makes: GetDevicePluginOptions, ListAndWatch, GetPreferredAllocation (a kubelet asks it whenever the plugin says
+it answers it, as NVIDIA's does), Allocate and, where asked for, PreStartContainer.
 
-The plugin lists GPUs through NVML (bench/fake_nvml.c answering for the host's GPUs, every other entry point
-it binds answering NVML_ERROR_NOT_SUPPORTED), finds the device nodes in its own /dev and registers with the
-kubelet at /var/lib/kubelet/device-plugins/kubelet.sock; in its CDI strategies it writes its own spec to
-/var/run/cdi. It runs in a private mount namespace where /proc/driver/nvidia, /proc/devices, /dev and
-/sys/bus/pci/devices show the fake host, /var/lib/kubelet/device-plugins is a directory of the test's and
-/var/run/cdi the engine's spec directory: the machine's own are never touched."""
+Both run in the test's process on unix sockets in a directory of the test's: nothing of the machine's kubelet
+is touched. NVIDIA's own plugin, where a node has it installed, is run by hand (bench/fake_nvml.c answers its
+NVML, GetTopologyCommonAncestor included)."""
 
 from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
 import time
+import uuid
 from concurrent import futures
 from pathlib import Path
+from types import ModuleType
 
-from support.engines import start_daemon, stop_daemon
 from support.fakehost import FakeHost
-from support.nvidia_tools import REPO, install_fake_nvml, nvidia_tools
+from support.nvidia_tools import DEVICE_PLUGIN_KIND, REPO, nvidia_spec
 
 PROTO = REPO / "tests/deviceplugin/deviceplugin_v1beta1_min.proto"
 RESOURCE = "nvidia.com/gpu"
-
-NAMESPACE_SCRIPT = r"""
-set -e
-H=$1 PLUGINS=$2 CDI=$3; shift 3
-mount -t tmpfs -o mode=755 tmpfs /proc/driver
-mkdir /proc/driver/nvidia
-mount --bind "$H/proc/driver/nvidia" /proc/driver/nvidia
-mount --bind "$H/proc/devices" /proc/devices
-mount --bind "$H/sys/bus/pci/devices" /sys/bus/pci/devices
-mount -t tmpfs -o mode=755 tmpfs /dev
-cp -a "$H/dev/." /dev/
-mknod -m 666 /dev/null c 1 3; mknod -m 666 /dev/zero c 1 5; mknod -m 666 /dev/urandom c 1 9
-mount -t tmpfs -o mode=755 tmpfs /var/lib
-mkdir -p /var/lib/kubelet/device-plugins
-mount --bind "$PLUGINS" /var/lib/kubelet/device-plugins
-mount -t tmpfs -o mode=755 tmpfs /run
-mkdir /run/cdi
-mount --bind "$CDI" /run/cdi
-exec "$@"
-"""
+ENDPOINT = "nvidia-gpu.sock"  # NVIDIA's plugin's socket name for nvidia.com/gpu
+STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+VOLUME_ROOT = "/var/run/nvidia-container-devices"  # the volume-mounts strategy's list, one mount per device
+ANNOTATION_PREFIX = "cdi.k8s.io/nvidia-device-plugin_"  # the cdi-annotations strategy's key, a fresh UUID after it
 
 
-def install_plugin_nvml(host: FakeHost) -> None:
-    """The fake NVML, with a NOT_SUPPORTED answer for every other entry point the plugin binds."""
-    binary = nvidia_tools() / "bin/nvidia-device-plugin"
-    names = set(re.findall(rb"_Cfunc_(nvml[A-Za-z0-9_]+)", binary.read_bytes()))
-    defined = set(re.findall(rb"\b(nvml[A-Za-z0-9_]+)\(", (REPO / "bench/fake_nvml.c").read_bytes()))
-    stubs = host.base / "nvml-stubs.c"
-    stubs.write_text("".join(f"int {n.decode()}(void) {{ return 3; }}\n" for n in sorted(names - defined)))
-    install_fake_nvml(host, extra_sources=(stubs,))
+def device_plugin_api(work: Path) -> tuple[ModuleType, ModuleType]:
+    """The API's messages and services (protoc's Python modules, made in ``work``)."""
+    from grpc_tools import protoc
+
+    work.mkdir(parents=True, exist_ok=True)
+    if not (work / "deviceplugin_v1beta1_min_pb2_grpc.py").exists():
+        if protoc.main(["protoc", f"-I{PROTO.parent}", f"--python_out={work}", f"--grpc_python_out={work}", str(PROTO)]) != 0:
+            raise RuntimeError(f"protoc failed on {PROTO}")
+    sys.path.insert(0, str(work))
+    try:
+        return importlib.import_module("deviceplugin_v1beta1_min_pb2"), importlib.import_module("deviceplugin_v1beta1_min_pb2_grpc")
+    finally:
+        sys.path.remove(str(work))
+
+
+def allocate_answer(pb: ModuleType, strategy: str, ids: list[str]):  # type: ignore[no-untyped-def]
+    """NVIDIA's device plugin's ContainerAllocateResponse for GPUs ``ids`` under ``strategy`` (README's table)."""
+    names = [f"{DEVICE_PLUGIN_KIND}={i}" for i in ids]
+    if strategy == "envvar":
+        return pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(ids)})
+    if strategy == "volume-mounts":
+        return pb.ContainerAllocateResponse(envs={"NVIDIA_VISIBLE_DEVICES": VOLUME_ROOT},
+                                            mounts=[pb.Mount(host_path="/dev/null", container_path=f"{VOLUME_ROOT}/{i}") for i in ids])
+    if strategy == "cdi-annotations":
+        return pb.ContainerAllocateResponse(annotations={f"{ANNOTATION_PREFIX}{uuid.uuid4()}": ",".join(names)})
+    if strategy == "cdi-cri":
+        return pb.ContainerAllocateResponse(cdi_devices=[pb.CDIDevice(name=n) for n in names])
+    raise ValueError(f"unknown device list strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
 
 
 class DevicePlugin:
-    """``nvidia-device-plugin`` with ``strategy``, its hooks at ``hook_path``, registering with the
-    kubelet stand-in in ``plugins_dir`` and writing its spec into ``cdi_dir``."""
+    """A device plugin answering as NVIDIA's with ``strategy`` for ``host``'s GPUs: in the CDI strategies its spec
+    (nvidia-ctk's, device-plugin names, hooks at ``hook_path``: the ``nvidia-ctk hook`` form where it is named
+    nvidia-ctk, the plugin's default) is written into ``cdi_dir``; it serves ``plugins_dir``/nvidia-gpu.sock and
+    registers with the kubelet at ``plugins_dir``/kubelet.sock."""
 
-    def __init__(self, host: FakeHost, plugins_dir: Path, cdi_dir: Path, strategy: str, hook_path: str) -> None:
-        install_plugin_nvml(host)
-        tools = nvidia_tools()
-        argv = [str(tools / "bin/nvidia-device-plugin"), "--driver-root", str(host.driver), "--driver-root-ctr-path", str(host.driver),
-                "--dev-root", str(host.base), "--device-list-strategy", strategy, "--nvidia-cdi-hook-path", hook_path,
-                "--kubelet-socket", str(Path("/var/lib/kubelet/device-plugins/kubelet.sock")), "--fail-on-init-error"]
-        command = ["unshare", "-m", "--propagation", "private", "/bin/sh", "-c", NAMESPACE_SCRIPT, "sh",
-                   str(host.base), str(plugins_dir), str(cdi_dir), *argv]
-        self.log_path = plugins_dir.parent / f"device-plugin-{strategy}.log"
-        env = {"DP_DISABLE_HEALTHCHECKS": "all", "PATH": f"{tools / 'bin'}:{os.environ['PATH']}"}
-        ready = lambda: (plugins_dir / "nvidia-gpu.sock").exists()  # noqa: E731
-        self.process = start_daemon(command, self.log_path, env, ready, lambda: None)
+    def __init__(self, host: FakeHost, plugins_dir: Path, cdi_dir: Path, strategy: str, hook_path: str, work: Path | None = None) -> None:
+        import grpc
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown device list strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
+        pb, rpc = device_plugin_api(work or plugins_dir.parent / "pb")
+        self.strategy = strategy
+        self.ids = [g.uuid for g in sorted(host.gpu_list, key=lambda g: g.bus_id)]  # NVML's index order
+        self.spec = cdi_dir / f"{DEVICE_PLUGIN_KIND.replace('/', '-')}.yaml"
+        if strategy.startswith("cdi-"):
+            ctk = hook_path if os.path.basename(hook_path) == "nvidia-ctk" else ""
+            nvidia_spec(host, self.spec, hook_path, ctk=ctk, variant="device-plugin-names")
+        plugin = self
+
+        class Servicer(rpc.DevicePluginServicer):  # type: ignore[name-defined,misc]
+            def GetDevicePluginOptions(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802 - the API's names
+                return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+            def ListAndWatch(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+                yield pb.ListAndWatchResponse(devices=[pb.Device(ID=i, health="Healthy") for i in plugin.ids])
+                while context.is_active() and not plugin.stopping:
+                    time.sleep(0.05)
+
+            def GetPreferredAllocation(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+                answers = []
+                for wanted in request.container_requests:
+                    chosen = list(wanted.must_include_deviceIDs)
+                    chosen += [i for i in plugin.ids if i in wanted.available_deviceIDs and i not in chosen]
+                    answers.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen[:wanted.allocation_size]))
+                return pb.PreferredAllocationResponse(container_responses=answers)
+
+            def Allocate(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+                for wanted in request.container_requests:
+                    unknown = [i for i in wanted.devices_ids if i not in plugin.ids]
+                    if unknown:
+                        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid allocation request for '{RESOURCE}': unknown device: {unknown[0]}")
+                return pb.AllocateResponse(container_responses=[allocate_answer(pb, strategy, list(w.devices_ids)) for w in request.container_requests])
+
+            def PreStartContainer(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+                return pb.PreStartContainerResponse()
+
+        self.stopping = False
+        socket = plugins_dir / ENDPOINT
+        socket.unlink(missing_ok=True)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        rpc.add_DevicePluginServicer_to_server(Servicer(), self.server)
+        self.server.add_insecure_port(f"unix://{socket}")
+        self.server.start()
+        with grpc.insecure_channel(f"unix://{plugins_dir / 'kubelet.sock'}") as channel:
+            options = pb.DevicePluginOptions(get_preferred_allocation_available=True)
+            rpc.RegistrationStub(channel).Register(
+                pb.RegisterRequest(version="v1beta1", endpoint=ENDPOINT, resource_name=RESOURCE, options=options), timeout=30)
 
     def stop(self) -> None:
-        stop_daemon(self.process)
+        self.stopping = True
+        self.server.stop(None)
 
 
 class Kubelet:
@@ -87,17 +132,8 @@ class Kubelet:
 
     def __init__(self, plugins_dir: Path, work: Path) -> None:
         import grpc
-        from grpc_tools import protoc
 
-        work.mkdir(parents=True, exist_ok=True)
-        if protoc.main(["protoc", f"-I{PROTO.parent}", f"--python_out={work}", f"--grpc_python_out={work}", str(PROTO)]) != 0:
-            raise RuntimeError(f"protoc failed on {PROTO}")
-        sys.path.insert(0, str(work))
-        try:
-            self.pb = importlib.import_module("deviceplugin_v1beta1_min_pb2")
-            self.rpc = importlib.import_module("deviceplugin_v1beta1_min_pb2_grpc")
-        finally:
-            sys.path.remove(str(work))
+        self.pb, self.rpc = device_plugin_api(work)
         self.plugins_dir = plugins_dir
         self.registered: list = []
         kubelet = self
@@ -124,7 +160,8 @@ class Kubelet:
             time.sleep(0.05)
         request = self.registered[-1]
         assert request.version == "v1beta1" and request.resource_name == RESOURCE, request
-        self.channel = grpc.insecure_channel(f"unix://{self.plugins_dir / request.endpoint}")
+        if self.channel is None:
+            self.channel = grpc.insecure_channel(f"unix://{self.plugins_dir / request.endpoint}")
         return self.rpc.DevicePluginStub(self.channel)
 
     def devices(self) -> list:
@@ -135,9 +172,25 @@ class Kubelet:
         return list(first.devices)
 
     def allocate(self, device_ids: list[str]):  # type: ignore[no-untyped-def]
-        """Allocate for one container: its ContainerAllocateResponse."""
-        request = self.pb.AllocateRequest(container_requests=[self.pb.ContainerAllocateRequest(devices_ids=device_ids)])
-        return self.plugin().Allocate(request, timeout=60).container_responses[0]
+        """One container's GPUs as the kubelet's device manager admits a pod: the plugin's options, its
+        preferred allocation among the healthy devices (``device_ids`` must be in it, as devices the
+        container already has are), Allocate of what it preferred, and PreStartContainer where the
+        plugin asks for it. Any failed call fails the admission. Allocate's ContainerAllocateResponse."""
+        plugin = self.plugin()
+        options = plugin.GetDevicePluginOptions(self.pb.Empty(), timeout=60)
+        chosen = list(device_ids)
+        if options.get_preferred_allocation_available:
+            healthy = [d.ID for d in self.devices() if d.health == "Healthy"]
+            wanted = self.pb.ContainerPreferredAllocationRequest(available_deviceIDs=healthy, must_include_deviceIDs=device_ids,
+                                                                 allocation_size=len(device_ids))
+            preferred = plugin.GetPreferredAllocation(self.pb.PreferredAllocationRequest(container_requests=[wanted]), timeout=60)
+            chosen = list(preferred.container_responses[0].deviceIDs)
+            assert len(chosen) == len(device_ids) and set(device_ids) <= set(chosen), (device_ids, chosen)
+        request = self.pb.AllocateRequest(container_requests=[self.pb.ContainerAllocateRequest(devices_ids=chosen)])
+        response = plugin.Allocate(request, timeout=60).container_responses[0]
+        if options.pre_start_required:
+            plugin.PreStartContainer(self.pb.PreStartContainerRequest(devices_ids=chosen), timeout=60)
+        return response
 
     def close(self) -> None:
         if self.channel is not None:
@@ -155,4 +208,3 @@ def cri_request(response) -> dict:  # type: ignore[no-untyped-def]
         "annotations": dict(response.annotations),
         "cdi_devices": tuple(d.name for d in response.cdi_devices),
     }
-

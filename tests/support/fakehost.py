@@ -160,6 +160,8 @@ class FakeHost:
     firmware_dir: str = ""  # GSP firmware of the running driver under this directory's nvidia/<version> only
     firmware_class_path: str = ""  # the firmware loader's custom path (/sys/module/firmware_class/parameters/path)
     filelist: str = ""  # the driver's /usr/share/nvidia/files.d/sandboxutils-filelist.json, as written
+    uvm_major: int = UVM_MAJOR  # nvidia-uvm's major in /proc/devices and on its nodes
+    caps_major: int = CAPS_MAJOR  # nvidia-caps's
 
     def __post_init__(self) -> None:
         self.proc = self.base / "proc"
@@ -249,8 +251,8 @@ class FakeHost:
         devices = "Character devices:\n  1 mem\n  4 /dev/vc/0\n 10 misc\n"
         devices += f"{NVIDIA_MAJOR} nvidia-frontend\n"
         if self.with_uvm:
-            devices += f"{UVM_MAJOR} nvidia-uvm\n"
-        devices += f"{CAPS_MAJOR} nvidia-caps\n"
+            devices += f"{self.uvm_major} nvidia-uvm\n"
+        devices += f"{self.caps_major} nvidia-caps\n"
         devices += "".join(f"{FABRICS[f][1]} {FABRICS[f][0]}\n" for f in self._fabrics() if FABRICS[f][1] != 10)
         devices += "\nBlock devices:\n  7 loop\n{NVIDIA_MAJOR + 1} fakeblock\n"
         (self.proc / "devices").write_text(devices)
@@ -268,15 +270,15 @@ class FakeHost:
         nodes["nvidiactl"] = (NVIDIA_MAJOR, 255)
         nodes["nvidia-modeset"] = (NVIDIA_MAJOR, 254)
         (self.dev / "nvidia-caps").mkdir(exist_ok=True)
-        nodes["nvidia-caps/nvidia-cap1"] = (CAPS_MAJOR, 1)
-        nodes["nvidia-caps/nvidia-cap2"] = (CAPS_MAJOR, 2)
+        nodes["nvidia-caps/nvidia-cap1"] = (self.caps_major, 1)
+        nodes["nvidia-caps/nvidia-cap2"] = (self.caps_major, 2)
         for gpu_minor, instances in self.mig.items():
             for gi, ci in instances:
                 for minor in self.mig_minors(gpu_minor, gi, ci):
-                    nodes[f"nvidia-caps/nvidia-cap{minor}"] = (CAPS_MAJOR, minor)
+                    nodes[f"nvidia-caps/nvidia-cap{minor}"] = (self.caps_major, minor)
         if self.with_uvm:
-            nodes["nvidia-uvm"] = (UVM_MAJOR, 0)
-            nodes["nvidia-uvm-tools"] = (UVM_MAJOR, 1)
+            nodes["nvidia-uvm"] = (self.uvm_major, 0)
+            nodes["nvidia-uvm-tools"] = (self.uvm_major, 1)
         for fabric in self._fabrics():
             _, major, fabric_nodes = FABRICS[fabric]
             nodes.update({name: (major, minor) for name, minor in fabric_nodes})
@@ -469,15 +471,15 @@ def add_cuda_compat(rootfs: Path, version: str, cuda_version: int, directory: st
     return compat
 
 
-def add_stale_libcuda(rootfs: Path, version: str, cuda_version: int) -> Path:
+def add_stale_libcuda(rootfs: Path, version: str, cuda_version: int, lib_dir: str = LIB_DIR) -> Path:
     """An image that ships its own (old) libcuda.so.1 as a regular file in the usual library
-    directory, with a linker cache that names it."""
-    libdir = rootfs / LIB_DIR.lstrip("/")
+    directory (or ``lib_dir``), with a linker cache that names it."""
+    libdir = rootfs / lib_dir.lstrip("/")
     libdir.mkdir(parents=True, exist_ok=True)
     built = compile_library("fake_libcuda.c", "libcuda.so.1", f"libcuda.so.{version}", version, cuda_version)
     shutil.copy(built, libdir / "libcuda.so.1")
     (rootfs / "etc/ld.so.conf.d").mkdir(parents=True, exist_ok=True)
-    (rootfs / "etc/ld.so.conf.d/libc.conf").write_text(LIB_DIR + "\n")
+    (rootfs / "etc/ld.so.conf.d/libc.conf").write_text(lib_dir + "\n")
     subprocess.run(["ldconfig", "-r", str(rootfs)], check=True)
     return libdir / "libcuda.so.1"
 

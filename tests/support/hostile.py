@@ -33,7 +33,8 @@ def make_victim(path: Path, host: FakeHost) -> Path:
     (path / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
     (path / "etc/ld.so.conf.d/keep.conf").write_text("/opt/keep\n")
     # an old driver library without its SONAME link: an ldconfig let loose here would add one
-    shutil.copy(host.driver / "usr/lib/x86_64-linux-gnu/libcuda.so.535.104.05", path / "lib/libcuda.so.535.104.05")
+    old = min((host.driver / host.lib_dir.lstrip("/")).glob("lib*.so.535.104.05"))
+    shutil.copy(old, path / "lib" / old.name)
     os.symlink("file", path / "link")
     return path
 

@@ -49,6 +49,7 @@ def test_precedence_cli_then_env_then_default() -> None:
         ("[request]\ncri = 'docker'\n", r"'request.cri' must be one of 'containerd', 'cri-o', not 'docker'"),
         ("[request]\ncri = 'cri-o'\nenv_namespaces = ['GPU_operator']\n", r"entry 'GPU_operator' is not a Kubernetes namespace name"),
         ("[request]\ncri = 'containerd'\nenv_namespaces = 'gpu-operator'\n", r"'request.env_namespaces' must be a list of strings"),
+        ("[cdi]\nunknown_nvidia_hooks = 'ignore'\n", r"'cdi.unknown_nvidia_hooks' must be \"warn\" or \"fail\", not 'ignore'"),
     ],
 )
 def test_bad_config_names_file_and_key(tmp_path: Path, text: str, message: str) -> None:

@@ -67,3 +67,58 @@ def test_the_metrics_say_what_the_pass_found() -> None:
     assert values["ponytail_guard_containers_repaired"] == "1" and values["ponytail_guard_containers_stale"] == "1"
     assert values["ponytail_guard_records_removed"] == "1" and values["ponytail_guard_repairs_total"] == "3"
     assert all(line.startswith(("# HELP ponytail_guard_", "# TYPE ponytail_guard_", "ponytail_guard_")) for line in text.splitlines())
+
+
+def test_an_inotify_queue_overflow_is_an_event_the_guard_acts_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """More entries made in /dev than the kernel's inotify queue holds: the events lost (which ones is not
+    known), the node must be looked at again. The overflow comes out as one event that matters."""
+    from pathlib import Path
+
+    from ponytail.engines.guard.events import NodeEvents
+
+    events = NodeEvents(str(tmp_path))
+    try:
+        limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+        for i in range(limit + 16):
+            (tmp_path / f"entry{i}").touch()
+        received = []
+        while True:
+            batch = events.receive()
+            if not batch:
+                break
+            received += batch
+        assert [e for e in received if relevant(e)] == [("overflow", "inotify", "events lost")], received[-3:]
+    finally:
+        events.close()
+
+
+def test_the_maps_scan_counts_only_the_recorded_file_and_stops_at_its_bounds(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """/proc/<pid>/maps read for a file's device and inode, not its name: a deleted file named like the
+    driver's is not it. Past MAX_MAPS_BYTES the reading stops, and says so."""
+    import mmap
+    import os
+
+    from ponytail.engines.guard import binding
+
+    decoy, real = tmp_path / "libcuda.so.1", tmp_path / "driver-file"
+    held = []
+    for path in (decoy, real):
+        path.write_bytes(b"\0" * 4096)
+        with open(path, "rb") as f:
+            held.append(mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ))
+    real_st = real.stat()
+    decoy.unlink()
+    try:
+        budget = binding.ScanBudget()
+        assert binding.mapping_processes([os.getpid()], (real_st.st_dev, real_st.st_ino), budget, "me") == [(os.getpid(), str(real))]
+        assert binding.mapping_processes([os.getpid()], (real_st.st_dev, real_st.st_ino + 1), budget, "me") == [] and not budget.hit
+        monkeypatch.setattr(binding, "MAX_MAPS_BYTES", 4096)
+        monkeypatch.setattr(binding, "_CHUNK", 4096)
+        assert binding.mapping_processes([os.getpid()], (real_st.st_dev, real_st.st_ino + 1), budget, "me") == []
+        assert budget.hit == [f"me: process {os.getpid()}: only the first 4096 bytes of its maps read"], budget.hit
+        spent = binding.ScanBudget(0.0)
+        assert binding.mapping_processes([os.getpid()], (real_st.st_dev, real_st.st_ino), spent, "me") == []
+        assert "the pass's 0 s for maps spent" in spent.hit[0], spent.hit
+    finally:
+        for m in held:
+            m.close()

@@ -91,11 +91,50 @@ def test_the_first_ponytail_hook_of_a_container_serves_all_of_them(tmp_path) -> 
 def test_a_hook_ponytail_cannot_serve_in_the_list_stops_the_first() -> None:
     import sys
 
-    hooks = {"createContainer": [{"path": sys.executable, "args": ["nvidia-cdi-hook", "frobnicate"]}]}
+    hooks = {"createContainer": [{"path": sys.executable, "args": ["nvidia-cdi-hook", "create-symlinks", "--lnk", "a::/b"]}]}
     assert nvidiahook.served_invocations(hooks, sys.executable) == []  # not named nvidia-cdi-hook: not ours
-    link_hooks = {"createContainer": [{"path": "/nonexistent/nvidia-cdi-hook", "args": ["nvidia-cdi-hook", "frobnicate"]}]}
+    link_hooks = {"createContainer": [{"path": "/nonexistent/nvidia-cdi-hook", "args": ["nvidia-cdi-hook", "create-symlinks", "--lnk", "a::/b"]}]}
     with pytest.raises(UsageError):
         nvidiahook.served_invocations(link_hooks, "/nonexistent/nvidia-cdi-hook")
+
+
+def test_an_unknown_subcommand_in_the_list_is_left_out_and_named() -> None:
+    """A spec from a newer toolkit: the first hook serves the others and names the unknown one (to warn, or
+    to stop where the config says so); an unknown flag of a known subcommand still stops it."""
+    hook = "/nonexistent/nvidia-cdi-hook"
+    hooks = {"createContainer": [{"path": hook, "args": args} for args in (
+        SPEC_HOOKS[0], ["nvidia-cdi-hook", "frobnicate-devices", "--any", "x"], SPEC_HOOKS[2])]}
+    unknown: list[str] = []
+    served = nvidiahook.served_invocations(hooks, hook, unknown)
+    assert [s for s, _ in served] == ["create-symlinks", "update-ldcache"] and unknown == ["frobnicate-devices"]
+
+
+def test_an_unknown_subcommand_is_its_own_error_an_unknown_flag_is_not() -> None:
+    with pytest.raises(nvidiahook.UnknownSubcommand) as raised:
+        nvidiahook.parse("nvidia-ctk", ["hook", "frobnicate", "--whatever"])
+    assert raised.value.subcommand == "frobnicate"
+    with pytest.raises(UsageError) as flag:
+        nvidiahook.parse("nvidia-cdi-hook", ["update-ldcache", "--frobnicate"])
+    assert not isinstance(flag.value, nvidiahook.UnknownSubcommand)
+
+
+@pytest.mark.parametrize("setting, code", [("", 0), ('[cdi]\nunknown_nvidia_hooks = "warn"\n', 0), ('[cdi]\nunknown_nvidia_hooks = "fail"\n', 1)])
+def test_an_unknown_subcommand_warns_and_succeeds_unless_the_config_says_fail(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], setting: str, code: int,
+) -> None:
+    """As NVIDIA's binary (1.20.0: "Unsupported CDI hook: create-soname-symlinks", exit 0), never a failed start,
+    unless [cdi] unknown_nvidia_hooks = "fail": then one line, exit 1."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'[log]\nfile = "{tmp_path}/log"\n{setting}')
+    monkeypatch.setenv("PONYTAIL_CONFIG", str(config))
+    assert nvidiahook.main("/usr/bin/nvidia-cdi-hook", ["frobnicate-devices", "--folder", "/x"]) == code
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    log = (tmp_path / "log").read_text()
+    if code:
+        assert "frobnicate-devices" in err and 'unknown_nvidia_hooks = "fail"' in err and "error" in log, (err, log)
+    else:
+        assert "unsupported CDI hook: frobnicate-devices" in err and "unsupported CDI hook: frobnicate-devices (nvidia-cdi-hook" in log
 
 
 def test_the_application_profile_names_the_containers_gpu_minors() -> None:

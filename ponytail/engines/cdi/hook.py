@@ -130,15 +130,17 @@ def _run(options: Mapping[str, object], config: Config, log: RunLog) -> int:
     )
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)
-    _record(config, state.id, container.char_devices, made_for if isinstance(made_for, str) else "", log)
+    record_for_guard(config, state.id, container.char_devices, made_for if isinstance(made_for, str) else "", log)
     log.write("info", f"cdi-hook in {container.rootfs}: {len(outcome.done)} change(s), {len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
     return 0
 
 
-def _record(config: Config, container_id: str, char_devices: tuple[tuple[int, int], ...], made_for: str, log: RunLog) -> None:
+def record_for_guard(config: Config, container_id: str, char_devices: tuple[tuple[int, int], ...], made_for: str, log: RunLog,
+                     started_by: str = "cdi-hook") -> None:
     """Record the container for ``ponytail guard`` (ponytail.apply.containerrecord): the engine made its
     GPU nodes from the spec. The container's process is this hook's parent (the runtime's init, which
-    becomes the container's process), named as the host sees it in /proc/self/stat."""
+    becomes the container's process), named as the host sees it in /proc/self/stat. Also NVIDIA's
+    hook names' route (ponytail.engines.cdi.nvidiahook), ``started_by`` saying which."""
     if not config.records_dir:
         return
     from ponytail.apply.containerrecord import read_small, record_container
@@ -154,8 +156,8 @@ def _record(config: Config, container_id: str, char_devices: tuple[tuple[int, in
         if not os.path.samestat(os.stat(f"/proc/{parent}/ns/mnt"), os.stat("/proc/self/ns/mnt")):
             log.write("warning", f"container not recorded for ponytail guard: the hook's parent (process {parent}) is not the container's")
             return
-        path = record_container(config.records_dir, container_id, parent, "cdi-hook", devices, read_driver_version(config.proc_root),
-                                None, made_for)
+        path = record_container(config.records_dir, container_id, parent, started_by, devices, read_driver_version(config.proc_root),
+                                None, made_for, in_container=True)
     except (OSError, ValueError, PonytailError) as e:
         log.write("warning", f"container not recorded for ponytail guard: {e}")
         return

@@ -20,8 +20,10 @@ create-soname-symlinks --folder DIR    SONAME links for the libraries in DIR (1.
 noop                                   nothing
 =====================================  ====================================================
 
-An unknown subcommand or flag is a usage error (exit 2), never a silent success. A spec made for
-another driver than the running one (``--host-driver-version``, or a versioned driver library a
+An unknown subcommand (a spec written by a newer toolkit) is what NVIDIA's own binary makes of it:
+a warning (in the log, and one line on stderr) and exit 0, the start goes on; ``[cdi]
+unknown_nvidia_hooks = "fail"`` stops the start instead. An unknown flag of a known subcommand is a
+usage error (exit 2), never a silent success. A spec made for another driver than the running one (``--host-driver-version``, or a versioned driver library a
 link names) stops the start.
 
 **One process does the work of all.** The engine has written the container's hooks into the
@@ -72,6 +74,14 @@ _DRIVER_LIBRARIES = ("libcuda.so.", "libnvidia-")  # a link to one of these with
 Invocation = tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]  # (subcommand, ((flag, values), ...) in table order)
 
 
+class UnknownSubcommand(UsageError):
+    """A hook subcommand ponytail does not serve: a warning, or an error where [cdi] unknown_nvidia_hooks says so."""
+
+    def __init__(self, name: str, subcommand: str) -> None:
+        super().__init__(f"{name}: unknown hook subcommand {subcommand!r}: ponytail serves {', '.join(SUBCOMMANDS)}")
+        self.subcommand = subcommand
+
+
 def parse(name: str, args: list[str]) -> Invocation:
     """The subcommand and flags of ``name args`` (name: nvidia-cdi-hook or nvidia-ctk); a
     UsageError for anything NVIDIA's hook would not take or ponytail does not do."""
@@ -88,7 +98,7 @@ def parse(name: str, args: list[str]) -> Invocation:
     subcommand = rest.pop(0)
     table = SUBCOMMANDS.get(subcommand)
     if table is None:
-        raise UsageError(f"{name}: unknown hook subcommand {subcommand!r}: ponytail serves {', '.join(SUBCOMMANDS)}")
+        raise UnknownSubcommand(name, subcommand)
     found = _flags(rest, {**table, **GLOBAL_FLAGS}, f"{name} {subcommand}")
     for flag in GLOBAL_FLAGS:
         found.pop(flag, None)
@@ -99,8 +109,11 @@ def parse(name: str, args: list[str]) -> Invocation:
 def main(prog: str, args: list[str]) -> int:
     """Run as NVIDIA's hook binary (``prog``: the name it was started by); the exit status."""
     name = os.path.basename(prog)
+    unknown: UnknownSubcommand | None = None
     try:
         mine = parse(name, args)
+    except UnknownSubcommand as e:
+        unknown = e
     except UsageError as e:
         print(f"ponytail: error: {one_line(e.message)}", file=sys.stderr)
         return e.exit_code
@@ -108,6 +121,8 @@ def main(prog: str, args: list[str]) -> int:
 
     log = RunLog("")
     try:
+        if unknown is not None:
+            return _unknown(name, unknown.subcommand, log)
         return _run(mine, prog, log)
     except PonytailError as e:
         log.write("error", e.message)
@@ -123,9 +138,10 @@ def main(prog: str, args: list[str]) -> int:
         log.close()
 
 
-def served_invocations(hooks: object, own_program: str) -> list[Invocation]:
+def served_invocations(hooks: object, own_program: str, unknown: list[str] | None = None) -> list[Invocation]:
     """The createContainer hooks of a config.json's ``hooks`` that run this same program under
-    NVIDIA's names, parsed, in order (a usage error for one ponytail cannot serve)."""
+    NVIDIA's names, parsed, in order (a usage error for one ponytail cannot serve). A hook with a
+    subcommand ponytail does not know is left out, its subcommand added to ``unknown``."""
     stage = hooks.get("createContainer") if isinstance(hooks, dict) else None
     own = os.path.realpath(own_program)
     found: list[Invocation] = []
@@ -134,7 +150,11 @@ def served_invocations(hooks: object, own_program: str) -> list[Invocation]:
         if not isinstance(path, str) or os.path.basename(path) not in NAMES or os.path.realpath(path) != own:
             continue
         words = [a for a in args if isinstance(a, str)] if isinstance(args, list) else []
-        found.append(parse(os.path.basename(path), words[1:]))
+        try:
+            found.append(parse(os.path.basename(path), words[1:]))
+        except UnknownSubcommand as e:
+            if unknown is not None:
+                unknown.append(e.subcommand)
     return found
 
 
@@ -202,7 +222,8 @@ def _run(mine: Invocation, prog: str, log: RunLog) -> int:
 
     state = parse_state(read_bounded(sys.stdin.buffer, MAX_STATE_BYTES, "OCI state on stdin"), lowest_pid=0)
     raw = read_bundle_config(state.bundle)
-    served = served_invocations(raw.get("hooks"), _own_program(prog))
+    unknown: list[str] = []
+    served = served_invocations(raw.get("hooks"), _own_program(prog), unknown)
     if mine in served and served.index(mine) > 0:
         return 0  # the first of this container's hooks that run ponytail did this one's work too
     work = served if mine in served else [mine]
@@ -212,6 +233,9 @@ def _run(mine: Invocation, prog: str, log: RunLog) -> int:
     log.path = config.log_file
     log.context = state.id
     log.open()
+    if work is served:  # the hooks this run serves for the others: their unknown ones are told here (the script skips them)
+        for subcommand in unknown:
+            _tell_unknown(os.path.basename(prog), subcommand, config, log)
     container = load_container(state, raw)
     log.write("info", f"{os.path.basename(prog)} started: rootfs {container.rootfs}; {len(work)} NVIDIA hook(s): {', '.join(s for s, _ in work)}")
     from ponytail.engines.cdi.hook import check_stage
@@ -228,11 +252,36 @@ def _run(mine: Invocation, prog: str, log: RunLog) -> int:
     )
     log.write_all("debug", outcome.done)
     log.write_all("warning", outcome.warnings)
+    from ponytail.engines.cdi.hook import record_for_guard
+
+    record_for_guard(config, state.id, container.char_devices, "", log, os.path.basename(prog))
     if len(work) > 1:
         _mark_done(state.bundle)
     log.write("info", f"{os.path.basename(prog)} in {container.rootfs}: {len(outcome.done)} change(s), "
                       f"{len(outcome.unchanged)} already in place; {log.elapsed_ms():.1f} ms")
     return 0
+
+
+def _unknown(name: str, subcommand: str, log: RunLog) -> int:
+    """A hook subcommand ponytail does not know, run on its own: warned about (exit 0), or refused."""
+    from ponytail.config import config_path, load_config
+
+    config = load_config(*config_path(None))
+    log.path = config.log_file
+    log.open()
+    _tell_unknown(name, subcommand, config, log)
+    print(f"ponytail: warning: unsupported CDI hook: {subcommand} (skipped; {name} is served by ponytail)", file=sys.stderr)
+    return 0
+
+
+def _tell_unknown(name: str, subcommand: str, config: Config, log: RunLog) -> None:
+    """Log the unknown hook ``subcommand``, or stop the start where [cdi] unknown_nvidia_hooks is "fail"."""
+    if config.unknown_nvidia_hooks == "fail":
+        raise InjectionError(
+            f"the CDI spec runs '{name} {subcommand}', a hook ponytail does not serve, and {config.path} sets [cdi] "
+            f'unknown_nvidia_hooks = "fail": generate the spec with a toolkit whose hooks ponytail serves, or set it to "warn"'
+        )
+    log.write("warning", f"unsupported CDI hook: {subcommand} ({name}; a spec from a newer toolkit?): skipped, as NVIDIA's own {name} does")
 
 
 def _mark_done(bundle: str) -> None:

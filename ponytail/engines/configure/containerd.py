@@ -15,6 +15,10 @@ containerd 2.x, unless ``enable_cdi = false``; version 2 with ``enable_cdi = tru
 1.7), from the CDI spec ``ponytail cdi generate`` keeps in /var/run/cdi, and then the entry does
 not pass them to the runtime; else (containerd 1.6, 1.7 without CDI) the entry lists them in
 ``container_annotations`` and ponytail-runtime reads them.
+
+A pod's own annotations are the pod author's: a ``pod_annotations`` pattern of runc's entry that
+would let a ``cdi.k8s.io/*`` pod annotation through (containerd writes it into config.json beside the
+container's, indistinguishable) is left out of ponytail's entry, and the change says so.
 """
 
 from __future__ import annotations
@@ -66,12 +70,18 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
         raise ConfigError(f"{path}: [{where}.runtimes.runc] is not a table; fix it by hand first")
     cdi = _resolves_cdi(document, plugin, version)
     wanted = _entry(runc, settings, pass_cdi_annotations=not cdi)
+    dropped = [p for p in (_plain(runc).get("pod_annotations") or [] if runc is not None else []) if p not in wanted.get("pod_annotations", [])]
     current = runtimes.get(name)
     if current is None or _plain(current) != wanted:
         runtimes[name] = _new_table(tomlkit, wanted, last=True)
         verb = "added" if current is None else "updated"
         changes.append(f"{verb} [{where}.runtimes.{name}]: runtime_type {wanted['runtime_type']!r}, "
                        f"options.BinaryName = {settings.runtime_path!r}" + (" (runc's options kept)" if runc else ""))
+        if dropped:
+            changes.append(
+                f"left runc's pod_annotations {', '.join(map(repr, dropped))} out of [{where}.runtimes.{name}]: they let a pod's own "
+                "cdi.k8s.io/* annotations through, which would read as the device plugin's"
+            )
         if cdi:
             changes.append(
                 f"containerd resolves CDI itself ({plugin}.enable_cdi): the device plugin's cdi.k8s.io/* annotations are not "
@@ -132,8 +142,11 @@ def _entry(runc: dict | None, settings: Settings, pass_cdi_annotations: bool) ->
     base = _plain(runc) if runc is not None else {}
     found = base.get("options")
     options: dict = found if isinstance(found, dict) else {}
-    entry = {k: v for k, v in base.items() if k not in ("options", "container_annotations")}
+    entry = {k: v for k, v in base.items() if k not in ("options", "container_annotations", "pod_annotations")}
     entry["runtime_type"] = base.get("runtime_type") or RUNC_V2
+    pod = base.get("pod_annotations")
+    if isinstance(pod, list):
+        entry["pod_annotations"] = [p for p in pod if not (isinstance(p, str) and lets_cdi_through(p))]
     annotations = [a for a in (base.get("container_annotations") or []) if a != CDI_ANNOTATIONS]
     if pass_cdi_annotations:
         annotations.append(CDI_ANNOTATIONS)
@@ -141,6 +154,20 @@ def _entry(runc: dict | None, settings: Settings, pass_cdi_annotations: bool) ->
         entry["container_annotations"] = annotations
     entry["options"] = {**options, "BinaryName": settings.runtime_path}
     return entry
+
+
+def lets_cdi_through(pattern: str) -> bool:
+    """Whether the pass-through ``pattern`` (containerd matches keys with Go's path.Match: ``*`` and
+    ``?`` stop at ``/``) matches some ``cdi.k8s.io/NAME`` key: one ``/``, and a first part matching
+    ``cdi.k8s.io`` (a pod may pick any NAME, so any second part counts)."""
+    import re
+    from fnmatch import fnmatchcase
+
+    first, slash, second = pattern.partition("/")
+    if not slash:
+        return False
+    first = re.sub(r"\\(.)", lambda m: "[" + m.group(1) + "]", first).replace("[^", "[!")  # Go's escapes and negation
+    return "/" not in second and bool(second) and fnmatchcase("cdi.k8s.io", first)
 
 
 def _parse(path: str, text: str | None) -> TOMLDocument:

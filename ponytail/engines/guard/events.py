@@ -5,7 +5,9 @@ The sources have one shape: ``fileno()`` to wait on, ``receive()`` the events re
 (without blocking) as (action, subsystem, name) tuples, ``close()``. The daemon acts on the
 events ``relevant`` accepts: the NVIDIA driver's modules loaded or unloaded, an NVIDIA PCI
 function added, removed, bound or unbound, and the driver's device nodes (nvidia-caps, MIG's
-capability nodes, among them) appearing or going.
+capability nodes, among them) appearing or going. When the kernel's inotify queue overflowed
+(events lost, which ones unknown), ``NodeEvents`` says so with one ``OVERFLOW`` event, which is
+relevant: the node is made true to the driver again and a pass runs, as on any driver event.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class FifoEvents:
 
 
 IN_CREATE, IN_DELETE, IN_MOVED_TO, IN_NONBLOCK, IN_CLOEXEC = 0x100, 0x200, 0x80, 0o4000, 0o2000000
+IN_Q_OVERFLOW = 0x4000  # the kernel's queue was full: events were lost, which ones is not known
+OVERFLOW: Event = ("overflow", "inotify", "events lost")  # relevant: the node is looked at again as on any driver event
 _INOTIFY_HEADER = 16  # struct inotify_event: int wd; uint32 mask, cookie, len; then the name
 
 
@@ -112,6 +116,10 @@ class NodeEvents:
                 wd, mask, _, length = struct.unpack_from("=iIII", data, offset)
                 name = data[offset + _INOTIFY_HEADER:offset + _INOTIFY_HEADER + length].split(b"\0", 1)[0].decode("utf-8", "replace")
                 offset += _INOTIFY_HEADER + length
+                if mask & IN_Q_OVERFLOW:
+                    if OVERFLOW not in events:
+                        events.append(OVERFLOW)
+                    continue
                 action = "remove" if mask & IN_DELETE else "add"
                 events.append((action, "dev" if self._watches.get(wd) != "nvidia-caps" else "nvidia-caps", name))
                 if name == "nvidia-caps" and action == "add":
@@ -123,6 +131,8 @@ class NodeEvents:
 
 def relevant(event: Event, also: tuple[tuple[str, str], ...] = ()) -> bool:
     """Whether ``event`` concerns the NVIDIA driver's devices (or one of ``also``: (subsystem, name), "" any name)."""
+    if event == OVERFLOW:
+        return True
     _, subsystem, name = event
     if any(subsystem == s and (not n or name == n) for s, n in also):
         return True

@@ -20,13 +20,15 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
 
     try:
         raw = read_bundle_config(bundle)
-        spec = read_spec(raw, f"{bundle}/config.json")
+        spec = read_spec(raw, f"{bundle}/config.json", config)
         accept_env = accepts_env(config, spec.annotations)
         wanted = spec_asks_for_gpus(spec, accept_env, config.swarm_resource)
         refused = not wanted and not accept_env and spec_asks_for_gpus(spec, True, config.swarm_resource)
         plugin = device_plugin_list(spec)
     except InputError:
         return  # a bundle the runtime cannot use either: it reports that in its own words
+    if spec.handover_refused is not None:  # a pod's own cdi.k8s.io/* annotations: no hook, no device rule for them
+        _note(config, container_id, f"ponytail-runtime: {spec.handover_refused}", "warning")
     if plugin is not None and not wanted:  # the engine's CDI injected the devices: say so, add nothing
         _note(config, container_id, f"ponytail-runtime: not adding the hook: {plugin[1]}")
         return
@@ -58,11 +60,11 @@ def prepare_bundle(bundle: str, container_id: str | None, config: Config, config
     log.close()
 
 
-def _note(config: Config, container_id: str | None, text: str) -> None:
-    """One info line in ponytail's log, for the container."""
+def _note(config: Config, container_id: str | None, text: str, level: str = "info") -> None:
+    """One line in ponytail's log, for the container."""
     log = RunLog(config.log_file)
     log.context = container_id or "-"
-    log.write("info", text)
+    log.write(level, text)
     log.close()
 
 
