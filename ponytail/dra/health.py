@@ -92,7 +92,7 @@ def parse_overrides(items: tuple[str, ...] | list[str]) -> dict[int, str]:
 def container_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> str | None:
     """The id of the GPU container (by the hooks' records, ponytail.apply.containerrecord) whose
     cgroup holds process ``pid``; None when none does or the records cannot be read. Only reads."""
-    from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, open_records_dir, read_small
+    from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, open_records_dir, process_start, read_small
     from ponytail.lite.plainjson import loads_plain
 
     try:
@@ -116,7 +116,16 @@ def container_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> st
                 os.close(fd)
             if not isinstance(record, dict) or not isinstance(record.get("cgroup"), dict):
                 continue
-            if record.get("pid") == pid or any(_inside(mine.get(k), record["cgroup"].get(k)) for k in ("v1", "v2")):
+            theirs = record["cgroup"]
+            first = record.get("pid")
+            if not any(_inside(mine.get(k), theirs.get(k)) for k in ("v1", "v2")) and isinstance(first, int) \
+                    and process_start(first) == record.get("pid_start"):
+                # a CDI hook in the container's cgroup namespace may record "/": the host's view of its process then
+                try:
+                    theirs = cgroup_paths(read_small(f"{proc_root}/{first}/cgroup"))
+                except OSError:
+                    pass
+            if first == pid or any(_inside(mine.get(k), theirs.get(k)) for k in ("v1", "v2")):
                 return str(record.get("id") or name[: -len(SUFFIX)])
     finally:
         os.close(dir_fd)

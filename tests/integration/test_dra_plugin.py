@@ -232,9 +232,11 @@ def test_a_mig_device_is_published_and_prepared_with_its_access_nodes(tmp_path: 
     assert paths == {"/dev/nvidia1", f"/dev/nvidia-caps/nvidia-cap{gi_minor}", f"/dev/nvidia-caps/nvidia-cap{ci_minor}"}, paths
 
 
-def test_an_xids_process_is_named_by_the_container_whose_cgroup_holds_it(node: DraNode) -> None:
+@pytest.mark.parametrize("in_cgroup_namespace", [False, True])
+def test_an_xids_process_is_named_by_the_container_whose_cgroup_holds_it(node: DraNode, in_cgroup_namespace: bool) -> None:
     """The Xid's pid is a process inside a container (not its first process): the container is the one
-    whose recorded devices cgroup holds that pid, read from the records the hooks write for the guard."""
+    whose recorded devices cgroup holds that pid, read from the records the hooks write for the guard. A
+    CDI hook in the container's cgroup namespace may have recorded "/": its first process's cgroup then."""
     import os
     import subprocess
 
@@ -249,7 +251,10 @@ def test_an_xids_process_is_named_by_the_container_whose_cgroup_holds_it(node: D
         for process in (first, worker):
             (cgroup / "cgroup.procs").write_text(str(process.pid))
         records = load_config(*config_path(str(node.config))).records_dir
-        record_container(records, "ctr-train", first.pid, "hook", [("c", 195, 0, "/dev/nvidia0")], "550.54.15")
+        path = Path(record_container(records, "ctr-train", first.pid, "hook", [("c", 195, 0, "/dev/nvidia0")], "550.54.15"))
+        if in_cgroup_namespace:
+            written = json.loads(path.read_text())
+            path.write_text(json.dumps(dict(written, cgroup={"v1": "/", "v2": "/"})))
         node.start()
         bus = node.host.gpu_list[0].bus_id[:-2]
         with open(node.kmsg, "a") as kmsg:
