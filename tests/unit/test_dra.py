@@ -203,3 +203,12 @@ def test_the_service_account_is_read_from_the_directory_given(tmp_path: object, 
     (account / "token").unlink()
     with pytest.raises(KubeError, match="--service-account-dir"):
         Kube(service_account_dir=str(account))
+
+
+def test_the_systemd_unit_runs_the_plugin_and_is_not_packaged() -> None:
+    from support.commands import REPO
+
+    unit = (REPO / "deploy/systemd/ponytail-dra-plugin.service").read_text()
+    assert "ExecStart=/usr/bin/ponytail dra-plugin\n" in unit and "Environment=NODE_NAME=" in unit and "Environment=KUBECONFIG=" in unit
+    # debian/rules installs every packaging/systemd unit, and debhelper enables and starts what it installs
+    assert not (REPO / "packaging/systemd/ponytail-dra-plugin.service").exists()
