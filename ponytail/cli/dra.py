@@ -35,11 +35,12 @@ from ponytail.cli.clickclasses import CONTEXT, one_line_errors
 @click.option("--xid-effect", "xid_effects", metavar="XID=EFFECT", multiple=True,
               help="Taint effect for an Xid: NoSchedule, NoExecute or None (report only). Repeatable; overrides the defaults.")
 @click.option("--resync", type=click.FloatRange(min=1.0, max=86400.0), metavar="SECONDS", default=60.0, show_default=True,
-              help="How often the GPUs are probed again for the ResourceSlice.")
+              help="How often the GPUs are probed again for the ResourceSlice (also on the driver's events).")
+@click.option("--events", metavar="FIFO", default="", hidden=True, help="Tests: driver events from FIFO instead of the kernel and /dev.")
 @click.option("--hook-path", metavar="CMD", default=None, help="ponytail as the claims' CDI hook runs it. Default: this install's.")
 def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_name: str, kubeconfig: str | None, service_account_dir: str | None, plugin_dir: str | None,
                registry_dir: str, cdi_dir: str, state_dir: str, kmsg: str, xid_effects: tuple[str, ...], resync: float,
-               hook_path: str | None) -> None:
+               events: str, hook_path: str | None) -> None:
     """Run ponytail's DRA kubelet plugin: the node's GPUs for ResourceClaims.
 
     \b
@@ -89,5 +90,6 @@ def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_n
         if nvidia and driver != NVIDIA_DRIVER:
             raise UsageError(f"--nvidia stands in for {NVIDIA_DRIVER}; --driver-name {driver} contradicts it")
         settings = Settings(driver=driver, node=node_name, plugin_dir=plugin_dir or "", registry_dir=registry_dir, cdi_dir=cdi_dir,
-                            state_dir=state_dir, kmsg=kmsg, kubeconfig=kubeconfig, service_account_dir=service_account_dir, resync_s=resync, hook_command=command, xid_effects=effects)
+                            state_dir=state_dir, kmsg=kmsg, kubeconfig=kubeconfig, service_account_dir=service_account_dir, resync_s=resync, hook_command=command, xid_effects=effects,
+                            events=events)
         sys.exit(run(settings, loaded))

@@ -4,8 +4,9 @@ At start it removes what a prepare killed midway left (ponytail.dra.prepare), pr
 publishes the node's ResourceSlice, serves the DRA service (``v1.DRAPlugin``) and the health stream
 (``DRAResourceHealth``, as v1alpha1 and v1beta1) on ``<plugin dir>/dra.sock``, and then the kubelet's
 registration service on ``<registry dir>/<driver>-reg.sock`` (the kubelet watches that directory).
-Two threads follow the node: one probes again every ``resync`` seconds and republishes the slice
-when the GPUs, the driver or the trees changed; one reads the kernel log for Xids
+Threads follow the node: one probes again on the driver's events (the guard's sources: uevents, the
+nodes in /dev) and one every ``resync`` seconds, republishing the slice when the GPUs, the driver or
+the trees changed; one reads the kernel log for Xids
 (ponytail.dra.health), marks the GPU unhealthy on the health stream, taints its slice device and
 names the container that caused it. SIGTERM removes both sockets (the kubelet then deregisters the
 driver); the slice stays for the next start.
@@ -37,6 +38,7 @@ HEALTH_PACKAGES = ("v1alpha1", "v1beta1")  # kubelet 1.34-1.36 call v1alpha1, la
 HEALTH_RESEND_S = 300.0  # the stream is sent again this often even without news...
 HEALTH_TIMEOUT_S = 900  # ...well inside the timeout it gives the kubelet
 RETRY_S = 10.0  # a failed publication is tried again this soon
+SETTLE_S = 0.3  # the driver's events come in bursts
 
 
 @dataclass
@@ -53,6 +55,7 @@ class Settings:
     resync_s: float = 60.0
     hook_command: str = ""
     xid_effects: dict[int, str] = field(default_factory=dict)
+    events: str = ""  # tests: events from this FIFO instead of the kernel's and /dev's
 
 
 class Plugin:
@@ -73,6 +76,7 @@ class Plugin:
         self.probe_key: tuple = ()
         self.servers: list[Any] = []
         self.publishing = threading.Lock()  # the resync and kernel-log threads both publish
+        self.resyncing = threading.Lock()  # the resync and events threads both probe
 
     # -- start and stop --------------------------------------------------------------------------
 
@@ -95,6 +99,9 @@ class Plugin:
         server.start()
         self.servers = [server]
         threading.Thread(target=self._resync_loop, name="resync", daemon=True).start()
+        sources = self._event_sources()
+        if sources:
+            threading.Thread(target=self._events_loop, args=(sources,), name="events", daemon=True).start()
         if self.s.kmsg:
             threading.Thread(target=self._kmsg_loop, name="kmsg", daemon=True).start()
         self.say(f"serving {self.s.driver} on node {self.s.node}: {len(self.entries)} device(s), registration {self.registration_socket}")
@@ -135,6 +142,10 @@ class Plugin:
 
     def resync(self, force: bool = False) -> bool:
         """Probe again; publish the slice when something changed (or ``force``). False when publishing failed."""
+        with self.resyncing:
+            return self._resync(force)
+
+    def _resync(self, force: bool) -> bool:
         from ponytail.host.driver_trees import describe_trees
         from ponytail.host.probe import probe_gpus
 
@@ -202,6 +213,37 @@ class Plugin:
         ok = True
         while not self.stopping.wait(self.s.resync_s if ok else min(RETRY_S, self.s.resync_s)):
             ok = self.resync(force=not ok)
+
+    def _event_sources(self) -> list[Any]:
+        """The guard's event sources (ponytail.engines.guard.events): the kernel's uevents and the driver's
+        nodes in /dev, or a test FIFO; one that cannot be opened is said, and the resync still runs."""
+        from ponytail.engines.guard.events import FifoEvents, NodeEvents, UdevEvents
+
+        if self.s.events:
+            return [FifoEvents(self.s.events)]
+        sources: list[Any] = []
+        for name, make in (("the kernel's uevents", UdevEvents), ("/dev", lambda: NodeEvents(self.config.dev_root))):
+            try:
+                sources.append(make())
+            except (OSError, ImportError) as e:
+                self.say(f"no events from {name} ({e}): the GPUs are probed every {self.s.resync_s:g} s only")
+        return sources
+
+    def _events_loop(self, sources: list[Any]) -> None:
+        """A probe on each burst of the driver's events (modules, GPUs added or removed, MIG's nodes): as the guard."""
+        import select
+
+        from ponytail.engines.guard.events import relevant
+
+        while not self.stopping.is_set():
+            ready, _, _ = select.select(sources, [], [])
+            events = [e for source in sources if source in ready for e in source.receive() if relevant(e)]
+            if not events:
+                continue
+            time.sleep(SETTLE_S)  # a module load makes every node: act once the burst is over
+            events += [e for source in sources for e in source.receive() if relevant(e)]
+            self.say(f"{len(events)} driver event(s) ({', '.join(' '.join(e) for e in events[:3])}): probing again")
+            self.resync()
 
     # -- health -----------------------------------------------------------------------------------
 

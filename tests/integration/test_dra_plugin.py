@@ -195,23 +195,28 @@ def test_sigterm_removes_the_sockets(node: DraNode) -> None:
     assert list(node.registry.iterdir()) == [] and not (node.plugins / "dra.sock").exists()
 
 
-def test_the_slice_follows_the_probe_when_a_gpu_is_lost(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["driver event", "resync"])
+def test_the_slice_follows_the_probe_when_a_gpu_is_lost(tmp_path: Path, how: str) -> None:
+    """The driver lets go of a GPU: its information file, its PCI function and its node go. The plugin probes
+    again on the node's removal in /dev (the guard's event source), or at its next resync."""
     import shutil
 
     host = FakeHost(tmp_path / "host", gpu_list=gpus(2))
-    node = DraNode(host, tmp_path, extra=("--resync", "1"))
+    node = DraNode(host, tmp_path, extra=("--resync", "3600" if how == "driver event" else "1"))
     try:
         node.start()
         assert [d["name"] for d in node.slice()["spec"]["devices"]] == ["gpu-0", "gpu-1"]
         lost = host.gpu_list[1]
         shutil.rmtree(host.proc / "driver/nvidia/gpus" / lost.bus_id)
         shutil.rmtree(host.sys / "bus/pci/devices" / lost.bus_id)
-        node.wait_log("1 device(s), 0 tainted")
+        if how == "driver event":
+            (host.dev / f"nvidia{lost.minor}").unlink()
+        log = node.wait_log("1 device(s), 0 tainted")
         published = node.slice()
     finally:
         node.close()
     assert [d["name"] for d in published["spec"]["devices"]] == ["gpu-0"] and published["spec"]["pool"]["generation"] == 2
-    assert node.api.refused == []
+    assert node.api.refused == [] and (f"remove dev nvidia{lost.minor}" in log) == (how == "driver event"), log
 
 
 def test_a_mig_device_is_published_and_prepared_with_its_access_nodes(tmp_path: Path) -> None:
