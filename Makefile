@@ -1,7 +1,7 @@
 # ponytail: `make demo` sets up and runs the main job, `make test` sets up and runs every test (Hypothesis's
 # thorough `ci` profile), `make test-unit` the pure tests of tests/unit (seconds, any user),
 # `make lint` checks style, types and spelling (ruff, mypy, shellcheck, codespell; CI runs it before the tests), `make test-engines` runs
-# the end-to-end tests against current engine releases (CI runs it when ../shared/engines is there),
+# the end-to-end tests against current engine releases from Debian's archive (sid's containerd, Docker, podman),
 # `make binary` builds the self-contained executable dist/ponytail/ponytail, `make fresh-check` runs
 # `make test` in a pristine Debian 12 root, `make gpu-check` checks a machine with a real NVIDIA GPU.
 PYTHON ?= python3
@@ -47,16 +47,13 @@ $(BINARY): $(VENV)/.installed packaging/ponytail.spec $(shell find ponytail -nam
 	$(PY) -m PyInstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/ponytail.spec
 	touch $@
 
-# the end-to-end tests against current engine releases (dockerd 29, containerd 2.x, runc 1.5, ...):
-# binaries from ENGINES_DIR, by default unpacked from the tarball in ../shared/engines/ (see its README)
-CURRENT_ENGINES_TARBALL ?= ../shared/engines/current-engines-x86_64.tar.xz
-ENGINES_DIR ?= build/engines
-test-engines: setup
-	@if [ ! -x "$(ENGINES_DIR)/dockerd" ]; then \
-	  if [ ! -f "$(CURRENT_ENGINES_TARBALL)" ]; then echo "test-engines: no $(ENGINES_DIR)/dockerd and no $(CURRENT_ENGINES_TARBALL): set ENGINES_DIR to a directory of current engine binaries" >&2; exit 2; fi; \
-	  mkdir -p "$(ENGINES_DIR)" && tar -xJf "$(CURRENT_ENGINES_TARBALL)" -C "$(ENGINES_DIR)"; \
-	fi
-	ENGINES_DIR="$(abspath $(ENGINES_DIR))" $(PY) -m pytest -q -m current_engines
+# the end-to-end tests against current engine releases (pytest -m current_engines): Debian sid's containerd 2.1,
+# runc 1.3, docker.io 28.5, podman 5.8 and crun 1.28, in a sid root that scripts/debian-root.sh --suite sid builds
+# once and caches under $PONYTAIL_ROOT_CACHE (default /var/cache/ponytail-test-roots); each engine runs there in
+# namespaces of its own (tests/support/sidroot.py), its hooks the binary of make binary. Root and debootstrap
+# (make system-packages); skipped, saying why, where Debian's archive cannot be reached.
+test-engines: setup binary
+	$(PY) -m pytest -q -m current_engines --durations=5
 
 # the real-driver tier (tests/realdriver, pytest -m real_driver): NVIDIA's user-mode drivers from Debian's
 # non-free archive, in Debian 12 roots that scripts/debian-root.sh builds once and caches under

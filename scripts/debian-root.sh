@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Builds (once) and prints the path of a pristine Debian 12 root made from Debian's archive only:
-# `debootstrap --variant=minbase bookworm` with the components main, contrib, non-free and
-# non-free-firmware, then `apt-get install` of PACKAGE... inside it (so alternatives links and
-# ld.so.cache are exactly what Debian's packages make). Roots are cached outside any checkout, in
+# Builds (once) and prints the path of a pristine Debian root made from Debian's archive only:
+# `debootstrap --variant=minbase SUITE` (bookworm, Debian 12, unless --suite names another: sid for
+# the current engines) with the components main, contrib, non-free and non-free-firmware, then
+# `apt-get install` of PACKAGE... inside it (so alternatives links and ld.so.cache are exactly
+# what Debian's packages make). Roots are cached outside any checkout, in
 # $PONYTAIL_ROOT_CACHE (default /var/cache/ponytail-test-roots), one directory per NAME and key: a
-# hash of this script, the package list and the archive's address, so a changed list builds a new root
+# hash of this script, the suite, the package list and the archive's address, so a changed list builds a new root
 # and a second call with the same list prints the cached one at once. Older roots of the same NAME are
 # removed when a new one is complete. Concurrent calls for one root wait for each other (flock).
 #
-# Usage: scripts/debian-root.sh NAME [PACKAGE...]     prints the root's path on stdout
+# Usage: scripts/debian-root.sh [--suite SUITE] NAME [PACKAGE...]   prints the root's path on stdout
 # Exit:  0 the root is there; 3 Debian's archive cannot be reached (callers skip, saying so);
 #        1 anything else failed (the build's log is printed).
 # The archive's address is taken from this machine's apt sources (or $DEBIAN_MIRROR).
 set -euo pipefail
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     [ $# -ge 1 ] && exit 0 || exit 2
 fi
+suite=bookworm
+if [ "$1" = --suite ]; then
+    [ $# -ge 3 ] || { echo "debian-root: --suite SUITE NAME [PACKAGE...]" >&2; exit 2; }
+    suite=$2; shift 2
+fi
+case "$suite" in (*[!a-z0-9-]*|"") echo "debian-root: bad SUITE '$suite' (a Debian suite or codename: bookworm, sid)" >&2; exit 2;; esac
 name=$1; shift
 case "$name" in (*[!A-Za-z0-9._-]*|"") echo "debian-root: bad NAME '$name' (letters, digits, . _ -)" >&2; exit 2;; esac
 [ "$(id -u)" -eq 0 ] || { echo "debian-root: must run as root (debootstrap, chroot)" >&2; exit 1; }
@@ -39,7 +46,7 @@ security=${DEBIAN_SECURITY_MIRROR:-${mirror%/debian}/debian-security}
 
 cache=${PONYTAIL_ROOT_CACHE:-/var/cache/ponytail-test-roots}
 mapfile -t packages < <(printf '%s\n' "$@" | sort -u | sed '/^$/d')
-key=$( { cat "$0"; printf '%s\n' "$mirror" "${packages[@]}"; } | sha256sum | cut -c1-12)
+key=$( { cat "$0"; printf '%s\n' "$mirror" "$suite" "${packages[@]}"; } | sha256sum | cut -c1-12)
 root="$cache/$name-$key"
 mkdir -p "$cache"
 chmod 0755 "$cache"
@@ -50,7 +57,7 @@ if [ -f "$root/.ponytail-root-complete" ]; then
     exit 0
 fi
 
-reachable() { python3 - "$mirror/dists/bookworm/Release" <<'EOF'
+reachable() { python3 - "$mirror/dists/$suite/Release" <<'EOF'
 import sys, urllib.request
 try:
     urllib.request.urlopen(sys.argv[1], timeout=15).read(64)
@@ -66,15 +73,21 @@ fi
 build="$cache/.build-$name-$key"
 log="$cache/.build-$name-$key.log"
 rm -rf "$build"
-echo "debian-root: building $name (${#packages[@]} package(s)) in $root; log $log" >&2
+echo "debian-root: building $name ($suite, ${#packages[@]} package(s)) in $root; log $log" >&2
 fail() { echo "debian-root: $1; the end of $log:" >&2; tail -25 "$log" >&2; rm -rf "$build"; exit 1; }
-debootstrap --variant=minbase --components=main,contrib,non-free,non-free-firmware bookworm "$build" "$mirror" >"$log" 2>&1 \
+debootstrap --variant=minbase --components=main,contrib,non-free,non-free-firmware "$suite" "$build" "$mirror" >"$log" 2>&1 \
     || fail "debootstrap failed"
-cat >"$build/etc/apt/sources.list" <<EOF
+if [ "$suite" = bookworm ]; then
+    cat >"$build/etc/apt/sources.list" <<EOF
 deb $mirror bookworm main contrib non-free non-free-firmware
 deb $mirror bookworm-updates main contrib non-free non-free-firmware
 deb $security bookworm-security main contrib non-free non-free-firmware
 EOF
+else  # sid (and testing) without the updates and security suites of a release
+    echo "deb $mirror $suite main contrib non-free non-free-firmware" >"$build/etc/apt/sources.list"
+    # sid's Release is valid for a week only: a mirror's snapshot of it may have expired (its signature is still checked)
+    echo 'Acquire::Check-Valid-Until "false";' >"$build/etc/apt/apt.conf.d/99ponytail-snapshot"
+fi
 # no service starts inside the root (as in a container image): the tests start what they need
 printf '#!/bin/sh\nexit 101\n' >"$build/usr/sbin/policy-rc.d"
 chmod 0755 "$build/usr/sbin/policy-rc.d"

@@ -6,9 +6,9 @@
 # the container engines the end-to-end tests start containers with (containerd for the CRI test),
 # strace (a test injects SIGKILL at one exact syscall with it), musl with musl-tools (a musl test image),
 # the shellcheck linter (make lint), debootstrap (the Debian roots of make fresh-check, make test-real-driver
-# and tests/deb, scripts/debian-root.sh), for `make test-engines` CRI-O's monitor conmon and the SQLite library
-# crio links against, and what `make deb` builds the Debian package with (scripts/build-deb.sh --deps-only:
-# debhelper, dh-python, Debian's Python modules, lintian).
+# and tests/deb, and the Debian sid root of make test-engines: scripts/debian-root.sh), and what `make deb`
+# builds the Debian package with (scripts/build-deb.sh --deps-only: debhelper, dh-python, Debian's Python
+# modules, lintian).
 #
 # With the argument `demo`, only what `make demo` needs: gcc and libc6-dev (the simulated driver's
 # libraries and the demo's CUDA check program), python3-venv, busybox (the demo rootfs) and util-linux
@@ -37,9 +37,7 @@ have containerd || need+=(containerd)  # the Kubernetes node test (CRI): contain
 have strace || need+=(strace)
 have musl-gcc || need+=(musl musl-tools)  # an Alpine-like test image: musl's loader, and cudacheck built for it
 have shellcheck || need+=(shellcheck)
-have debootstrap || need+=(debootstrap)  # scripts/debian-root.sh: make fresh-check, make test-real-driver, tests/deb
-have conmon || need+=(conmon)  # CRI-O's container monitor (make test-engines)
-ldconfig -p 2>/dev/null | grep 'libsqlite3\.so\.0 ' >/dev/null || need+=(libsqlite3-0)  # crio links against it
+have debootstrap || need+=(debootstrap)  # scripts/debian-root.sh: make fresh-check, make test-real-driver, tests/deb, make test-engines
 }
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then

@@ -37,6 +37,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     not_root = os.geteuid() != 0
     # the real-driver tier builds Debian roots (minutes, Debian's archive): only when asked for by its marker
     real_driver = "real_driver" in (config.getoption("markexpr", "") or "")
+    # so does the current-engines tier (a Debian sid root): make test-engines runs it, after make test
+    current_engines = "current_engines" in (config.getoption("markexpr", "") or "")
     for item in items:
         kind = item.path.resolve().relative_to(TESTS).parts[0]
         if kind in KIND_MARKERS:
@@ -45,6 +47,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("root")
         if item.get_closest_marker("real_driver") is not None and not real_driver:
             item.add_marker(pytest.mark.skip(reason="the real-driver tier: run it with make test-real-driver (pytest -m real_driver)"))
+        if item.get_closest_marker("current_engines") is not None and not current_engines:
+            item.add_marker(pytest.mark.skip(reason="the current-engines tier: run it with make test-engines (pytest -m current_engines)"))
         if not_root and item.get_closest_marker("root") is not None:
             item.add_marker(pytest.mark.skip(reason="needs root (marked root): run the suite as root"))
 

@@ -1,16 +1,16 @@
 """`ponytail configure --runtime containerd` on each config version the supported containerd
-releases write, each from that release's own `containerd config default`: version 2 (Debian's
-containerd 1.6), version 4 (containerd 2.3.4, from ../shared/engines/current-engines-x86_64.tar.xz
-or $ENGINES_DIR; its `config migrate` of 1.6's config too) and version 3 (containerd 2.0-2.2's
-layout, which 2.3 still reads). Each edited config is loaded by a private containerd of that
-release: `ctr plugins ls` shows the CRI plugin ok; uninstall gives the bytes back."""
+releases write, each from that release's own `containerd config default`: version 2 (Debian 12's
+containerd 1.6) and version 3 (Debian sid's containerd 2.1, `make test-engines`: its `config default`,
+its `config migrate` of 1.6's config, and the hand-written layout of test_configure). Version 4
+(containerd 2.3's) has the same plugin ids and is covered by test_configure's config-format tests.
+Each edited config is loaded by a private containerd of that release: `ctr plugins ls` shows the CRI
+plugin ok; uninstall gives the bytes back."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,28 +25,16 @@ from test_configure import CONTAINERD_V3, RUNTIME
 
 from support.containerd_cri import make_state_dir, remove_state_dir
 from support.engines import TIMEOUT, console_script, processes_naming, start_daemon, stop_daemon
-
-REPO = Path(__file__).resolve().parents[2]
-# ../shared beside the checkout (CI, /work/main), or beside the worktrees' folder (/work/wt/NAME)
-TARBALLS = [base / "shared" / "engines" / "current-engines-x86_64.tar.xz" for base in (REPO.parent, REPO.parent.parent)]
+from support.sidroot import in_sid, sid_binary, sid_env, stop_sid_daemon
 
 
 @pytest.fixture(scope="session")
-def containerd_2_3(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The directory holding containerd 2.3.4 and its ctr: $ENGINES_DIR, else the shared tarball unpacked."""
-    given = os.environ.get("ENGINES_DIR")
-    if given:
-        directory = Path(given)
-    elif any(t.exists() for t in TARBALLS):
-        directory = tmp_path_factory.mktemp("engines")
-        with tarfile.open(next(t for t in TARBALLS if t.exists())) as tar:
-            wanted = [m for m in tar.getmembers() if m.isfile() and m.name.lstrip("./") in ("containerd", "ctr")]
-            tar.extractall(directory, members=wanted)  # noqa: S202 - the engines tarball of ../shared, two regular files by name
-    else:
-        pytest.skip(f"containerd 2.3 is not here: no {TARBALLS[0]} and no ENGINES_DIR (see ../shared/engines/README.md)")
+def containerd_2() -> Path:
+    """The directory of Debian sid's containerd 2.1 and its ctr (support.sidroot): both link libc alone and
+    run here for `config default`, `config dump` and `config migrate`; cri_plugins runs the daemon in the root."""
+    directory = Path(sid_binary("containerd")).parent
     version = subprocess.run([str(directory / "containerd"), "--version"], capture_output=True, text=True, timeout=TIMEOUT)
-    if version.returncode != 0 or " v2." not in version.stdout:
-        pytest.skip(f"{directory}/containerd is not containerd 2.x: {version.stdout or version.stderr}")
+    assert version.returncode == 0 and " 2.1." in version.stdout, version.stdout + version.stderr
     return directory
 
 
@@ -57,26 +45,32 @@ def configure(config: Path, state: Path, *args: str) -> subprocess.CompletedProc
 
 
 def cri_plugins(containerd: str, ctr: str, config: Path, state: Path) -> list[str]:
-    """The CRI plugins' lines of `ctr plugins ls` from a private containerd run with ``config``."""
+    """The CRI plugins' lines of `ctr plugins ls` from a private containerd run with ``config``: Debian 12's
+    (``containerd`` on PATH), or the sid root's (a path of support.sidroot, run in the root)."""
     text = config.read_text()
     for opt in ("'/opt/containerd'", '"/opt/containerd"'):  # the opt plugin would make /opt/containerd on the host
         text = text.replace(f"path = {opt}", f"path = '{state}/opt'")
     private = state / "private.toml"
     private.write_text(text)
     socket = str(state / "c.sock")
-    command = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "sh",
-               containerd, "--config", str(private), "--root", str(state / "root"), "--state", str(state / "state"), "--address", socket]
+    arguments = ["--config", str(private), "--root", str(state / "root"), "--state", str(state / "state"), "--address", socket]
+    sid = containerd.startswith("/")
+    if sid:
+        command, env, stop = in_sid(["containerd", *arguments]), sid_env(), stop_sid_daemon
+    else:
+        command = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "sh", containerd, *arguments]
+        env, stop = {}, stop_daemon
 
     def ctr_(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([ctr, "-a", socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
 
-    process = start_daemon(command, state / "containerd.log", {}, lambda: ctr_("version").returncode == 0, lambda: None)
+    process = start_daemon(command, state / "containerd.log", env, lambda: ctr_("version").returncode == 0, lambda: None, stop=stop)
     try:
         listed = ctr_("plugins", "ls")
         assert listed.returncode == 0, listed.stderr
         return [" ".join(line.split()) for line in listed.stdout.splitlines() if line.split()[0].startswith(("io.containerd.cri.", "io.containerd.grpc.v1"))]
     finally:
-        stop_daemon(process)
+        stop(process)
         for pid in processes_naming(socket):
             os.kill(pid, 9)
 
@@ -118,8 +112,8 @@ def test_containerd_1_6_default_config_version_2(state: Path) -> None:
 
 @pytest.mark.current_engines
 @pytest.mark.parametrize("source", ["config default", "config migrate of 1.6's default", "version 3"])
-def test_containerd_2_3_config_versions_4_and_3(containerd_2_3: Path, state: Path, source: str) -> None:
-    containerd, ctr = str(containerd_2_3 / "containerd"), str(containerd_2_3 / "ctr")
+def test_containerd_2_1_config_version_3(containerd_2: Path, state: Path, source: str) -> None:
+    containerd, ctr = str(containerd_2 / "containerd"), str(containerd_2 / "ctr")
     config = state / "etc" / "config.toml"
     config.parent.mkdir()
     if source == "config default":
@@ -133,7 +127,7 @@ def test_containerd_2_3_config_versions_4_and_3(containerd_2_3: Path, state: Pat
         old.write_text(subprocess.run(["containerd", "config", "default"], capture_output=True, text=True, check=True).stdout)
         text = subprocess.run([containerd, "--config", str(old), "config", "migrate"], capture_output=True, text=True, check=True).stdout
     config.write_text(text)
-    assert tomllib.loads(text)["version"] == (3 if source == "version 3" else 4)
+    assert tomllib.loads(text)["version"] == 3
     configured_and_back(config, state, "io.containerd.cri.v1.runtime")
     plugins = cri_plugins(containerd, ctr, config, state)
     assert "io.containerd.cri.v1 runtime linux/amd64 ok" in plugins and "io.containerd.grpc.v1 cri - ok" in plugins, plugins

@@ -1,5 +1,5 @@
 """NVIDIA's device plugin (v0.20.0's answers, captured: tests/support/device_plugin.py's stand-in) in its CDI modes,
-served by ponytail, on containerd 2.x and CRI-O (`make test-engines`): no change to the plugin's strategy, only its
+served by ponytail, on Debian sid's containerd 2.1 (`make test-engines`): no change to the plugin's strategy, only its
 hook binary is ponytail's (``ponytail install-nvidia-hook --at`` the plugin's ``--nvidia-cdi-hook-path``; its default
 name, nvidia-ctk).
 

@@ -1,5 +1,5 @@
 """`docker run --gpus` with ponytail alone: `ponytail install-docker-gpus` links
-nvidia-container-runtime-hook to ponytail; a private dockerd (Debian's 20.10) that finds it on its
+nvidia-container-runtime-hook to ponytail; a private dockerd (Debian 12's 20.10, Debian sid's 28.5) that finds it on its
 PATH offers --gpus, sets NVIDIA_VISIBLE_DEVICES and runs it as a prestart hook, and the container
 gets exactly the GPUs asked for. A file of that name that is not ponytail's is never replaced."""
 
@@ -38,9 +38,9 @@ class GpuDocker:
 
 @pytest.fixture(scope="module", params=DOCKER_RELEASES)
 def gpu_docker(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
-    """A private dockerd that finds the hook on its PATH: Debian's 20.10, and the current release
-    (29.x, with containerd 2.x and runc 1.5) under ``make test-engines``."""
-    engines_dir = engines_for(request.param)
+    """A private dockerd that finds the hook on its PATH: Debian 12's 20.10, and Debian sid's 28.5 (with
+    containerd 2.1 and runc 1.3) under ``make test-engines``."""
+    sid = engines_for(request.param)
     base = tmp_path_factory.mktemp("docker-gpus")
     host = FakeHost(base / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
     bin_dir = base / "bin"
@@ -49,7 +49,7 @@ def gpu_docker(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
     # dockerd 20.10 gives the hook no environment: it reads /etc/ponytail/config.toml, which this
     # dockerd (alone, in its own mount namespace) sees as the fake host's config
     config = host.write_config().read_text()
-    daemon = Dockerd({"PATH": f"{bin_dir}:{os.environ['PATH']}"}, etc_files={"ponytail/config.toml": config}, engines_dir=engines_dir)
+    daemon = Dockerd({"PATH": f"{bin_dir}:{os.environ['PATH']}"}, etc_files={"ponytail/config.toml": config}, sid=sid)
     try:
         yield GpuDocker(daemon, daemon.import_rootfs(make_rootfs(base / "rootfs")), host)
     finally:

@@ -37,12 +37,12 @@ class Docker:
 
 @pytest.fixture(scope="module", params=DOCKER_RELEASES)
 def docker(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
-    """A private dockerd with the shim registered: Debian's 20.10, and the current release (29.x, with
-    containerd 2.x and runc 1.5) under ``make test-engines``."""
-    engines_dir = engines_for(request.param)
+    """A private dockerd with the shim registered: Debian 12's 20.10, and Debian sid's 28.5 (with
+    containerd 2.1 and runc 1.3) under ``make test-engines``."""
+    sid = engines_for(request.param)
     base = tmp_path_factory.mktemp("docker")
     host = FakeHost(base / "host", gpu_list=gpus(3, minors=[2, 0, 1]))
-    daemon = Dockerd({"PONYTAIL_CONFIG": str(host.write_config())}, engines_dir=engines_dir)  # the shim reads its config from there
+    daemon = Dockerd({"PONYTAIL_CONFIG": str(host.write_config())}, sid=sid)  # the shim reads its config from there
     try:
         yield Docker(daemon, daemon.import_rootfs(make_rootfs(base / "rootfs")), host.log)
     finally:
@@ -67,7 +67,7 @@ def test_shim_adds_the_hook_and_device_rules_to_gpu_bundles_only(docker: Docker)
     assert rules == [(195, 0, "rwm"), (195, 255, "rwm"), (511, 0, "rwm"), (511, 1, "rwm")]
     for env in ((), ("NVIDIA_VISIBLE_DEVICES=void",), ("NVIDIA_VISIBLE_DEVICES=",)):
         plain = _running_bundle(docker, env)
-        assert not any(h["path"].endswith("/ponytail") for h in plain.get("hooks", {}).get("prestart", [])), env  # Docker 29 writes no hooks
+        assert not any(h["path"].endswith("/ponytail") for h in plain.get("hooks", {}).get("prestart", [])), env  # Docker 28 writes no hooks
         assert not any(r.get("major") in (195, 511) for r in plain["linux"]["resources"]["devices"]), env
 
 

@@ -147,18 +147,18 @@ def test_installer_writes_no_second_spec_beside_nvidias(podman, tmp_path: Path) 
 
 
 @pytest.mark.current_engines
-def test_installer_on_containerd_2_3_writes_a_drop_in_and_takes_it_out(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """containerd 2.3's default config imports /etc/containerd/conf.d/*.toml: the installer's entry goes there,
+def test_installer_on_containerd_2_writes_a_drop_in_and_takes_it_out(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A containerd 2.x config that imports /etc/containerd/conf.d/*.toml (containerd 2.3's default, and Debian
+    sid's containerd 2.1 default once nvidia-ctk 1.18+ added the import): the installer's entry goes there,
     config.toml stays as it was, and uninstall leaves the node as it found it."""
-    from support.engines import current_engines
+    from support.sidroot import sid_binary
 
-    engines = current_engines()
-    if engines is None:
-        pytest.skip("containerd 2.3: run make test-engines (ENGINES_DIR)")
     host = tmp_path / "host"
     config = host / "etc/containerd/config.toml"
     config.parent.mkdir(parents=True)
-    original = subprocess.run([str(engines / "containerd"), "config", "default"], capture_output=True, text=True, check=True).stdout
+    default = subprocess.run([sid_binary("containerd"), "config", "default"], capture_output=True, text=True, check=True).stdout
+    assert default.startswith("version = 3\n") and default.count("\nimports = []\n") == 1, default[:300]
+    original = default.replace("\nimports = []\n", "\nimports = ['/etc/containerd/conf.d/*.toml']\n")
     config.write_text(original)
     first = installer(podman, host, "install")
     assert first.returncode == 0, first.stderr
@@ -171,3 +171,24 @@ def test_installer_on_containerd_2_3_writes_a_drop_in_and_takes_it_out(podman, t
     removed = installer(podman, host, "uninstall")
     assert removed.returncode == 0, removed.stderr
     assert config.read_text() == original and not drop_in.exists() and not (host / "var/lib/ponytail").exists()
+
+
+@pytest.mark.current_engines
+def test_installer_on_containerd_2_1s_own_default_edits_config_toml_and_gives_it_back(podman, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Debian sid's containerd 2.1 `config default` as the node's config (version 3, importing nothing): no directory
+    to put a drop-in in, so the installer adds its runtime to config.toml, and uninstall gives back its bytes."""
+    from support.sidroot import sid_binary
+
+    host = tmp_path / "host"
+    config = host / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    original = subprocess.run([sid_binary("containerd"), "config", "default"], capture_output=True, text=True, check=True).stdout
+    config.write_text(original)
+    first = installer(podman, host, "install")
+    assert first.returncode == 0, first.stderr
+    entry = tomllib.loads(config.read_text())["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["ponytail"]
+    assert entry["options"]["BinaryName"] == "/usr/local/ponytail/ponytail-runtime"
+    assert "restart containerd on the node to apply" in first.stdout and not (host / "etc/containerd/conf.d").exists(), first.stdout
+    removed = installer(podman, host, "uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert config.read_text() == original and not (host / "var/lib/ponytail").exists()

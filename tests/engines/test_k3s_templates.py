@@ -1,7 +1,7 @@
 """containerd under k3s / RKE2: the generated config.toml ("DO NOT EDIT") is refused with one line naming
 its template; the template (a Go template: k3s's base, then appended TOML) gets ponytail's runtime appended
 and an uninstall takes out exactly that; the template rendered as k3s renders it (the base config in place
-of ``{{ template "base" . }}``) is loaded by containerd 1.6 (config.toml.tmpl, version 2) and 2.3
+of ``{{ template "base" . }}``) is loaded by containerd 1.6 (config.toml.tmpl, version 2) and Debian sid's 2.1
 (config-v3.toml.tmpl): `ctr plugins ls` shows the CRI plugin ok and `containerd config dump` the runtime."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_configure import RUNTIME
-from test_containerd_versions import configure, containerd_2_3, cri_plugins, state  # noqa: F401 - fixtures
+from test_containerd_versions import configure, containerd_2, cri_plugins, state  # noqa: F401 - fixtures
 
 try:
     import tomllib
@@ -66,8 +66,8 @@ def test_containerd_1_6_loads_the_rendered_template(state: Path) -> None:  # noq
 
 
 @pytest.mark.current_engines
-def test_containerd_2_3_loads_the_rendered_v3_template(containerd_2_3: Path, state: Path) -> None:  # noqa: F811
-    containerd = str(containerd_2_3 / "containerd")
+def test_containerd_2_1_loads_the_rendered_v3_template(containerd_2: Path, state: Path) -> None:  # noqa: F811
+    containerd = str(containerd_2 / "containerd")
     template = state / "config-v3.toml.tmpl"
     assert configure(template, state).returncode == 0
     assert "io.containerd.cri.v1.runtime" in template.read_text() and "container_annotations" not in template.read_text()
@@ -78,5 +78,5 @@ def test_containerd_2_3_loads_the_rendered_v3_template(containerd_2_3: Path, sta
     assert dump.returncode == 0, dump.stderr
     entry = tomllib.loads(dump.stdout)["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["ponytail"]
     assert entry["options"]["BinaryName"] == RUNTIME
-    plugins = cri_plugins(containerd, str(containerd_2_3 / "ctr"), rendered, state)
+    plugins = cri_plugins(containerd, str(containerd_2 / "ctr"), rendered, state)
     assert "io.containerd.cri.v1 runtime linux/amd64 ok" in plugins, plugins

@@ -170,10 +170,10 @@ def test_docker_runs_gpu_containers_through_ponytail_after_the_migration(node: t
     its PATH (nvidia-container-runtime-hook is ponytail's link, nvidia-cdi-hook ponytail's hook script): `--runtime nvidia`
     and `--gpus` both give the GPUs through ponytail."""
     host, root, _ = node
-    engines_dir = engines_for(release)
+    sid = engines_for(release)
     assert migrate(host, root).returncode == 0
     etc = {"ponytail/config.toml": host.write_config().read_text()}
-    daemon = Dockerd({"PATH": f"{root}/usr/bin:{os.environ['PATH']}"}, etc_files=etc, engines_dir=engines_dir,
+    daemon = Dockerd({"PATH": f"{root}/usr/bin:{os.environ['PATH']}"}, etc_files=etc, sid=sid,
                      args=("--config-file", str(root / "etc/docker/daemon.json")))
     try:
         image = daemon.import_rootfs(make_rootfs(tmp_path / "rootfs"))

@@ -1,7 +1,7 @@
 """NVIDIA's own CDI spec (``nvidia-ctk cdi generate`` 1.20.0's, from the captured data) with its hooks served by ponytail
 (the nvidia-cdi-hook script ``ponytail install-nvidia-hook`` writes) on
-Kubernetes' engines: containerd 2.3 and CRI-O 1.36 (from $ENGINES_DIR, `make test-engines`) resolve the
-spec themselves from the CRI CDIDevices field or a ``cdi.k8s.io/*`` annotation, under their default runc
+Kubernetes' engine: Debian sid's containerd 2.1 (`make test-engines`; no registry has CRI-O) resolves the
+spec itself from the CRI CDIDevices field or a ``cdi.k8s.io/*`` annotation, under its default runc
 handler and ponytail's (which must add nothing). In every container: exactly its GPU, libcuda.so.1 loads, each node and library mounted once, and
 one hook process did the work of the spec's five (the log says so once per container)."""
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from support.commands import installed
 from support.engines import BUSY_DEADLINE, TIMEOUT, processes_naming, start_daemon, stop_daemon
 from support.fakehost import FakeHost, gpus, make_rootfs
+from support.sidroot import in_sid, sid_binary, sid_env, stop_sid_daemon
 
 PROTO = Path(__file__).parent.parent / "cri" / "runtime_v1_min.proto"  # tests/cri
 NAMESPACE = "k8s.io"  # where the CRI plugin keeps its images and containers
@@ -87,15 +88,15 @@ def oci_archive(rootfs: Path, name: str, cmd: list[str], out: Path) -> Path:
 
 
 def private_config(default_text: str, state: Path, sandbox_image: str) -> str:
-    """`containerd config default` (config version 2 of containerd 1.x, or version 4 of 2.3) with
-    every path of its own: root, state, sockets, /opt, CDI spec directory (``state``/cdi), NRI off;
+    """`containerd config default` (config version 2 of containerd 1.x, version 3 of 2.0-2.2 or 4 of 2.3)
+    with every path of its own: root, state, sockets, /opt, CDI spec directory (``state``/cdi), NRI off;
     the pause image built here."""
-    if default_text.startswith("version = 4"):
+    if default_text.startswith(("version = 3", "version = 4")):
         replacements = [
             (r"(?m)^root = '.*'$", f"root = '{state}/root'"),
             (r"(?m)^state = '.*'$", f"state = '{state}/state'"),
             (r"address = '/run/containerd/containerd.sock'", f"address = '{state}/c.sock'"),
-            (r"address = '/run/containerd/containerd.sock.ttrpc'", f"address = '{state}/t.sock'"),
+            (r"(\[ttrpc\]\n  address = )'(/run/containerd/containerd.sock.ttrpc)?'", rf"\1'{state}/t.sock'"),
             (r"sandbox = '.*'", f"sandbox = '{sandbox_image}'"),
             (r"path = '/opt/containerd'", f"path = '{state}/opt'"),
             (r"bin_dir = '/opt/containerd/image-verifier/bin'", f"bin_dir = '{state}/opt/verifier'"),
@@ -125,18 +126,23 @@ class Containerd:
     """containerd --config CONFIG in a mount namespace of its own with a private /run (where
     containerd puts its shims' sockets and runc its state whatever the config says);
     ``env`` reaches its runtimes. Pods' cgroups go under ``cgroup_parent``, removed at close.
-    ``engines_dir``: containerd, ctr, its shim and runc from there (current releases), else Debian's."""
+    ``sid``: Debian sid's containerd 2.1, its shim and runc 1.3, run in the sid root (support.sidroot),
+    else Debian 12's."""
 
-    def __init__(self, config: Path, state: Path, env: dict[str, str], engines_dir: Path | None = None) -> None:
+    def __init__(self, config: Path, state: Path, env: dict[str, str], sid: bool = False) -> None:
         self.state = state
         self.socket = str(state / "c.sock")
         self.cgroup_parent = f"/{state.name}"
-        self.ctr_command = str(engines_dir / "ctr") if engines_dir else "ctr"
-        if engines_dir:
-            env = {**env, "PATH": f"{engines_dir}:{env.get('PATH', os.environ['PATH'])}"}  # its shim and runc first
-        command = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "sh",
-                   str(engines_dir / "containerd") if engines_dir else "containerd", "--config", str(config)]
-        self.process = start_daemon(command, state / "containerd.log", env, lambda: self.ctr("version").returncode == 0, lambda: None)
+        self.sid = sid
+        self.ctr_command = sid_binary("ctr") if sid else "ctr"
+        if sid:
+            command = in_sid(["containerd", "--config", str(config)])
+            env = sid_env(env)
+        else:
+            command = ["unshare", "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /run && exec "$@"', "sh",
+                       "containerd", "--config", str(config)]
+        self.process = start_daemon(command, state / "containerd.log", env, lambda: self.ctr("version").returncode == 0, lambda: None,
+                                    stop=stop_sid_daemon if sid else stop_daemon)
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([self.ctr_command, "-a", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
@@ -149,7 +155,7 @@ class Containerd:
         return json.loads(path.read_text())
 
     def close(self) -> None:
-        stop_daemon(self.process)
+        (stop_sid_daemon if self.sid else stop_daemon)(self.process)
         for pid in processes_naming(self.socket):  # shims of containers left behind: ours, by their -address
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -159,13 +165,21 @@ class Containerd:
 
 
 def remove_cgroups(cgroup_parent: str) -> None:
-    """The pods' cgroups under ``cgroup_parent`` in every hierarchy, deepest first."""
+    """The pods' cgroups under ``cgroup_parent`` in every hierarchy, deepest first (waiting a few seconds
+    for the processes of a PID namespace just ended to be gone from them)."""
+    deadline = time.monotonic() + 10
     for hierarchy in Path("/sys/fs/cgroup").iterdir():
         parent = hierarchy / cgroup_parent.lstrip("/")
         if parent.is_dir():
-            for directory in sorted((d for d in parent.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-                directory.rmdir()
-            parent.rmdir()
+            for directory in [*sorted((d for d in parent.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)), parent]:
+                while True:
+                    try:
+                        directory.rmdir()
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.1)
 
 
 class Pods:
@@ -184,6 +198,15 @@ class Pods:
     def version(self) -> str:
         answer = self.runtime.Version(self.pb.VersionRequest(version="v1"), timeout=30)
         return f"{answer.runtime_name} {answer.runtime_version} CRI {answer.runtime_api_version}"
+
+    def config(self) -> dict:
+        """The CRI plugin's configuration as the runtime reports it (Status, verbose: containerd's "config")."""
+        return json.loads(self.runtime.Status(self.pb.StatusRequest(verbose=True), timeout=30).info["config"])
+
+    def runtime_spec(self, container_id: str) -> dict:
+        """The OCI spec the engine made for a container, before any runtime saw it (ContainerStatus, verbose)."""
+        answer = self.runtime.ContainerStatus(self.pb.ContainerStatusRequest(container_id=container_id, verbose=True), timeout=30)
+        return json.loads(answer.info["info"])["runtimeSpec"]
 
     def create(
         self, args: list[str], env: dict[str, str] | None = None, mounts: list[tuple[str, str]] = (),  # type: ignore[assignment]
@@ -302,12 +325,13 @@ def configured_private_config(containerd: str, state: Path, image: str, *configu
 
 @contextmanager
 def node_daemon(config: Path, state: Path, env: dict[str, str], rootfs: Path, image: str, base: Path,
-                engines_dir: Path | None = None) -> Iterator[tuple[Containerd, Pods]]:
+                sid: bool = False) -> Iterator[tuple[Containerd, Pods]]:
     """A private containerd on ``config`` with ``rootfs`` imported as ``image`` (running sleep) and
-    pods to make in it; both stopped, and ``state`` removed, on the way out."""
+    pods to make in it; both stopped, and ``state`` removed, on the way out. ``sid``: Debian sid's
+    containerd 2.1 (Containerd)."""
     daemon = pods = None
     try:
-        daemon = Containerd(config, state, env, engines_dir=engines_dir)
+        daemon = Containerd(config, state, env, sid=sid)
         imported = daemon.ctr("-n", "k8s.io", "images", "import", str(oci_archive(rootfs, image, ["/bin/sleep", "100000"], base / "image.tar")))
         assert imported.returncode == 0, imported.stderr
         pods = Pods(daemon, image, base / "stubs")

@@ -17,13 +17,14 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from support.commands import installed
 from support.fakehost import make_rootfs
+from support.sidroot import in_sid, sid_binary, sid_env, sid_root, stop_sid_daemon
 
 # crun 1.8 refuses the hybrid cgroup layout: hide cgroup2 from it in a private mount namespace.
 CRUN = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'umount /sys/fs/cgroup/unified; exec crun "$@"', "crun"]
@@ -85,27 +86,45 @@ def run_bundle(runtime: str, bundle: Path, container_id: str | None = None) -> s
 class Podman:
     """podman with private storage, run and tmp directories and the given hooks directory."""
 
-    def __init__(self, hooks_dir: Path, pure_v2_cgroups: bool = False) -> None:
+    def __init__(self, hooks_dir: Path, pure_v2_cgroups: bool = False, sid: bool = False, runtime: str = "runc",
+                 etc_files: dict[str, str] | None = None) -> None:
+        """``sid``: Debian sid's podman 5.8 (with ``runtime``, runc 1.3 or crun 1.28) in the sid root
+        (support.sidroot), whose /etc gets ``etc_files`` (e.g. cdi/NAME.yaml); else Debian 12's podman 4.3 with runc."""
+        if sid:
+            sid_root()  # built, or the test skipped saying why, before any state is made
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-podman-"))
-        # under cgroup v2 podman sets a pids limit by default, which this machine's root may not raise
-        self.extra = ["--pids-limit=-1"] if pure_v2_cgroups else []
-        self.base = (pure_v2([]) if pure_v2_cgroups else []) + [
+        # under cgroup v2 podman sets a pids limit by default, and this machine's unified hierarchy has no pids
+        # controller: podman 4.3 sets none with -1; podman 5.8 with crun 1.28 still asks for the controller with -1, not with 0
+        self.extra = [f"--pids-limit={0 if sid else -1}"] if pure_v2_cgroups else []
+        command = [
             "podman", "--root", str(self.state / "root"), "--runroot", str(self.state / "run"),
             "--tmpdir", str(self.state / "tmp"), "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs",
-            "--runtime", "runc", "--hooks-dir", str(hooks_dir),
+            "--runtime", runtime, "--hooks-dir", str(hooks_dir),
         ]
+        self.env: dict[str, str] | None = None
+        self.runtime, self.pure_v2 = runtime, pure_v2_cgroups
+        if sid:
+            self.base = in_sid(command, etc_layer=etc_layer(self.state / "etc", etc_files), cgroup2_only=pure_v2_cgroups)
+            self.env = sid_env({"PODMAN_IGNORE_CGROUPSV1_WARNING": "1"})  # podman 5.8 warns on every run on a cgroup v1 host
+        else:
+            assert not etc_files and runtime == "runc", "Debian 12's podman: runc, the host's /etc"
+            self.base = (pure_v2([]) if pure_v2_cgroups else []) + command
 
-    def run(self, rootfs: Path, args: list[str], annotations: dict[str, str] | None = None, env: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    def run(self, rootfs: Path, args: list[str], annotations: dict[str, str] | None = None, env: Sequence[str] = (),
+            devices: Sequence[str] = ()) -> subprocess.CompletedProcess:
+        """``podman run --rm`` of ``rootfs``; ``devices``: ``--device`` each (a CDI name, e.g. nvidia.com/gpu=0)."""
         command = self.base + [
             "run", "--rm", "--name", unique(), "--network=none",
             "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096", *self.extra,
         ]
+        for device in devices:
+            command += ["--device", device]
         for key, value in (annotations or {}).items():
             command += ["--annotation", f"{key}={value}"]
         for item in env:
             command += ["-e", item]
         command += ["--rootfs", str(rootfs), *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL, env=self.env)
 
     def close(self) -> None:
         """Wait for podman's own cleanup processes (conmon runs them after a container exits), then remove the state."""
@@ -133,38 +152,36 @@ class Dockerd:
     """A private dockerd (own socket, data and exec roots, vfs storage, no networking) with
     ponytail-runtime registered as the runtime ``ponytail``; ``env`` reaches the runtime."""
 
-    def __init__(self, env: dict[str, str], etc_files: dict[str, str] | None = None, engines_dir: Path | None = None,
+    def __init__(self, env: dict[str, str], etc_files: dict[str, str] | None = None, sid: bool = False,
                  args: tuple[str, ...] = ()) -> None:
         """``etc_files``: files (path under /etc -> text) that dockerd and everything it starts see
-        in /etc. dockerd always runs in a private mount namespace whose /etc is a read-only overlay
+        in /etc. Debian 12's dockerd runs in a private mount namespace whose /etc is a read-only overlay
         over the host's, with a private, writable /etc/docker (dockerd 20.10 writes its key.json there
         and reads daemon.json from there): the host's /etc is never read for docker's own config nor written.
-        ``engines_dir``: dockerd, docker, containerd and runc from there (current releases, see
-        current_engines()) with a private containerd of their own; else Debian's. ``args``: more of dockerd's options."""
+        ``sid``: Debian sid's dockerd 28.5 with the containerd 2.1 and runc 1.3 it starts itself, in the sid
+        root (support.sidroot), whose own /etc gets ``etc_files``; its docker CLI. ``args``: more of dockerd's options."""
+        if sid:
+            sid_root()  # built, or the test skipped saying why, before any state is made
         self.state = Path(tempfile.mkdtemp(prefix="ponytail-docker-"))
         self.process: subprocess.Popen | None = None
         self.socket = f"unix://{self.state}/docker.sock"
-        self.docker_command = str(engines_dir / "docker") if engines_dir else "docker"
-        self.containerd: PrivateContainerd | None = None
-        writable = {"docker": self.state / "etc-docker"}
-        wrap = lambda command: with_etc_files(command, self.state / "etc", etc_files or {}, writable)  # noqa: E731
-        if engines_dir:
-            env = {**env, "PATH": f"{engines_dir}:{env.get('PATH', os.environ['PATH'])}"}  # its runc before Debian's
-            try:
-                self.containerd = PrivateContainerd(engines_dir, self.state / "containerd", env, wrap)
-            except DaemonDidNotStart:
-                shutil.rmtree(self.state, ignore_errors=True)  # its log is in the failure
-                raise
+        self.sid = sid
+        self.docker_command = sid_binary("docker") if sid else "docker"
         command = [
-            str(engines_dir / "dockerd") if engines_dir else "dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs",
+            "dockerd", "--iptables=false", "--bridge=none", "--storage-driver=vfs",
             "--data-root", str(self.state / "data"), "--exec-root", str(self.state / "exec"),
             "-H", self.socket, "--pidfile", str(self.state / "dockerd.pid"),
             "--add-runtime", f"ponytail={console_script('ponytail-runtime')}",
         ]
-        if self.containerd:
-            command += ["--containerd", self.containerd.socket]
         command += args  # e.g. --config-file FILE
-        self.process = start_daemon(wrap(command), self.state / "dockerd.log", env, lambda: self.docker("version").returncode == 0, self._release)
+        if sid:
+            command[1:1] = ["--ip6tables=false"]
+            command, env = in_sid(command, etc_layer=etc_layer(self.state / "etc", etc_files)), sid_env(env)
+        else:
+            command = with_etc_files(command, self.state / "etc", etc_files or {}, {"docker": self.state / "etc-docker"})
+        stop = stop_sid_daemon if sid else stop_daemon
+        self.process = start_daemon(command, self.state / "dockerd.log", env, lambda: self.docker("version").returncode == 0, self._release,
+                                    stop=stop)
 
     def docker(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([self.docker_command, "-H", self.socket, *args], capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
@@ -180,70 +197,38 @@ class Dockerd:
 
     def bundle_config(self, container_id: str) -> dict:
         """The config.json of a running container's bundle, as the runtime received it."""
-        tasks = "containerd/state/io.containerd.runtime.v2.task" if self.containerd else "exec/containerd/daemon/io.containerd.runtime.v2.task"
-        path = self.state / tasks / "moby" / container_id / "config.json"
+        path = self.state / "exec/containerd/daemon/io.containerd.runtime.v2.task/moby" / container_id / "config.json"
         return json.loads(path.read_text())
 
     def close(self) -> None:
         if self.process is not None:
-            stop_daemon(self.process)
+            (stop_sid_daemon if self.sid else stop_daemon)(self.process)
             self.process = None
         self._release()
 
     def _release(self) -> None:
-        """Stop the private containerd (if any) and remove the state: what remains once dockerd is stopped."""
-        if self.containerd:
-            self.containerd.close()
-            self.containerd = None
+        """Remove the state: what remains once dockerd (and the containerd it started) is stopped."""
         shutil.rmtree(self.state, ignore_errors=True)
 
 
-class PrivateContainerd:
-    """A containerd of its own (root, state, sockets under ``state``), e.g. for a current dockerd."""
-
-    def __init__(self, engines_dir: Path, state: Path, env: dict[str, str], wrap: Callable[[list[str]], list[str]]) -> None:
-        """``wrap``: the command line around containerd's (the runtime and hooks it starts see what it sees)."""
-        state.mkdir(parents=True)
-        self.socket = str(state / "containerd.sock")
-        config = state / "config.toml"
-        config.write_text(
-            f'version = 3\nroot = "{state}/root"\nstate = "{state}/state"\n'
-            f'[grpc]\n  address = "{self.socket}"\n[ttrpc]\n  address = "{self.socket}.ttrpc"\n'
-        )
-        ctr = [str(engines_dir / "ctr"), "-a", self.socket, "version"]
-        ready = lambda: subprocess.run(ctr, capture_output=True, timeout=TIMEOUT).returncode == 0  # noqa: E731
-        self.process = start_daemon(wrap([str(engines_dir / "containerd"), "--config", str(config)]), state / "containerd.log", env, ready, lambda: None)
-
-    def close(self) -> None:
-        stop_daemon(self.process)
+# a module fixture's params for "Debian 12's engines, and Debian sid's under make test-engines"
+DOCKER_RELEASES = ["debian", pytest.param("sid", marks=pytest.mark.current_engines)]
 
 
-# a module fixture's params for "Debian's engines, and the current releases under make test-engines"
-DOCKER_RELEASES = ["debian", pytest.param("current", marks=pytest.mark.current_engines)]
+def engines_for(release: str) -> bool:
+    """Whether ``release`` (a DOCKER_RELEASES param) is Debian sid's (support.sidroot), else Debian 12's on PATH."""
+    if release == "sid":
+        sid_root()  # built here, or the test skipped saying why
+    return release == "sid"
 
 
-def engines_for(release: str) -> Path | None:
-    """The engines of ``release`` (a DOCKER_RELEASES param): None for Debian's (on PATH), the
-    current releases' directory for "current" (the test is skipped without $ENGINES_DIR)."""
-    if release != "current":
-        return None
-    engines_dir = current_engines()
-    if engines_dir is None:
-        pytest.skip("current engines: run make test-engines (ENGINES_DIR)")
-    return engines_dir
-
-
-def current_engines() -> Path | None:
-    """The directory of current engine releases (containerd 2.x, runc, dockerd, crictl, crio) that
-    ``make test-engines`` passes as $ENGINES_DIR; None when it is not set."""
-    value = os.environ.get("ENGINES_DIR")
-    if not value:
-        return None
-    path = Path(value)
-    if not (path / "dockerd").is_file():
-        raise RuntimeError(f"ENGINES_DIR={value} has no dockerd: unpack the current engines there (make test-engines does)")
-    return path
-
+def etc_layer(layer: Path, files: dict[str, str] | None) -> Path | None:
+    """``files`` (path under /etc -> text) written under ``layer``; ``layer``, or None without files."""
+    for name, text in (files or {}).items():
+        path = layer / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return layer if files else None
 
 
 def with_etc_files(command: list[str], layer: Path, files: dict[str, str], writable: dict[str, Path] | None = None) -> list[str]:
@@ -252,10 +237,7 @@ def with_etc_files(command: list[str], layer: Path, files: dict[str, str], writa
     too; ``writable`` (directory under /etc -> a directory of the test's) are bind-mounted there,
     whether or not the host has them. The host's /etc is neither written nor, for those
     directories, read."""
-    for name, text in files.items():
-        path = layer / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    etc_layer(layer, files)
     layer.mkdir(parents=True, exist_ok=True)
     work = layer.parent / f"{layer.name}.work"
     work.mkdir(exist_ok=True)
@@ -276,10 +258,11 @@ class DaemonDidNotStart(pytest.fail.Exception):  # type: ignore[misc]  # pytest.
 BUSY_DEADLINE = 180
 
 
-def start_daemon(command: list[str], log_path: Path, env: dict[str, str], ready, release) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+def start_daemon(command: list[str], log_path: Path, env: dict[str, str], ready, release, stop=None) -> subprocess.Popen:  # type: ignore[no-untyped-def]
     """Start a daemon logging to ``log_path`` and wait (BUSY_DEADLINE at most) until ``ready()``.
-    If it dies or does not come up: stop it, ``release()`` what the caller set up for it, and fail
-    the test with the end of the daemon's log (DaemonDidNotStart: the daemon's reason, no traceback)."""
+    If it dies or does not come up: stop it (``stop``, by default stop_daemon), ``release()`` what the
+    caller set up for it, and fail the test with the end of the daemon's log (DaemonDidNotStart: the
+    daemon's reason, no traceback)."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **env})
     deadline = time.monotonic() + BUSY_DEADLINE
@@ -287,7 +270,7 @@ def start_daemon(command: list[str], log_path: Path, env: dict[str, str], ready,
         exited = process.poll()
         if exited is not None or time.monotonic() > deadline:
             why = f"exited with status {exited}" if exited is not None else f"was not ready after {BUSY_DEADLINE} s"
-            stop_daemon(process)
+            (stop or stop_daemon)(process)
             tail = log_path.read_text(errors="replace")[-3000:]
             release()
             raise DaemonDidNotStart(f"{log_path.stem} ({shlex.join(command)[:300]}) {why}; the end of its log {log_path}:\n{tail}", pytrace=False)
