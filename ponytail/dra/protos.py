@@ -204,8 +204,8 @@ def _resolve(proto: descriptor_pb2.FileDescriptorProto) -> None:
 
 def _build(proto: descriptor_pb2.FileDescriptorProto) -> Api:
     pool = descriptor_pool.DescriptorPool()
-    file = pool.Add(proto) if hasattr(pool, "Add") else None
-    file = pool.FindFileByName(proto.name) if file is None or not hasattr(file, "message_types_by_name") else file
+    pool.AddSerializedFile(proto.SerializeToString())  # in every protobuf release since 3.x
+    file = pool.FindFileByName(proto.name)
     messages = {name: _message_class(desc) for name, desc in file.message_types_by_name.items()}
     services = {}
     for service in file.services_by_name.values():
