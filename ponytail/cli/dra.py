@@ -66,14 +66,14 @@ def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_n
     with one_line_errors():
         try:
             import google.protobuf  # noqa: F401
-            import grpc  # noqa: F401 - here, to say what is missing in one line
+            import h2  # noqa: F401 - here, to say what is missing in one line
             import kubernetes  # noqa: F401
 
             from ponytail.dra.health import parse_overrides
             from ponytail.dra.server import DEFAULT_DRIVER, NVIDIA_DRIVER, Settings, run
         except ImportError as e:
-            raise UsageError(f"the DRA plugin needs grpcio, protobuf and kubernetes ({e.name} is missing): "
-                             "pip install 'ponytail[dra]', or apt-get install python3-grpcio python3-protobuf python3-kubernetes") from None
+            raise UsageError(f"the DRA plugin needs h2, protobuf and kubernetes ({e.name} is missing): "
+                             "pip install 'ponytail[dra]', or apt-get install python3-h2 python3-protobuf python3-kubernetes") from None
         loaded = load_config(*config_path(config))
         try:
             effects = parse_overrides(xid_effects)

@@ -3,7 +3,8 @@
 At start it removes what a prepare killed midway left (ponytail.dra.prepare), probes the GPUs,
 publishes the node's ResourceSlice, serves the DRA service (``v1.DRAPlugin``) and the health stream
 (``DRAResourceHealth``, as v1alpha1 and v1beta1) on ``<plugin dir>/dra.sock``, and then the kubelet's
-registration service on ``<registry dir>/<driver>-reg.sock`` (the kubelet watches that directory).
+registration service on ``<registry dir>/<driver>-reg.sock`` (the kubelet watches that directory), with
+ponytail.dra.grpcserver (HTTP/2 on ``h2``: no thread runs while nothing is asked).
 Threads follow the node: one probes again on the driver's events (the guard's sources: uevents, the
 nodes in /dev) and one every ``resync`` seconds, republishing the slice when the GPUs, the driver or
 the trees changed; one reads the kernel log for Xids
@@ -19,7 +20,6 @@ import socket
 import sys
 import threading
 import time
-from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,15 +85,17 @@ class Plugin:
         for line in self.preparer.recover():
             self.say(line)
         self.resync(force=True)
-        import grpc
+        from ponytail.dra.grpcserver import Server
 
         os.makedirs(self.s.plugin_dir, mode=0o750, exist_ok=True)
         os.makedirs(self.s.registry_dir, mode=0o750, exist_ok=True)
-        # one server on both sockets (the kubelet asks each only for its own services): gRPC's Python server wakes
-        # its polling thread five times a second to look for signals, which is most of what an idle plugin costs
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        server.add_generic_rpc_handlers([self._registration_handler(grpc), self._dra_handler(grpc)]
-                                        + [self._health_handler(grpc, p) for p in HEALTH_PACKAGES])
+        # one server on both sockets (the kubelet asks each only for its own services), ponytail.dra.grpcserver's:
+        # it sleeps in select() when idle, where grpcio's server woke five times a second
+        server = Server(on_cancel=self._wake_streams)
+        self._registration_service(server)
+        self._dra_service(server)
+        for package in HEALTH_PACKAGES:
+            self._health_service(server, package)
         _bind(server, self.dra_socket)
         _bind(server, self.registration_socket)  # last: the kubelet registers the plugin once this socket appears
         server.start()
@@ -108,15 +110,19 @@ class Plugin:
 
     def stop(self) -> None:
         self.stopping.set()
-        with self.changed:
-            self.changed.notify_all()
+        self._wake_streams()
         for server in self.servers:
-            server.stop(grace=1).wait()
+            server.stop()
         for path in (self.registration_socket, self.dra_socket):
             try:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+    def _wake_streams(self) -> None:
+        """Wake the health streams' waits: the plugin stops, or a client cancelled one."""
+        with self.changed:
+            self.changed.notify_all()
 
     def say(self, line: str) -> None:
         print(f"ponytail dra-plugin: {line}", file=sys.stderr, flush=True)
@@ -317,7 +323,7 @@ class Plugin:
 
     # -- gRPC -----------------------------------------------------------------------------------
 
-    def _registration_handler(self, grpc: Any) -> Any:
+    def _registration_service(self, server: Any) -> None:
         api = protos.load("pluginregistration.proto")
 
         def get_info(request: Any, context: Any) -> Any:
@@ -330,9 +336,9 @@ class Plugin:
                 self.say(f"the kubelet refused the registration: {request.error}")
             return api.RegistrationStatusResponse()
 
-        return _handler(grpc, api, "pluginregistration.Registration", {"GetInfo": get_info, "NotifyRegistrationStatus": notify})
+        _serve(server, api, "pluginregistration.Registration", {"GetInfo": get_info, "NotifyRegistrationStatus": notify})
 
-    def _dra_handler(self, grpc: Any) -> Any:
+    def _dra_service(self, server: Any) -> None:
         api = protos.load("dra_v1.proto")
 
         def prepare(request: Any, context: Any) -> Any:
@@ -363,42 +369,34 @@ class Plugin:
                     out.error = one_line(e.message if isinstance(e, PonytailError) else f"{e.filename}: {e.strerror}")
             return response
 
-        return _handler(grpc, api, "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin", {"NodePrepareResources": prepare, "NodeUnprepareResources": unprepare})
+        _serve(server, api, "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin", {"NodePrepareResources": prepare, "NodeUnprepareResources": unprepare})
 
-    def _health_handler(self, grpc: Any, package: str) -> Any:
+    def _health_service(self, server: Any, package: str) -> None:
         api = protos.load("dra_health.proto", package)
 
         def watch(request: Any, context: Any) -> Any:
             seen = [-1]  # the version last sent
             while not self.stopping.is_set() and context.is_active():
                 with self.changed:
-                    self.changed.wait_for(lambda: self.health_version != seen[0] or self.stopping.is_set(), timeout=HEALTH_RESEND_S)
+                    self.changed.wait_for(lambda: self.health_version != seen[0] or self.stopping.is_set() or not context.is_active(),
+                                          timeout=HEALTH_RESEND_S)
                     seen[0] = self.health_version
-                if self.stopping.is_set():
+                if self.stopping.is_set() or not context.is_active():
                     return
                 yield self.health_response(api)
 
-        return _handler(grpc, api, f"{package}.DRAResourceHealth", {"NodeWatchResources": watch})
+        _serve(server, api, f"{package}.DRAResourceHealth", {"NodeWatchResources": watch})
 
 
-def _handler(grpc: Any, api: protos.Api, service: str, functions: dict[str, Any]) -> Any:
-    handlers = {}
+def _serve(server: Any, api: protos.Api, service: str, functions: dict[str, Any]) -> None:
     for method in api.services[service]:
-        make = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
-        handlers[method.name] = make(functions[method.name], request_deserializer=method.request.FromString,
-                                     response_serializer=method.response.SerializeToString)
-    return grpc.method_handlers_generic_handler(service, handlers)
+        server.add_method(service, method.name, method.request, functions[method.name], method.server_streaming)
 
 
 def _bind(server: Any, path: str) -> None:
     if len(path.encode()) > 107:
         raise UsageError(f"socket path {path} is longer than the 107 bytes a Unix socket allows: choose a shorter directory")
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    if not server.add_insecure_port(f"unix://{path}"):
-        raise UsageError(f"cannot listen on {path}")
+    server.bind(path)
 
 
 def run(settings: Settings, config: Config) -> int:
