@@ -7,7 +7,8 @@ effect follows NVIDIA's classification of Xids: errors an application causes (13
 109) leave the GPU healthy and are only reported; errors that lose the GPU or its memory's
 integrity (48, 74, 79, 92, 94, 95, 119, 120, 140) evict its pods (``NoExecute``); any other Xid keeps
 new pods off it (``NoSchedule``). ``--xid-effect XID=EFFECT`` overrides one. The container that
-caused an Xid is found from its pid through the records the hooks write (``container_of_pid``).
+caused an Xid is found from its pid through the records the hooks write (``record_of_pid``); the plugin
+notes the Xid beside that record (ponytail.apply.containerrecord.note_xid) for ``ponytail guard`` to show.
 """
 
 from __future__ import annotations
@@ -89,11 +90,12 @@ def parse_overrides(items: tuple[str, ...] | list[str]) -> dict[int, str]:
     return found
 
 
-def container_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> str | None:
-    """The id of the GPU container (by the hooks' records, ponytail.apply.containerrecord) whose
-    cgroup holds process ``pid``; None when none does or the records cannot be read. Only reads."""
-    from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, open_records_dir, process_start, read_small
-    from ponytail.lite.plainjson import loads_plain
+def record_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> dict | None:
+    """The record (ponytail.apply.containerrecord) of the GPU container whose cgroup holds process ``pid``;
+    None when none does or the records cannot be read. Records are trusted as the guard trusts them
+    (root's own files in root's own directory): any other file is passed over. Only reads."""
+    from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, open_records_dir, process_start, read_record, read_small
+    from ponytail.fs.trust import Untrusted
 
     try:
         mine = cgroup_paths(read_small(f"{proc_root}/{pid}/cgroup"))
@@ -105,15 +107,10 @@ def container_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> st
             if not name.endswith(SUFFIX) or name.startswith("."):
                 continue
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-            except OSError:
+                read = read_record(dir_fd, name)
+            except Untrusted:
                 continue
-            try:
-                record = loads_plain(os.read(fd, 1 << 16))
-            except (OSError, ValueError):
-                continue
-            finally:
-                os.close(fd)
+            record = read[0] if read else None
             if not isinstance(record, dict) or not isinstance(record.get("cgroup"), dict):
                 continue
             theirs = record["cgroup"]
@@ -126,7 +123,8 @@ def container_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> st
                 except OSError:
                     pass
             if first == pid or any(_inside(mine.get(k), theirs.get(k)) for k in ("v1", "v2")):
-                return str(record.get("id") or name[: -len(SUFFIX)])
+                record.setdefault("id", name[: -len(SUFFIX)])
+                return record
     finally:
         os.close(dir_fd)
     return None

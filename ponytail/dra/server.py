@@ -9,7 +9,7 @@ Threads follow the node: one probes again on the driver's events (the guard's so
 nodes in /dev) and one every ``resync`` seconds, republishing the slice when the GPUs, the driver or
 the trees changed; one reads the kernel log for Xids
 (ponytail.dra.health), marks the GPU unhealthy on the health stream, taints its slice device and
-names the container that caused it. SIGTERM removes both sockets (the kubelet then deregisters the
+names the container that caused it (noting the Xid beside its record, for ``ponytail guard``). SIGTERM removes both sockets (the kubelet then deregisters the
 driver); the slice stays for the next start.
 """
 
@@ -288,8 +288,11 @@ class Plugin:
             return
         device = next((e for e in self.entries.values() if health.matches_bus(event.bus_id, e.bus_id)), None)
         effect = health.effect_of(event.xid, self.s.xid_effects)
-        container = health.container_of_pid(self.config.records_dir, event.pid) if event.pid else None
+        record = health.record_of_pid(self.config.records_dir, event.pid) if event.pid else None
+        container = str(record["id"]) if record else None
         who = f", pid {event.pid} ({event.process or '?'})" + (f" in container {container}" if container else "") if event.pid else ""
+        if record is not None:
+            self._note_xid(record, event, device)
         if device is None:
             self.say(f"Xid {event.xid} on {event.bus_id}, not a device of this plugin{who}: {event.text}")
             return
@@ -310,6 +313,18 @@ class Plugin:
             self.health_version += 1
             self.changed.notify_all()
         self.publish()
+
+    def _note_xid(self, record: dict, event: health.XidEvent, device: DeviceEntry | None) -> None:
+        """Note the Xid beside the container's record, for ``ponytail guard`` to show."""
+        from ponytail.apply.containerrecord import note_xid
+
+        xid = {"xid": event.xid, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "bus_id": event.bus_id,
+               "gpu": device.gpu_uuid if device else event.bus_id, "device": device.name if device else "",
+               "pid": event.pid, "process": event.process[:64], "text": event.text[:256], "driver": self.s.driver}
+        try:
+            note_xid(self.config.records_dir, record, xid)
+        except (OSError, ValueError) as e:
+            self.say(f"cannot note Xid {event.xid} for container {record.get('id')} in {self.config.records_dir}: {e}")
 
     def health_response(self, api: Any) -> Any:
         response = api.NodeWatchResourcesResponse()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from support.commands import PONYTAIL
 from support.dra import DRIVER, NODE, DraNode
 from support.fakehost import FakeHost, gpus
 from support.kube_api import allocated_claim
@@ -265,12 +266,45 @@ def test_an_xids_process_is_named_by_the_container_whose_cgroup_holds_it(node: D
         with open(node.kmsg, "a") as kmsg:
             kmsg.write(f"3,1,2,-;NVRM: Xid (PCI:{bus}): 31, pid={worker.pid}, name=sleep, Ch 00000008, intr 00000000. MMU Fault\n")
         log = node.wait_log("reported only")
+        guard = subprocess.run([*PONYTAIL, "guard", "--config", str(node.config), "--once", "--json", "--report-only"],
+                               capture_output=True, text=True, timeout=60)
+        text = subprocess.run([*PONYTAIL, "guard", "--config", str(node.config), "--once", "--report-only"],
+                              capture_output=True, text=True, timeout=60).stdout
     finally:
         for process in (first, worker):
             process.kill()
             process.wait()
         cgroup.rmdir()
     assert f"Xid 31 on gpu-0 ({node.host.gpu_list[0].uuid}), pid {worker.pid} (sleep) in container ctr-train" in log, log
+    # the guard shows the Xid with the container it was attributed to
+    container = next(c for c in json.loads(guard.stdout)["containers"] if c["id"] == "ctr-train")
+    assert [(x["xid"], x["gpu"], x["pid"], x["process"]) for x in container["xids"]] == [(31, node.host.gpu_list[0].uuid, worker.pid, "sleep")], guard.stdout + log
+    assert f"1 Xid(s) attributed, the last Xid 31 on {node.host.gpu_list[0].uuid}" in text, text
+
+
+def test_an_xid_noted_for_an_earlier_container_of_the_same_id_is_not_shown(tmp_path: Path) -> None:
+    """The note names the record's process: a container restarted under the same id starts without Xids,
+    and a note that is not root's private file is not believed."""
+    import os
+
+    from ponytail.apply.containerrecord import note_xid, open_records_dir, read_xids, record_container
+
+    records = str(tmp_path / "records")
+    record_container(records, "ctr", os.getpid(), "hook", [], "550.54.15")
+    record = json.loads((tmp_path / "records" / "ctr.json").read_text())
+    note_xid(records, record, {"xid": 79, "gpu": "GPU-1"})
+    note_xid(records, record, {"xid": 13, "gpu": "GPU-1"})
+    dir_fd = open_records_dir(records)
+    try:
+        assert [x["xid"] for x in read_xids(dir_fd, record)] == [79, 13]
+        assert read_xids(dir_fd, dict(record, pid_start=record["pid_start"] + 1)) == []  # the same id, another process
+        os.chmod(tmp_path / "records" / "ctr.xids", 0o644)
+        from ponytail.fs.trust import Untrusted
+
+        with pytest.raises(Untrusted):
+            read_xids(dir_fd, record)
+    finally:
+        os.close(dir_fd)
 
 
 def test_a_plugin_killed_while_it_prepares_leaves_nothing_and_the_next_prepare_works(node: DraNode) -> None:
