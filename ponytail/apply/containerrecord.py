@@ -21,6 +21,11 @@ record of a container that is gone, and one start in 64 does too (``prune_record
 that records do not pile up where no guard runs. A record is removed only if it is still the
 file that was read (``remove_record``): a container restarted under the same id keeps its new
 one. A record that is not JSON at all (a file cut short) is removed as well.
+
+Beside a record, ``<id>.xids`` holds the GPU errors (Xids) that ``ponytail dra-plugin`` attributed
+to the container (``note_xid``), the latest ``MAX_XIDS``; it names the record's process (pid and start
+time), so that a container restarted under the same id does not inherit them. It is written and trusted
+as the records are; the guard shows it (``read_xids``) and removes it with its record.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ if TYPE_CHECKING:
 
 RECORD_VERSION = 1
 SUFFIX = ".json"
+XIDS_SUFFIX = ".xids"  # the Xids attributed to a container, beside its record
+MAX_XIDS = 16
 MAX_RECORD_BYTES = 1 << 16
 PRUNE_CHANCE = 4  # of 256: one start in 64 also removes the records of containers that are gone
 _NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -93,7 +100,9 @@ def prune_records(dir_fd: int) -> int:
                 continue
             record, identity = read
             if record is CUT_SHORT or isinstance(record, dict) and record_gone(record):
-                removed += remove_record(dir_fd, name, identity)
+                if remove_record(dir_fd, name, identity):
+                    removed += 1
+                    remove_xids(dir_fd, name)
             continue
         pid = writer_pid(name)
         if pid is not None and process_start(pid) == -1:
@@ -189,6 +198,51 @@ def container_of(directory: str, pid: int) -> dict | None:
         return None
     finally:
         os.close(dir_fd)
+
+
+def note_xid(directory: str, record: dict, xid: dict) -> None:
+    """Add ``xid`` (plain JSON: the Xid, its GPU, time, pid...) to the Xids noted for the container of
+    ``record`` (as read from ``directory``); OSError or ValueError when it cannot be written."""
+    from ponytail.fs.atomic import replace_file
+    from ponytail.fs.trust import Untrusted
+
+    name = record_name(str(record.get("id", ""))).removesuffix(SUFFIX) + XIDS_SUFFIX
+    dir_fd = open_records_dir(directory)
+    try:
+        try:
+            earlier = read_xids(dir_fd, record)
+        except Untrusted:
+            earlier = []  # replaced: the directory is root's, the file in it is not believed
+        data = {"pid": record.get("pid"), "pid_start": record.get("pid_start"), "xids": [*earlier, xid][-MAX_XIDS:]}
+        replace_file(name, (dumps(data) + "\n").encode(), 0o600, dir_fd=dir_fd, durable=False)
+    finally:
+        os.close(dir_fd)
+
+
+def read_xids(dir_fd: int, record: dict) -> list[dict]:
+    """The Xids noted for the container of ``record`` in the open records directory: [] when none are,
+    or the note is another process's (an earlier container of the same id). Untrusted as read_record."""
+    from ponytail.fs.trust import read_private_at
+    from ponytail.lite.plainjson import loads_plain
+
+    try:
+        name = record_name(str(record.get("id", ""))).removesuffix(SUFFIX) + XIDS_SUFFIX
+    except ValueError:
+        return []
+    read = read_private_at(dir_fd, name, MAX_RECORD_BYTES, "records")
+    note = loads_plain(read[0]) if read else None
+    if not isinstance(note, dict) or note.get("pid") != record.get("pid") or note.get("pid_start") != record.get("pid_start"):
+        return []
+    xids = note.get("xids")
+    return [x for x in xids if isinstance(x, dict) and isinstance(x.get("xid"), int)][-MAX_XIDS:] if isinstance(xids, list) else []
+
+
+def remove_xids(dir_fd: int, name: str) -> None:
+    """Remove the Xids noted beside record ``name`` (its record is gone)."""
+    try:
+        os.unlink(name.removesuffix(SUFFIX) + XIDS_SUFFIX, dir_fd=dir_fd)
+    except OSError:
+        pass
 
 
 def record_name(container_id: str) -> str:

@@ -482,6 +482,10 @@ from ponytail.cli.migrate import migrate  # noqa: E402 - the migration from NVID
 
 cli.add_command(migrate)
 
+from ponytail.cli.dra import dra_plugin  # noqa: E402 - the DRA kubelet plugin
+
+cli.add_command(dra_plugin)
+
 from ponytail.cli.habits import config, runtime  # noqa: E402 - NVIDIA's command lines: an alias or a pointer
 
 cli.add_command(runtime)

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ponytail.plan",),
     ("ponytail.apply",),
     ("ponytail.hook",),
-    ("ponytail.engines",),
+    ("ponytail.engines", "ponytail.dra"),  # dra: the DRA kubelet plugin, beside the engines it serves
     ("ponytail.cli",),
     ("ponytail.__main__", "ponytail.entry"),
 ]

@@ -24,7 +24,17 @@ from __future__ import annotations
 import os
 import time
 
-from ponytail.apply.containerrecord import CUT_SHORT, SUFFIX, cgroup_paths, open_records_dir, read_record, remove_record
+from ponytail.apply.containerrecord import (
+    CUT_SHORT,
+    SUFFIX,
+    XIDS_SUFFIX,
+    cgroup_paths,
+    open_records_dir,
+    read_record,
+    read_xids,
+    remove_record,
+    remove_xids,
+)
 from ponytail.engines.guard.access import denied_devices
 from ponytail.engines.guard.binding import ScanBudget, cgroup_pids, mapping_processes, old_driver_file, stale_reasons
 from ponytail.errors import PonytailError
@@ -48,12 +58,17 @@ class Watched:
         self.notes: list[str] = []
         self.allowed = 0
         self.removed = False  # gone, and its record removed
+        self.xids: list[dict] = []  # the GPU errors ponytail dra-plugin attributed to it (containerrecord.note_xid)
 
     def line(self) -> str:
         """The one line said of this container."""
         head = f"container {self.id} (pid {self.pid}, {self.started_by})"
+        xids = []
+        if self.xids:
+            last = self.xids[-1]
+            xids = [f"{len(self.xids)} Xid(s) attributed, the last Xid {last['xid']} on {_plain(last.get('gpu'))} at {_plain(last.get('time'))}"]
         if self.state == "gone":
-            return f"{head}: gone; {'its record removed' if self.removed else 'its record kept (report only)'}"
+            return "; ".join([f"{head}: gone", 'its record removed' if self.removed else 'its record kept (report only)', *xids])
         parts = []
         if self.state == "repaired":
             parts.append(f"had lost {', '.join(self.lost)}; given back (only those)")
@@ -63,12 +78,17 @@ class Watched:
             parts.append(f"all {self.allowed} allotted node(s) allowed")
         if self.stale:
             parts.append("stale driver: " + "; ".join(self.stale))
-        parts += self.notes
+        parts += xids + self.notes
         return f"{head}: {'; '.join(parts)}"
 
     def as_dict(self) -> dict:
         return {"id": self.id, "pid": self.pid, "started_by": self.started_by, "state": self.state, "lost": self.lost,
-                "stale": self.stale, "notes": self.notes}
+                "stale": self.stale, "notes": self.notes, "xids": self.xids}
+
+
+def _plain(value: object) -> str:
+    """A noted field for the text line: printable characters only (a process can name itself anything)."""
+    return "".join(c for c in str(value or "?")[:80] if c.isprintable())
 
 
 class PassReport:
@@ -126,13 +146,17 @@ def guard_pass(config: Config, repair: bool) -> PassReport:
     scans: list[tuple[Watched, str | None, tuple[int, int]]] = []
     try:
         from ponytail.apply.rootlock import lock_directory
+        from ponytail.fs.trust import Untrusted
 
         lock_directory(dir_fd, f"the records directory {directory}", config.timeout_lock)
         report.driver_version = _running_version(config.proc_root)
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
             mountinfo = f.read()
         own_namespace = _own_cgroup_namespace()
-        for name in sorted(os.listdir(dir_fd)):
+        names = sorted(os.listdir(dir_fd))
+        for name in names:
+            if repair and name.endswith(XIDS_SUFFIX) and not name.startswith(".") and name.removesuffix(XIDS_SUFFIX) + SUFFIX not in names:
+                remove_xids(dir_fd, name.removesuffix(XIDS_SUFFIX) + SUFFIX)  # its record went before it was noted
             if not name.endswith(SUFFIX) or name.startswith("."):
                 continue
             read = _read_record(dir_fd, directory, name, report, repair)
@@ -140,8 +164,14 @@ def guard_pass(config: Config, repair: bool) -> PassReport:
                 continue
             record, identity = read
             watched, scan = _check(record, mountinfo, report.driver_version, repair, config, own_namespace)
+            try:
+                watched.xids = read_xids(dir_fd, record)  # a gone container's too: they may be why it went
+            except Untrusted as e:
+                report.problems.append(f"Xids ignored: {e}")
             if watched.state == "gone" and repair:
                 watched.removed = remove_record(dir_fd, name, identity)
+                if watched.removed:
+                    remove_xids(dir_fd, name)
             if scan is not None:
                 scans.append((watched, *scan))
             report.containers.append(watched)
