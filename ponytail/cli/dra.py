@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from ponytail.cli.clickclasses import CONTEXT, one_line_errors
+from ponytail.cli.clickclasses import CONTEXT, Command, one_line_errors
 
 
-@click.command("dra-plugin", context_settings=CONTEXT)
+@click.command("dra-plugin", cls=Command, context_settings=CONTEXT)
 @click.option("-config", "--config", "config", metavar="FILE", help="Config file (its [host] roots and [drivers.NAME] trees; as for the hook).")
 @click.option("--driver-name", metavar="NAME", default=None,
               help="The DRA driver's name (a DNS subdomain). Default: gpu.ponytail.example.com; with --nvidia, gpu.nvidia.com.")

@@ -38,6 +38,7 @@ SKIPPED: dict[str, str] = {
     "pip install .": "installs into an environment; the tests run the one make setup installed",
     "make deb": "builds the Debian package: tests/deb/test_deb.py builds it from a clean clone and installs it in a Debian 12 root",
     "sudo apt install ./dist/": "installs into this machine: tests/deb/test_deb.py installs the package in a pristine Debian 12 root",
+    "sudo systemctl ": "enables the package's guard unit on a node with systemd: tests/node/test_node.py runs it in a booted node",
 }
 # the start of a README command -> the exit statuses the README says it may end with
 EXIT_STATUS: dict[str, tuple[int, ...]] = {

@@ -22,7 +22,7 @@ HEALTH = protos.load("dra_health.proto", "v1beta1")
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Server, str, dict]]:
     grpc = pytest.importorskip("grpc")
-    state: dict = {"cancelled": threading.Event(), "go": threading.Condition(), "sent": 0}
+    state: dict = {"cancelled": threading.Event(), "go": threading.Condition(), "sent": 0, "released": 0}
 
     def get_info(request: object, context: Context) -> object:
         return REG.PluginInfo(type="DRAPlugin", name="x" * state.get("name_size", 3), endpoint="/e", supported_versions=["v1"])
@@ -34,8 +34,8 @@ def served(tmp_path: Path) -> Iterator[tuple[Server, str, dict]]:
         while context.is_active():
             state["sent"] += 1
             yield HEALTH.NodeWatchResourcesResponse()
-            with state["go"]:
-                state["go"].wait(30)
+            with state["go"]:  # a release counted, not a bare notify: one sent before this wait is not lost
+                state["go"].wait_for(lambda: state["released"] >= state["sent"] or not context.is_active(), 30)
         state["cancelled"].set()
 
     def wake() -> None:
@@ -92,6 +92,7 @@ def test_a_cancelled_stream_ends_its_call(served: tuple[Server, str, dict]) -> N
                                        response_deserializer=HEALTH.NodeWatchResourcesResponse.FromString)(HEALTH.NodeWatchResourcesRequest(), timeout=30)
     next(stream)
     with t["go"]:
+        t["state"]["released"] += 1
         t["go"].notify_all()
     next(stream)
     stream.cancel()
