@@ -1,8 +1,8 @@
 """A GPU node's life on a booted Debian 12 node (support.bootednode: systemd in systemd-nspawn, the engines
 of Debian 12 run by its systemd on cgroup v2, runc's systemd cgroup driver): the package ``make deb`` builds
 installed with apt as an operator would, ``ponytail configure``, GPU containers started on every start path
-(Docker's legacy hook through ``--gpus``, podman's hooks.d, the runtime shim, CDI), then ``systemctl
-daemon-reload``, a reboot, a package upgrade and removal, a migration off NVIDIA's toolkit and back.
+(Docker's legacy hook through ``--gpus``, podman's hooks.d, the runtime shim, CDI, containerd's CRI through
+support.containerd_cri's client), then ``systemctl daemon-reload``, a reboot, a package upgrade and removal, a migration off NVIDIA's toolkit and back.
 
 The driver is the project's fake one (support.fakehost): its libraries where the config says, its device
 nodes made in the node's /dev at boot by a unit standing in for nvidia-modprobe. A GPU node that opens with
@@ -18,12 +18,14 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
 from support.bootednode import BootedNode, node_root
+from support.containerd_cri import Pods, oci_archive
 from support.debbuild import OLD_VERSION, build_debs, nvidia_package
 from support.fakehost import FakeHost, gpus, make_rootfs
 from support.nvidia_tools import DEVICE_PLUGIN_KIND, captured_host, point_hooks, spec_text
@@ -287,6 +289,126 @@ def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, P
     assert undone.returncode == 0, undone.stderr
     node.check(f"cp {captured}/management.yaml /var/run/cdi/management.nvidia.com-gpu.yaml")  # the Operator's, again after the boot
     assert node.check(snapshot) == before
+
+
+@dataclass
+class NodeContainerd:
+    """The node's own containerd as support.containerd_cri.Pods sees it: its CRI socket reached from here
+    through the node's root (/proc/PID/root), pod logs under ``state`` (bound into the node at the same path)."""
+
+    socket: str
+    state: Path
+    cgroup_parent: str
+
+
+# The node's containerd as an operator sets it up for kubelet: runc's systemd cgroup driver (kubelet's
+# cgroupDriver: systemd), restrict_oom_score_adj, the pause image imported locally (no registry reachable), the
+# native snapshotter (overlayfs is refused over the node's overlay root, as for podman). And, a stand-in's
+# choice: disable_cgroup = true. containerd's CRI gives every sandbox CPU shares (no setting but this one turns
+# that off), and this machine's cpu controller is bound to cgroup v1, so the node's cgroup2 tree has none: runc
+# fails writing cpu.weight. With it containerd 1.6 sends no resources and no cgroup path; runc's systemd driver
+# still makes each container a systemd scope (runc-ID.scope in system.slice) with the spec's device rules as its
+# DeviceAllow=, and the node's systemd enforces them: the reload check stays a real one. Only CPU and memory
+# limits, and the pod's cgroup parent, are left out.
+CONTAINERD_CONFIG = r"""
+    containerd config default >/etc/containerd/config.toml
+    sed -Ei -e 's/SystemdCgroup = false/SystemdCgroup = true/' \
+        -e 's/^(\s*sandbox_image = ).*/\1"localhost\/pause:1"/' \
+        -e 's/^(\s*snapshotter = )"overlayfs"/\1"native"/' \
+        -e 's/restrict_oom_score_adj = false/restrict_oom_score_adj = true/' \
+        -e 's/disable_cgroup = false/disable_cgroup = true/' /etc/containerd/config.toml
+    test "$(grep -cE 'SystemdCgroup = true|localhost/pause:1|"native"|restrict_oom_score_adj = true|disable_cgroup = true' /etc/containerd/config.toml)" = 5
+    """
+NO_CRI_ON_SID = ("containerd 2.1 has no disable_cgroup (it ignores the key as unknown) and its CRI sets CPU shares on "
+                 "every sandbox; the node's cgroup2 tree has no cpu controller (bound to cgroup v1 on this machine), "
+                 "so runc fails writing cpu.weight")
+
+
+def _node_pods(node: BootedNode, state: Path) -> Pods:
+    """A CRI client of the node's containerd: host-network pods, no CPU or memory resources asked."""
+    daemon = NodeContainerd(f"/proc/{node.leader}/root/run/containerd/containerd.sock", state, "")
+    return Pods(daemon, "localhost/pause:1", state / "stubs")  # type: ignore[arg-type]
+
+
+def _task_pid(cid: str) -> str:
+    return f"ctr -n k8s.io task ls | awk '$1 == \"{cid}\" {{print $2}}'"
+
+
+def _cri_gpus(node: BootedNode, cid: str) -> dict[str, str]:
+    """_gpus in a CRI container, cudacheck's output through a file in it (ctr task exec at times drops its output)."""
+    exec_id = f"check-{time.monotonic_ns()}"
+    out = node.check(f"""
+        ctr -n k8s.io task exec --exec-id {exec_id} {cid} /bin/sh -c '{CUDACHECK} /dev/nvidia0 /dev/nvidia1 >/tmp/cudacheck 2>&1'
+        cat /proc/$({_task_pid(cid)})/root/tmp/cudacheck
+        """)
+    assert "cuDriverGetVersion 12040" in out, out
+    return dict(GPU.findall(out))
+
+
+def _start_cri_pods(node: BootedNode, pods: Pods) -> dict[str, tuple[str, str]]:
+    """A GPU pod on each of containerd 1.6's routes (no CDI there): {route: (container id, its systemd scope)}."""
+    routes: dict[str, dict] = {
+        "shim (handler ponytail, NVIDIA_VISIBLE_DEVICES)": {"env": {"NVIDIA_VISIBLE_DEVICES": "0"}, "runtime_handler": "ponytail"},
+        "shim (handler ponytail, the device plugin's list)": {
+            "mounts": [("/dev/null", "/var/run/nvidia-container-devices/0")], "runtime_handler": "ponytail"},
+    }
+    started = {}
+    for route, request in routes.items():
+        cid, _ = pods.create(["/bin/sleep", "100000"], **request)
+        pods.start(cid)
+        started[route] = (cid, _scope(node, _task_pid(cid)))
+    return started
+
+
+def test_cri_pods_daemon_reload_and_reboot(node: BootedNode, fake: Path, debs: dict[str, Path], suite: str) -> None:
+    """GPU pods started through containerd's CRI in the node (the project's CRI client, as kubelet calls it) keep
+    exactly their GPU across daemon-reloads; after a reboot new ones get it again."""
+    if suite != "bookworm":
+        pytest.skip(NO_CRI_ON_SID)
+    _install(node, fake, debs["new"])
+    state = fake / f"cri-{node.name}"
+    state.mkdir()
+    image = oci_archive(fake / "rootfs", "localhost/pause:1", ["/bin/sleep", "100000"], state / "image.tar")
+    node.check(CONTAINERD_CONFIG)
+    node.check("ponytail configure --runtime containerd && systemctl restart containerd")
+    node.check(f"ctr -n k8s.io images import --snapshotter native {image}")
+    only_gpu0 = {"/dev/nvidia0": "ENXIO", "/dev/nvidia1": "ENOENT"}
+    pods = _node_pods(node, state)
+    try:
+        assert "containerd 1.6" in pods.version()
+        started = _start_cri_pods(node, pods)
+        for route, (cid, unit) in started.items():
+            assert _cri_gpus(node, cid) == only_gpu0, route
+            allowed = _device_allow(node, unit)
+            assert re.search(r"DeviceAllow=/dev/(nvidia0|char/195:0) rw", allowed), (route, allowed)
+            assert "195:1" not in allowed and "nvidia1 " not in allowed, (route, allowed)
+        for _ in range(2):
+            node.check("systemctl daemon-reload")
+            time.sleep(0.5)
+            for route, (cid, unit) in started.items():
+                assert _cri_gpus(node, cid) == only_gpu0, f"{route} after daemon-reload"
+                assert re.search(r"DeviceAllow=/dev/(nvidia0|char/195:0) rw", _device_allow(node, unit)), route
+        # the node's systemd enforces the scopes' device rules: emptied, the list takes the GPU away; the guard gives it back
+        cid, unit = next(iter(started.values()))
+        node.check(f"systemctl set-property --runtime {unit} DeviceAllow=")
+        assert _cri_gpus(node, cid)["/dev/nvidia0"] == "EPERM"
+        repaired = node.run("ponytail guard --once")
+        assert repaired.returncode == 1 and "given back (only those)" in repaired.stdout, repaired.stdout + repaired.stderr
+        assert _cri_gpus(node, cid) == only_gpu0
+    finally:
+        pods.close()
+
+    node.poweroff()
+    node.boot()
+    pods = _node_pods(node, state)  # the node's containerd again, its GPU pods started anew as kubelet would
+    try:
+        for route, (cid, _unit) in _start_cri_pods(node, pods).items():
+            assert _cri_gpus(node, cid) == only_gpu0, f"{route} after the reboot"
+    finally:
+        pods.close()
+    well = node.run("ponytail guard --once")
+    assert well.returncode == 0, well.stdout + well.stderr
+
 
 
 def test_a_driver_upgrade_is_reported(node: BootedNode, fake: Path, debs: dict[str, Path], suite: str) -> None:
