@@ -63,11 +63,6 @@ def lower(suite: str) -> Path:
     return root
 
 
-def bookworm_only(suite: str) -> None:
-    if suite != "bookworm":
-        pytest.skip("on the Debian 12 node only: the sid node runs the start paths, the reloads and the reboot")
-
-
 def _pids(suite: str) -> str:
     """No pids controller in the node's cgroup tree: podman 4 takes -1 for no limit, podman 5 0."""
     return "--pids-limit=-1" if suite == "bookworm" else "--pids-limit=0"
@@ -232,7 +227,6 @@ def test_reboot_brings_the_node_back(node: BootedNode, fake: Path, debs: dict[st
 
 
 def test_migrate_reboot_and_undo(node: BootedNode, fake: Path, debs: dict[str, Path], tmp_path: Path, suite: str) -> None:
-    bookworm_only(suite)
     captured = tmp_path / "captured"
     host = captured_host(captured)
     config = captured / "config.toml"
@@ -413,7 +407,6 @@ def test_cri_pods_daemon_reload_and_reboot(node: BootedNode, fake: Path, debs: d
 
 def test_a_driver_upgrade_is_reported(node: BootedNode, fake: Path, debs: dict[str, Path], suite: str) -> None:
     """Last in this module: it swaps the fake driver that the other tests share."""
-    bookworm_only(suite)
     _install(node, fake, debs["new"])
     node.check("ponytail configure --runtime docker && systemctl restart docker")
     cid = node.check("docker run -d --network none --runtime ponytail -e NVIDIA_VISIBLE_DEVICES=0 gpuimg /usr/local/bin/cudahold").strip()
