@@ -36,7 +36,7 @@ from ponytail.lite.plainjson import dumps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
 RECORD_VERSION = 1
 SUFFIX = ".json"
@@ -174,30 +174,38 @@ def remove_record(dir_fd: int, name: str, identity: tuple[int, int]) -> bool:
             pass
 
 
-def container_of(directory: str, pid: int) -> dict | None:
-    """The record of the running container whose process is ``pid`` (its start time checked), or None:
-    how another part of ponytail maps a process to the container ponytail started."""
+def trusted_records(directory: str) -> Iterator[tuple[str, dict]]:
+    """(file name, record) of each record in ``directory`` that the guard would trust (root's own
+    files in root's own directory; any other file is passed over), in name order. Only reads; none
+    when the directory cannot be opened."""
     from ponytail.fs.trust import Untrusted
 
     try:
         dir_fd = open_records_dir(directory)
     except OSError:
-        return None
+        return
     try:
-        start = process_start(pid)
-        for name in os.listdir(dir_fd):
+        for name in sorted(os.listdir(dir_fd)):
             if not name.endswith(SUFFIX) or name.startswith("."):
                 continue
             try:
                 read = read_record(dir_fd, name)
             except Untrusted:
                 continue
-            record = read[0] if read else None
-            if isinstance(record, dict) and record.get("pid") == pid and record.get("pid_start") == start != -1:
-                return record
-        return None
+            if read is not None and isinstance(read[0], dict):
+                yield name, read[0]
     finally:
         os.close(dir_fd)
+
+
+def container_of(directory: str, pid: int) -> dict | None:
+    """The record of the running container whose process is ``pid`` (its start time checked), or None:
+    how another part of ponytail maps a process to the container ponytail started."""
+    start = process_start(pid)
+    for _, record in trusted_records(directory):
+        if record.get("pid") == pid and record.get("pid_start") == start != -1:
+            return record
+    return None
 
 
 def note_xid(directory: str, record: dict, xid: dict) -> None:

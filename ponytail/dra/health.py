@@ -13,7 +13,6 @@ notes the Xid beside that record (ponytail.apply.containerrecord.note_xid) for `
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 EFFECTS = ("NoSchedule", "NoExecute", "None")
@@ -94,39 +93,27 @@ def record_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> dict 
     """The record (ponytail.apply.containerrecord) of the GPU container whose cgroup holds process ``pid``;
     None when none does or the records cannot be read. Records are trusted as the guard trusts them
     (root's own files in root's own directory): any other file is passed over. Only reads."""
-    from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, open_records_dir, process_start, read_record, read_small
-    from ponytail.fs.trust import Untrusted
+    from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, process_start, read_small, trusted_records
 
     try:
         mine = cgroup_paths(read_small(f"{proc_root}/{pid}/cgroup"))
-        dir_fd = open_records_dir(records_dir)
     except (OSError, ValueError):
         return None
-    try:
-        for name in sorted(os.listdir(dir_fd)):
-            if not name.endswith(SUFFIX) or name.startswith("."):
-                continue
+    for name, record in trusted_records(records_dir):
+        if not isinstance(record.get("cgroup"), dict):
+            continue
+        theirs = record["cgroup"]
+        first = record.get("pid")
+        if not any(_inside(mine.get(k), theirs.get(k)) for k in ("v1", "v2")) and isinstance(first, int) \
+                and process_start(first) == record.get("pid_start"):
+            # a CDI hook in the container's cgroup namespace may record "/": the host's view of its process then
             try:
-                read = read_record(dir_fd, name)
-            except Untrusted:
-                continue
-            record = read[0] if read else None
-            if not isinstance(record, dict) or not isinstance(record.get("cgroup"), dict):
-                continue
-            theirs = record["cgroup"]
-            first = record.get("pid")
-            if not any(_inside(mine.get(k), theirs.get(k)) for k in ("v1", "v2")) and isinstance(first, int) \
-                    and process_start(first) == record.get("pid_start"):
-                # a CDI hook in the container's cgroup namespace may record "/": the host's view of its process then
-                try:
-                    theirs = cgroup_paths(read_small(f"{proc_root}/{first}/cgroup"))
-                except OSError:
-                    pass
-            if first == pid or any(_inside(mine.get(k), theirs.get(k)) for k in ("v1", "v2")):
-                record.setdefault("id", name[: -len(SUFFIX)])
-                return record
-    finally:
-        os.close(dir_fd)
+                theirs = cgroup_paths(read_small(f"{proc_root}/{first}/cgroup"))
+            except OSError:
+                pass
+        if first == pid or any(_inside(mine.get(k), theirs.get(k)) for k in ("v1", "v2")):
+            record.setdefault("id", name[: -len(SUFFIX)])
+            return record
     return None
 
 
