@@ -176,7 +176,7 @@ def _racing_pass(ponytail: str, config_file: Path, doomed: list[Stand], at_pid: 
 def _widened_pass(config: object, stands: list[Stand], doomed: list[Stand], at_pid: Path, nobody: Path, taken: list[int],
                   report: GuardReport) -> None:
     """A pass in this process, each doomed container's pid taken between the pass's check and its write."""
-    from ponytail.engines.guard import watch
+    from ponytail.guard import watch
 
     by_cgroup = {"/" + str(s.cgroup.relative_to(DEVICES)): s for s in doomed}
     real = watch.denied_devices

@@ -8,7 +8,7 @@ import os
 import sys
 
 if os.path.basename(sys.argv[0]) == "ponytail-runtime":
-    from ponytail.engines.shim.main import main as runtime_main
+    from ponytail.hooks.shim.main import main as runtime_main
 
     raise SystemExit(runtime_main())
 

@@ -59,22 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and os.path.basename(sys.argv[0]) == "nvidia-container-runtime-hook":  # Docker's --gpus
         return _docker_gpus_hook(args)
     if argv is None and os.path.basename(sys.argv[0]) in ("nvidia-cdi-hook", "nvidia-ctk"):  # NVIDIA's CDI specs' hooks
-        from ponytail.engines.cdi.nvidiahook import main as nvidia_hook
+        from ponytail.hooks.nvidia import main as nvidia_hook
 
         return nvidia_hook(sys.argv[0], args)
     if args[:1] == ["nvidia-hook"] and len(args) > 1:  # the script install-nvidia-hook writes: nvidia-hook PATH ARGS...
-        from ponytail.engines.cdi.nvidiahook import main as nvidia_hook
+        from ponytail.hooks.nvidia import main as nvidia_hook
 
         return nvidia_hook(args[1], args[2:])
     if args[:1] == ["cdi-hook"]:  # a CDI spec's createContainer hook: its own fast path, no click
-        from ponytail.engines.cdi.hook import main as cdi_hook
-        from ponytail.engines.cdi.hook import parse_args as parse_cdi_hook_args
+        from ponytail.hooks.cdi import main as cdi_hook
+        from ponytail.hooks.cdi import parse_args as parse_cdi_hook_args
 
         hook = parse_cdi_hook_args(args[1:])
         if hook is not None:
             return cdi_hook(hook)
     if args[:2] == ["cdi", "generate"]:  # beside nvidia-ctk on every driver change: a plain command line without click
-        from ponytail.cli.cdigenerate import parse_generate_args, run_generate
+        from ponytail.cdi.generate import run_generate
+        from ponytail.cli.cdigenerate import parse_generate_args
 
         generate = parse_generate_args(args)
         if generate is not None:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     options = parse_hook_args(args)
     if options is not None:
-        from ponytail.hook import run_hook
+        from ponytail.hooks.prestart import run_hook
 
         return run_hook(options)
     from ponytail.cli.info import parse_info_args
@@ -100,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _docker_gpus_hook(args: list[str]) -> int:
-    """Run under the name dockerd looks for (ponytail.engines.dockergpus): ``prestart`` is the
+    """Run under the name dockerd looks for (ponytail.install.dockergpus): ``prestart`` is the
     hook, the other stages have nothing to do."""
-    from ponytail.engines.dockergpus import hook_arguments
     from ponytail.errors import UsageError
+    from ponytail.hooks.dockergpus import hook_arguments
 
     try:
         hook_args = hook_arguments(args)

@@ -6,9 +6,9 @@ import sys
 
 import click
 
+from ponytail.cdi.files import DEFAULT_STRATEGY, STRATEGIES
 from ponytail.cli.clickclasses import CONTEXT, Group, one_line_errors
 from ponytail.config import Config
-from ponytail.engines.cdi.files import DEFAULT_STRATEGY, STRATEGIES
 
 _CONFIG = click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook); the spec's hook is run with it.")
 
@@ -37,7 +37,7 @@ def generate(output: str | None, form: str | None, strategy: str, version: str |
     """Write a CDI spec of this host's GPUs (kind nvidia.com/gpu): one device per GPU, per
     MIG device, and 'all'; the same plan as the hook, rendered as data. The same host always
     gives the same bytes."""
-    from ponytail.cli.cdigenerate import run_generate  # a plain command line gets there without click
+    from ponytail.cdi.generate import run_generate  # a plain command line gets there without click
 
     code = run_generate(output, form, strategy, version, capabilities, hook_path, config)
     if code:
@@ -51,8 +51,8 @@ def generate(output: str | None, form: str | None, strategy: str, version: str |
 @_CONFIG
 def list_devices(spec_file: str | None, strategy: str, config: str | None) -> None:
     """The device names a spec FILE offers, or (without FILE) this host would offer."""
-    from ponytail.engines.cdi.files import generate as make_spec
-    from ponytail.engines.cdi.files import qualified_names, read_spec
+    from ponytail.cdi.files import generate as make_spec
+    from ponytail.cdi.files import qualified_names, read_spec
 
     with one_line_errors():
         specs = [read_spec(spec_file)] if spec_file is not None else []
@@ -66,7 +66,7 @@ def list_devices(spec_file: str | None, strategy: str, config: str | None) -> No
 
 def _show_clashes(kinds: set[str]) -> None:
     """The kinds listed that more than one file of the engines' spec directories defines (on stderr)."""
-    from ponytail.engines.cdi.owners import clash_message, clashes, scan
+    from ponytail.cdi.owners import clash_message, clashes, scan
 
     for kind, group in clashes(scan()).items():
         if kind in kinds:
@@ -79,8 +79,8 @@ def _show_clashes(kinds: set[str]) -> None:
 def check(spec_file: str | None, config: str | None) -> None:
     """Is the spec FILE (default: nvidia.yaml or .json in /etc/cdi, /var/run/cdi) still true for
     the running driver? Exit 0 yes, 1 stale (generate it again), 2 no valid spec."""
-    from ponytail.engines.cdi.files import default_spec_path, read_spec, stale
-    from ponytail.engines.cdi.owners import SpecFile, generator_of, regenerate_advice
+    from ponytail.cdi.files import default_spec_path, read_spec, stale
+    from ponytail.cdi.owners import SpecFile, generator_of, regenerate_advice
 
     with one_line_errors():
         path = spec_file or default_spec_path()
@@ -103,7 +103,7 @@ def owners(root: str, may_write: str | None) -> None:
     """Who owns each CDI kind on this node: every spec file in /etc/cdi and /var/run/cdi, its kind and
     the generator that wrote it (ponytail, nvidia-ctk, another); each kind two files define is a clash
     (exit 1): the engines refuse or shadow its devices."""
-    from ponytail.engines.cdi.owners import clash_message, clashes, scan, write_refusal
+    from ponytail.cdi.owners import clash_message, clashes, scan, write_refusal
 
     if may_write is not None:
         refusal = write_refusal("nvidia.com/gpu", root.rstrip("/") + may_write if root != "/" else may_write, root)

@@ -1,7 +1,7 @@
 """The click command: help that teaches, ``info``, and clear usage errors.
 
 The hook's plain command line is parsed by ponytail.options without importing
-click (see ponytail.entry); both routes end in ponytail.hook.run_hook.
+click (see ponytail.entry); both routes end in ponytail.hooks.prestart.run_hook.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def cli(ctx: click.Context, **values: object) -> None:
     if ctx.invoked_subcommand is not None:  # ponytail -config FILE info: the subcommand takes them
         remember_options_before(ctx, [spec.name for spec in HOOK_OPTIONS])
     else:
-        from ponytail.hook import run_hook
+        from ponytail.hooks.prestart import run_hook
 
         ctx.exit(run_hook(HookOptions(**values)))  # type: ignore[arg-type]  # click gives each option the type HOOK_OPTIONS declares
 
@@ -139,10 +139,10 @@ def install_hook(directory: str | None, config: str | None, write_config: bool, 
     /usr/share/containers/oci/hooks.d, or the directories given with --hooks-dir.
     """
     from ponytail.config import CONFIG_ENV_VAR
-    from ponytail.engines.command import installed_command, transient_warning
     from ponytail.engines.hooksd import DEFAULT_HOOKS_DIR, FILE_NAME, hook_file_text
     from ponytail.engines.hooksd import install_hook as write_hook_file
     from ponytail.errors import UsageError
+    from ponytail.hooks.command import installed_command, transient_warning
 
     command = command or installed_command()
     from_env = config is None and bool(os.environ.get(CONFIG_ENV_VAR))
@@ -195,7 +195,7 @@ def _hook_config(config: str | None, write_config: bool) -> bool:
             f"--config {config}: no such file; every GPU container would fail to start until it exists: "
             "create it, or pass --write-config to write a default one there"
         )
-    from ponytail.engines.configure.files import write_atomically
+    from ponytail.install.files import write_atomically
 
     write_atomically(config, DEFAULT_CONFIG_TEXT)
     return True
@@ -223,9 +223,9 @@ def install_docker_gpus(bin_dir: str | None, command: str | None, dry_run: bool,
       docker run --rm --gpus all IMAGE nvidia-smi
       docker run --rm --gpus '"device=0,GPU-<uuid>"' IMAGE nvidia-smi
     """
-    from ponytail.engines import dockergpus
-    from ponytail.engines.command import installed_command
     from ponytail.errors import UsageError
+    from ponytail.hooks.command import installed_command
+    from ponytail.install import dockergpus
 
     with one_line_errors():
         command = command or installed_command()
@@ -266,9 +266,9 @@ def install_nvidia_hook(at: tuple[str, ...], specs: tuple[str, ...], toolkit_dir
       ponytail install-nvidia-hook --toolkit-dir /usr/local/nvidia/toolkit
       ponytail install-nvidia-hook --uninstall --at /usr/bin/nvidia-cdi-hook
     """
-    from ponytail.engines.cdi import nvidiainstall
-    from ponytail.engines.command import installed_command
     from ponytail.errors import UsageError
+    from ponytail.hooks.command import installed_command
+    from ponytail.install import nvidiahook as nvidiainstall
 
     with one_line_errors():
         command = command or installed_command()
@@ -304,7 +304,7 @@ def dev_char_links(config: str | None, dev_root: str | None, dry_run: bool) -> N
       ponytail dev-char-links --dev-root /host/dev
     """
     from ponytail.config import config_path, load_config
-    from ponytail.engines.devchar import make_char_links
+    from ponytail.guard.devchar import make_char_links
 
     with one_line_errors():
         loaded = load_config(*config_path(config))
@@ -348,8 +348,8 @@ def guard(config: str | None, once: bool, report_only: bool, as_json: bool, text
       ponytail guard --once --json
       ponytail guard --textfile /var/lib/node_exporter/textfile/ponytail.prom --cdi-spec /var/run/cdi/ponytail.yaml
     """
-    from ponytail.cli.guard import run_daemon, run_once
     from ponytail.config import config_path, load_config
+    from ponytail.guard.daemon import run_daemon, run_once
 
     with one_line_errors():
         loaded = load_config(*config_path(config))
@@ -391,7 +391,7 @@ def configure(engine: str, config_file: str | None, set_as_default: bool, dry_ru
       ponytail configure --runtime containerd --set-as-default
       ponytail configure --runtime docker --config-file /host/etc/docker/daemon.json --path /usr/local/bin/ponytail-runtime
     """
-    from ponytail.engines.configure import configure as run_configure
+    from ponytail.install.configure import configure as run_configure
 
     with one_line_errors():
         lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, uninstall, state_dir, drop_in)
@@ -421,8 +421,8 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
     """
     import shutil
 
-    from ponytail.cli.check import run_check
     from ponytail.config import config_path, load_config
+    from ponytail.doctor.check import run_check
 
     with one_line_errors():
         width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not as_json else None
@@ -447,7 +447,7 @@ def cdi_hook(**options: object) -> None:
     """The createContainer hook of a CDI spec written by 'ponytail cdi generate' (OCI state on
     stdin); not meant to be run by hand."""
     # its plain command line takes the fast path in ponytail.entry (no click); this one gives help and words the errors
-    from ponytail.engines.cdi.hook import main as run_cdi_hook
+    from ponytail.hooks.cdi import main as run_cdi_hook
 
     sys.exit(run_cdi_hook(options))
 

@@ -81,7 +81,7 @@ def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_n
             raise UsageError(str(e)) from None
         command = hook_path
         if command is None:
-            from ponytail.engines.command import installed_command
+            from ponytail.hooks.command import installed_command
 
             command = installed_command()
         if command is None or not os.path.isabs(command):

@@ -39,7 +39,7 @@ def runtime_configure(engine: str, config_file: str | None, set_as_default: bool
       ponytail runtime configure --runtime=containerd --dry-run
       ponytail runtime configure --runtime=docker --set-as-default
     """
-    from ponytail.engines.configure import configure as run_configure
+    from ponytail.install.configure import configure as run_configure
 
     with one_line_errors():
         lines = run_configure(engine, config_file, command, name, set_as_default, dry_run, False, state_dir, drop_in)

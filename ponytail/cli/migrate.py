@@ -1,11 +1,11 @@
-"""``ponytail migrate --from nvidia``: the click command (ponytail.engines.migrate does the work)."""
+"""``ponytail migrate --from nvidia``: the click command (ponytail.install.migrate does the work)."""
 
 from __future__ import annotations
 
 import click
 
 from ponytail.cli.clickclasses import CONTEXT, Command, one_line_errors
-from ponytail.engines.migrate.run import DEFAULT_STATE_DIR, SOURCES
+from ponytail.install.migrate.run import DEFAULT_STATE_DIR, SOURCES
 
 
 @click.command(cls=Command, context_settings=CONTEXT)
@@ -37,7 +37,7 @@ def migrate(source: str, undo: bool, dry_run: bool, config: str | None, command:
       ponytail migrate --from nvidia && systemctl restart docker containerd
       ponytail migrate --from nvidia --undo
     """
-    from ponytail.engines.migrate import run
+    from ponytail.install.migrate import run
 
     with one_line_errors():
         if undo:
@@ -51,8 +51,8 @@ def migrate(source: str, undo: bool, dry_run: bool, config: str | None, command:
 def _commands(command: str | None) -> tuple[str, str]:
     import os
 
-    from ponytail.engines.command import installed_command
     from ponytail.errors import UsageError
+    from ponytail.hooks.command import installed_command
 
     ponytail = command or installed_command()
     if ponytail is None:

@@ -106,7 +106,7 @@ class Preparer:
             self._write()
             try:
                 spec, prepared = self._spec(work, devices)
-                from ponytail.engines.cdi.files import render
+                from ponytail.cdi.files import render
 
                 os.makedirs(self.cdi_dir, mode=0o755, exist_ok=True)
                 replace_file(self.spec_path(uid), render(spec, "json"), 0o644, durable=False)
@@ -144,8 +144,8 @@ class Preparer:
 
     def _spec(self, work: ClaimWork, devices: dict[str, DeviceEntry]) -> tuple[dict, list[PreparedDevice]]:
         from ponytail.capabilities import CAPABILITIES
+        from ponytail.cdi.files import node_arguments
         from ponytail.container.request import build_request
-        from ponytail.engines.cdi.files import node_arguments
         from ponytail.host.driver_search import find_ldconfig
         from ponytail.lite.records import replace
         from ponytail.plan.cdi import build_spec, problems

@@ -221,9 +221,9 @@ class Plugin:
             ok = self.resync(force=not ok)
 
     def _event_sources(self) -> list[Any]:
-        """The guard's event sources (ponytail.engines.guard.events): the kernel's uevents and the driver's
+        """The guard's event sources (ponytail.guard.events): the kernel's uevents and the driver's
         nodes in /dev, or a test FIFO; one that cannot be opened is said, and the resync still runs."""
-        from ponytail.engines.guard.events import FifoEvents, NodeEvents, UdevEvents
+        from ponytail.guard.events import FifoEvents, NodeEvents, UdevEvents
 
         if self.s.events:
             return [FifoEvents(self.s.events)]
@@ -239,7 +239,7 @@ class Plugin:
         """A probe on each burst of the driver's events (modules, GPUs added or removed, MIG's nodes): as the guard."""
         import select
 
-        from ponytail.engines.guard.events import relevant
+        from ponytail.guard.events import relevant
 
         while not self.stopping.is_set():
             ready, _, _ = select.select(sources, [], [])

@@ -68,7 +68,8 @@ def engine(name: str) -> Engine:
 
 
 def _module(name: str) -> ModuleType:
-    from ponytail.engines.configure import containerd, crio, docker, podman
+    from ponytail.engines import crio, docker, podman
+    from ponytail.engines.containerd import config as containerd
 
     _MODULES = {"docker": docker, "containerd": containerd, "crio": crio, "podman": podman}  # noqa: N806 - the table of the docstring
     return _MODULES[name]

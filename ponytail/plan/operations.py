@@ -174,7 +174,7 @@ def build_plan(
     ("config", "monitor"), already resolved. ``hide_other_gpus`` (a privileged container under
     ``[request] isolate_privileged``): the GPU nodes not injected are hidden (HideNode).
     ``nodes_only``: the device nodes alone, with their problems and warnings (a CDI spec's device
-    entry, ponytail.engines.cdi.files: the libraries, files, masked /proc and linker cache are the
+    entry, ponytail.cdi.files: the libraries, files, masked /proc and linker cache are the
     shared plan's, and their problems are that plan's too, found with at least these capabilities).
     ``named_libraries``: the libraries were named by -libs, not the config (what a miss blames)."""
     plan = _Draft(warnings=list(host.notes))

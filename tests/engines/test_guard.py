@@ -529,7 +529,7 @@ def test_a_pid_reused_between_the_check_and_the_write_is_given_nothing(host: Fak
     container's process ends there and its pid is taken by a process in another cgroup. That
     process's cgroup is given nothing; the container's line says why."""
     from ponytail.config import load_config
-    from ponytail.engines.guard import watch
+    from ponytail.guard import watch
 
     at_pid = compile_program("at_pid.c")
     real = watch.denied_devices
@@ -598,7 +598,7 @@ def test_a_pass_never_removes_the_new_record_of_a_container_restarted_under_its_
     """The container's process ended (its record is gone's), and between the pass's reading and its
     removal the container started again under the same id (its hook wrote a new record)."""
     from ponytail.apply.containerrecord import record_container
-    from ponytail.engines.guard import watch
+    from ponytail.guard import watch
 
     config, _, restarted = restart
     real = watch._check

@@ -115,7 +115,7 @@ def test_the_hook_imports_neither_yaml_nor_click_nor_the_slow_modules(hook_args:
     _rootfs, state = container(tmp_path, [(195, 2)])
     result = run_ponytail(hook_args, stdin=state.read_bytes(), env={"PYTHONPROFILEIMPORTTIME": "1"})
     imported = {line.split("|")[-1].strip() for line in result.stderr.decode().splitlines() if line.startswith("import time:")}
-    assert "ponytail.engines.cdi.hook" in imported and "ponytail.apply.executor" in imported, imported
+    assert "ponytail.hooks.cdi" in imported and "ponytail.apply.executor" in imported, imported
     # the OCI state and config.json are plain JSON: ponytail.lite.plainjson reads them without json, re, enum
     slow = {"yaml", "click", "dataclasses", "subprocess", "typing", "tomllib", "json", "re", "enum", "glob", "fnmatch"}
     assert not imported & slow, imported & slow

@@ -7,8 +7,8 @@ from support.fakehost import FakeHost
 
 
 def test_cdi_check_reads_device_names_as_the_hook_does(shared_host: FakeHost) -> None:
+    from ponytail.cdi.files import generate, stale
     from ponytail.config import load_config
-    from ponytail.engines.cdi.files import generate, stale
 
     config = load_config(str(shared_host.write_config()), True)
     spec, _, _ = generate(config, "/bin/true", "both", "all", None)

@@ -353,7 +353,7 @@ def test_an_image_linker_config_of_many_directories_is_read_in_linear_time(tmp_p
     """ponytail check --rootfs reads the image's /etc/ld.so.conf and its includes: 16 files of
     6,000 distinct directories cost what 16 files of one repeated directory do (it kept them in a
     list and looked each up there)."""
-    from ponytail.cli.loaderview import _image_library_dirs
+    from ponytail.doctor.loader import _image_library_dirs
 
     from support.timing import assert_as_fast
 
@@ -375,7 +375,7 @@ def test_an_image_linker_config_of_many_directories_is_read_in_linear_time(tmp_p
 
 
 def test_a_container_check_without_bundle_or_rootfs_is_a_finding_not_an_assertion() -> None:
-    from ponytail.cli.check import FAIL, Finding, check_container
     from ponytail.config import Config
+    from ponytail.doctor.check import FAIL, Finding, check_container
 
     assert check_container(Config(), None, None) == [Finding("container", "rootfs", FAIL, "no container to check: pass --bundle or --rootfs")]

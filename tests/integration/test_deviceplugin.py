@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ponytail.container.oci import read_spec
-from ponytail.engines.shim.edit import spec_asks_for_gpus
+from ponytail.hooks.shim.edit import spec_asks_for_gpus
 
 from support.fakehost import FakeHost
 from support.harness import bundle_for, run_ponytail, state_for

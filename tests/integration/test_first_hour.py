@@ -170,8 +170,8 @@ def test_commands_that_register_the_checkouts_venv_warn(tmp_path: Path) -> None:
 # -- the doctor on a simulated host -----------------------------------------------------
 
 def test_check_on_a_simulated_host_reads_the_machines_cgroups_and_keeps_lines_short(host: FakeHost, tmp_path: Path) -> None:
-    from ponytail.cli.check import check_host, run_check
     from ponytail.config import load_config
+    from ponytail.doctor.check import check_host, run_check
 
     config = load_config(str(host.write_config()), True)
     cgroup = next(f for f in check_host(config) if f.subject == "cgroup")
@@ -184,7 +184,7 @@ def test_check_on_a_simulated_host_reads_the_machines_cgroups_and_keeps_lines_sh
 
 
 def test_check_says_the_configure_command_for_an_unconfigured_engine(tmp_path: Path) -> None:
-    from ponytail.cli.check import check_engines
+    from ponytail.doctor.check import check_engines
 
     (tmp_path / "etc/docker").mkdir(parents=True)
     (tmp_path / "etc/containerd").mkdir(parents=True)

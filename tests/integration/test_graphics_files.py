@@ -263,7 +263,7 @@ def test_an_images_swarm_variable_never_widens_the_gpus_the_engine_gave(image_va
     in the hook or in the runtime shim's device rules."""
     from ponytail.config import load_config
     from ponytail.container.oci import read_spec
-    from ponytail.engines.shim.bundle import device_rules
+    from ponytail.hooks.shim.bundle import device_rules
 
     host = FakeHost(tmp_path / "host", gpu_list=gpus(3))
     rootfs = tmp_path / "bundle/rootfs"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ponytail.engines.cdi.owners import scan
+from ponytail.cdi.owners import scan
 
 from support.engines import console_script
 from support.fakehost import FakeHost, gpus

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ponytail.engines.cdi import nvidiahook
 from ponytail.errors import UsageError
+from ponytail.hooks import nvidia as nvidiahook
 
 from support.nvidia_tools import HELP, SPECS
 

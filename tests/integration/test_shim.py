@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from ponytail.container.oci import Spec, read_spec
-from ponytail.engines.shim.argv import RuntimeCall, parse_runtime_args
-from ponytail.engines.shim.edit import add_gpu_hook, spec_asks_for_gpus
+from ponytail.hooks.shim.argv import RuntimeCall, parse_runtime_args
+from ponytail.hooks.shim.edit import add_gpu_hook, spec_asks_for_gpus
 
 from support.engines import CUDACHECK_GPU0, EXPECTED_GPU0, console_script, oci_bundle, unique
 from support.fakehost import FakeHost

@@ -31,7 +31,7 @@ from ponytail.container.request import build_request
 from ponytail.container.require import Facts, check_requirements
 from ponytail.errors import ConfigError, InputError, PonytailError
 from ponytail.fs.inroot import UnsafePath, resolve_in_root
-from ponytail.hook import run_hook
+from ponytail.hooks.prestart import run_hook
 from ponytail.host.ldcache import _NEW_ENTRY, _NEW_HEADER, NEW_MAGIC, OLD_MAGIC, parse_ld_cache_entries
 from ponytail.host.probe import Host, probe_host
 from ponytail.options import HookOptions

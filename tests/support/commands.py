@@ -38,7 +38,7 @@ def shell(command: list[str]) -> str:
 
 def without_checkout_warning(stderr: str) -> str:
     """``stderr`` without the warning that a command registered with an engine lies in the
-    checkout's .venv (ponytail.engines.command.transient_warning): the tests run from there."""
-    from ponytail.engines.command import CHECKOUT_VENV
+    checkout's .venv (ponytail.hooks.command.transient_warning): the tests run from there."""
+    from ponytail.hooks.command import CHECKOUT_VENV
 
     return "".join(line for line in stderr.splitlines(keepends=True) if CHECKOUT_VENV not in line)

@@ -147,19 +147,19 @@ def _hooksd(d: Path) -> None:
 
 
 def _cdi(d: Path) -> None:
-    from ponytail.engines.cdi.files import write_atomically
+    from ponytail.cdi.files import write_atomically
 
     write_atomically(str(d / "nvidia.json"), b"{" + b" " * BIG + b"}")
 
 
 def _shim(d: Path) -> None:
-    from ponytail.engines.shim.bundle import write_bundle_config
+    from ponytail.hooks.shim.bundle import write_bundle_config
 
     write_bundle_config(str(d), {"x": "a" * BIG})
 
 
 def _configure(d: Path) -> None:
-    from ponytail.engines.configure.files import write_atomically
+    from ponytail.install.files import write_atomically
 
     write_atomically(str(d / "daemon.json"), "a" * BIG)
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from ponytail.engines.cdi.files import runtime_numbers
-from ponytail.engines.cdi.owners import NVIDIA_CTK, OTHER, PONYTAIL, SpecFile, clashes, generator_of
+from ponytail.cdi.files import runtime_numbers
+from ponytail.cdi.owners import NVIDIA_CTK, OTHER, PONYTAIL, SpecFile, clashes, generator_of
 
 
 def _spec(*hooks: dict) -> dict:
@@ -53,6 +53,6 @@ def test_a_kind_of_two_files_is_a_clash() -> None:
     ("garbage here\n", None),
 ])
 def test_containerd_versions_are_read(out: str, expected: tuple | None) -> None:
-    from ponytail.cli.besidefindings import parse_containerd_version
+    from ponytail.doctor.beside import parse_containerd_version
 
     assert parse_containerd_version(out) == expected

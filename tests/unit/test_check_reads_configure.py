@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ponytail.cli.check import check_engines
-from ponytail.cli.findings import FAIL, OK
-from ponytail.engines.configure import configure
+from ponytail.doctor.check import check_engines
+from ponytail.doctor.findings import FAIL, OK
+from ponytail.install.configure import configure
 
 from support.commands import PONYTAIL_RUNTIME
 

@@ -10,7 +10,7 @@ from ponytail.errors import UsageError
 
 
 def test_every_engine_has_its_edit_and_its_check() -> None:
-    from ponytail.cli.check import ENGINE_CHECKS
+    from ponytail.doctor.check import ENGINE_CHECKS
 
     assert set(ENGINE_CHECKS) == set(registry.NAMES)
     for engine in registry.ENGINES:
@@ -30,7 +30,7 @@ def test_the_command_line_offers_the_registrys_engines() -> None:
 
 @pytest.mark.parametrize("name", ["dockr", "", "k8s"])
 def test_an_unknown_engine_is_an_error(name: str) -> None:
-    from ponytail.engines.configure import engine_module
+    from ponytail.install.configure import engine_module
 
     with pytest.raises(UsageError) as error:
         engine_module(name)

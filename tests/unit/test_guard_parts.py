@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from ponytail.apply.containerrecord import cgroup_paths, record_name
-from ponytail.engines.guard.access import parse_devices_list, v1_allows
-from ponytail.engines.guard.events import relevant
-from ponytail.engines.guard.metrics import render_metrics
-from ponytail.engines.guard.watch import PassReport, Watched
+from ponytail.guard.access import parse_devices_list, v1_allows
+from ponytail.guard.events import relevant
+from ponytail.guard.metrics import render_metrics
+from ponytail.guard.watch import PassReport, Watched
 
 RUNC_LIST = """c 1:3 rwm
 c 1:5 rwm
@@ -74,7 +74,7 @@ def test_an_inotify_queue_overflow_is_an_event_the_guard_acts_on(tmp_path) -> No
     known), the node must be looked at again. The overflow comes out as one event that matters."""
     from pathlib import Path
 
-    from ponytail.engines.guard.events import NodeEvents
+    from ponytail.guard.events import NodeEvents
 
     events = NodeEvents(str(tmp_path))
     try:
@@ -98,7 +98,7 @@ def test_the_maps_scan_counts_only_the_recorded_file_and_stops_at_its_bounds(tmp
     import mmap
     import os
 
-    from ponytail.engines.guard import binding
+    from ponytail.guard import binding
 
     decoy, real = tmp_path / "libcuda.so.1", tmp_path / "driver-file"
     held = []

@@ -24,8 +24,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("ponytail.container",),
     ("ponytail.plan",),
     ("ponytail.apply",),
-    ("ponytail.hook",),
-    ("ponytail.engines", "ponytail.dra"),  # dra: the DRA kubelet plugin, beside the engines it serves
+    ("ponytail.hooks",),  # what an engine runs at every container start: the hot path ends here
+    ("ponytail.cdi",),  # spec files: generate, read, render, stale, owners
+    ("ponytail.engines",),  # what ponytail knows of each engine: its record, edit(), registered()
+    ("ponytail.install", "ponytail.guard"),  # what changes the node once; the node agent
+    ("ponytail.doctor", "ponytail.dra"),  # ponytail check; the DRA kubelet plugin
     ("ponytail.cli",),
     ("ponytail.__main__", "ponytail.entry"),
 ]

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ponytail.cli.cdigenerate import parse_generate_args, run_generate
+from ponytail.cdi.generate import run_generate
+from ponytail.cli.cdigenerate import parse_generate_args
 from ponytail.cli.commands import cli
 from ponytail.cli.info import parse_info_args
-from ponytail.engines.cdi.hook import parse_args as parse_cdi_hook_args
+from ponytail.hooks.cdi import parse_args as parse_cdi_hook_args
 from ponytail.options import HookOptions, parse_hook_args
 
 TOKENS = (

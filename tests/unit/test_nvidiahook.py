@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ponytail.engines.cdi import nvidiahook
 from ponytail.errors import UsageError
+from ponytail.hooks import nvidia as nvidiahook
 
 SPEC_HOOKS = [  # nvidia-ctk 1.20's, as `cdi generate` writes them (tests/engines/test_nvidia_spec_podman.py runs them)
     ["nvidia-cdi-hook", "create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"],

@@ -274,7 +274,7 @@ def test_a_tree_missing_a_library_is_named_with_its_version_not_the_hosts_driver
 @pytest.mark.parametrize("capabilities", ["utility,compute", "graphics,display", "all"])
 @pytest.mark.parametrize("host_change", [{}, {"node_problems": {"nvidia2": "not a character device"}}, {"libraries": ()}])
 def test_a_nodes_only_plan_is_the_full_plans_device_nodes(selector: str, capabilities: str, host_change: dict) -> None:
-    # what a CDI spec's device entry is planned with (ponytail.engines.cdi.files): the same nodes, and
+    # what a CDI spec's device entry is planned with (ponytail.cdi.files): the same nodes, and
     # the problems and warnings of the nodes, which come first in the full plan's
     host = make_host(**host_change)
     full = plan_for(selector, capabilities, host=host)

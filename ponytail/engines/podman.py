@@ -1,0 +1,25 @@
+"""podman (and CRI-O's hooks_dir): ponytail's hooks.d file, as ``ponytail install-hook`` writes it.
+
+The file is ponytail's own: a broken one (every podman run fails on it) is replaced. With
+--set-as-default the hook runs for every container (``"always": true``) and injects only
+into those that ask for GPUs; without it, for containers annotated com.example.gpu=true.
+"""
+
+from __future__ import annotations
+
+from ponytail.engines.model import Edit, Settings
+
+
+def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
+    """The file is ponytail's own: a removal removes it (``added`` is not needed)."""
+    from ponytail.engines.hooksd import hook_file_text
+
+    if remove:
+        return Edit(path, text, None, (f"removed {path}",) if text is not None else ())
+    wanted = hook_file_text(settings.hook_path, settings.hook_config, always=settings.set_as_default)
+    if text == wanted:
+        return Edit(path, text, text, ())
+    when = "every container (it injects only into those that ask)" if settings.set_as_default else \
+        "containers annotated com.example.gpu=true"
+    with_config = f" -config {settings.hook_config} ($PONYTAIL_CONFIG)" if settings.hook_config else ""
+    return Edit(path, text, wanted, (f"hooks.d file: runs {settings.hook_path}{with_config} at prestart of {when}",))
