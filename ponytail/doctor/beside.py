@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 
+from ponytail.cdi.owners import scan
 from ponytail.doctor.findings import OK, WARN, Finding
 
 TYPE_CHECKING = False
@@ -31,8 +32,6 @@ def containerd_cdi(checked: list[Finding], root: str) -> list[Finding]:
     text, numbers = version
     if numbers > CONTAINERD_WITHOUT_CDI[0]:
         return [Finding("engine", "containerd CDI", OK, f"containerd {text} resolves CDI requests (1.7 with enable_cdi; 2.x by default)")]
-    from ponytail.cdi.owners import scan
-
     specs = [f.path for f in scan(root)]
     why = f" ({', '.join(specs)} will not be used for CRI requests)" if specs else ""
     return [Finding(

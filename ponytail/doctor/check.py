@@ -14,16 +14,20 @@ import shutil
 import socket
 import stat
 import textwrap
-from collections.abc import Callable
 from dataclasses import asdict
 
 from ponytail.config import Config
 from ponytail.container.oci import State, load_container
+from ponytail.doctor.beside import containerd_cdi, podman_runtime
+from ponytail.doctor.cdi import cdi_findings
 from ponytail.doctor.findings import FAIL, OK, WARN, Finding
 from ponytail.doctor.loader import loader_view
 from ponytail.engines import registry
-from ponytail.engines.registry import ENGINES, Engine
+from ponytail.engines.hooksd import HOOKS_DIRS
+from ponytail.engines.model import Registered, under
+from ponytail.engines.registry import ENGINES, KUBELET_CONFIGS, Engine
 from ponytail.errors import PonytailError, one_line
+from ponytail.guard.watch import guard_pass
 from ponytail.host.devchar import OK as LINKED
 from ponytail.host.devchar import probe_char_links
 from ponytail.host.driver import read_driver_version
@@ -33,9 +37,11 @@ from ponytail.host.driver_trees import describe_trees
 from ponytail.host.filelist import FILELIST, missing_from_tables, read_filelist
 from ponytail.host.nodes import NODE_MISSING, NODE_MODULE_NOT_LOADED
 from ponytail.host.probe import probe_host
+from ponytail.install.migrate.nvidia import runtime_values
+
+__all__ = ["HOOKS_DIRS", "KUBELET_CONFIGS", "check_container", "check_engines", "check_host", "check_running_containers", "run_check"]
 
 EXPECTED_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
-HOOKS_DIRS = ("/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d")
 PERSISTENCED_SOCKET = "/run/nvidia-persistenced/socket"
 
 
@@ -67,8 +73,6 @@ def run_check(
 def check_running_containers(config: Config) -> list[Finding]:
     """What a report-only guard pass finds: containers that lost a GPU node, containers on a stale
     driver or CDI spec. Nothing when no container is recorded."""
-    from ponytail.guard.watch import guard_pass
-
     report = guard_pass(config, repair=False)
     out = [Finding("container", "guard records", WARN, problem) for problem in report.problems if "nothing is watched" not in problem]
     for c in report.containers:
@@ -229,15 +233,12 @@ def _cgroup_version(root: str) -> str | None:
 
 # -- the engines ----------------------------------------------------------------------
 
-KUBELET_CONFIGS = ("/var/lib/kubelet/config.yaml", "/etc/kubernetes/kubelet.conf")
-
-
 def check_engines(root: str = "/", config: Config | None = None, engines: tuple[str, ...] = ()) -> list[Finding]:
     """The engines in use, and whether each will run ponytail: those named in ``engines``, else
     those whose service runs (its socket answers) and those already configured for ponytail; an
     engine that is only installed is not checked. ``root`` prefixes every configuration path and
     socket (a test's fake /etc and /run); programs are looked up on PATH. Every engine of
-    ponytail.engines.registry, in its order."""
+    ponytail.engines.registry, in its order, asked what its configuration registers."""
     out = []
     for engine in ENGINES:
         installed = _installed(engine, root)
@@ -256,27 +257,32 @@ def check_engines(root: str = "/", config: Config | None = None, engines: tuple[
                                                            f"ponytail: not checked ('ponytail check --engine {engine.name}' checks it)"))
     if not out:
         out.append(Finding("engine", "engines", WARN, "no docker, containerd, CRI-O or podman found: install one, or run ponytail as a hook of your runtime by hand"))
-    from ponytail.doctor.beside import containerd_cdi, podman_runtime
-
     out += containerd_cdi(out, root)
     out += podman_runtime(out, root, config or Config())
-    out += _cdi_specs(root, config or Config())
+    out += cdi_findings(root, config or Config())
     return out
 
 
 def _engine(engine: Engine, root: str) -> Finding:
-    """The engine's check (ENGINE_CHECKS, below)."""
-    return ENGINE_CHECKS[engine.name](engine, root)
+    """What the engine's configuration registers (the engine's own reading of what configure wrote)."""
+    found = engine.registered(root)
+    if found is None:
+        missing = engine.unregistered(root)
+        fix = missing.fix or _set_up_line(engine.name, root, under(root, engine.config_path), missing.files)
+        return Finding("engine", engine.label, FAIL, f"{missing.what}: run {fix}")
+    if found.hook:
+        return _hook_finding(engine.label, found)
+    return _program_finding(engine.label, found.program or "", found.where)
 
 
 def _running(engine: Engine, root: str) -> bool:
     """The engine's service runs: its API socket answers (a socket file a crashed daemon left
-    does not). Docker's own containerd listens elsewhere; the system containerd that serves only
-    dockerd (Debian's docker.io) counts only where a kubelet is configured too."""
-    if not any(_answers(_under(root, path)) for path in engine.sockets):
+    does not). An engine that may serve only another (Debian's docker.io runs a system containerd
+    for dockerd alone) counts, while that one runs too, only where a kubelet is configured."""
+    if not any(_answers(under(root, path)) for path in engine.sockets):
         return False
-    if engine.name == "containerd" and _running(registry.engine("docker"), root):
-        return any(os.path.exists(_under(root, path)) for path in KUBELET_CONFIGS)
+    if engine.backend_of is not None and _running(registry.engine(engine.backend_of), root):
+        return any(os.path.exists(under(root, path)) for path in KUBELET_CONFIGS)
     return True
 
 
@@ -300,87 +306,18 @@ def _answers(path: str) -> bool:
 
 
 def _configured(engine: Engine, root: str) -> bool:
-    """The engine's configuration names ponytail (set up for it, whether or not that works)."""
-    if engine.name == "docker":
-        return "ponytail" in _head(_under(root, engine.config_path), 1 << 20)
-    if engine.name == "containerd":
-        return any("ponytail" in text for _, text in _containerd_files(_under(root, engine.config_path)))
-    if engine.name == "crio" and _crio_runtime(root) is not None:
-        return True
-    # ponytail's hooks file where the engine reads, or in a default directory it was moved away from
-    return bool(_hook_files(root, (*_hooks_dirs(root, engine.hooks_configs)[0], *HOOKS_DIRS)))
-
-
-def _crio_runtime(root: str) -> tuple[str, str] | None:
-    """(file, runtime_path) of a CRI-O runtime that is ponytail-runtime, in crio.conf or a drop-in."""
-    drop_ins = _under(root, "/etc/crio/crio.conf.d")
-    names = sorted(os.listdir(drop_ins)) if os.path.isdir(drop_ins) else []
-    for path in [_under(root, "/etc/crio/crio.conf"), *(os.path.join(drop_ins, n) for n in names)]:
-        for line in _head(path, 1 << 20).splitlines():
-            key, sep, value = line.partition("=")
-            runtime = value.split("#", 1)[0].strip().strip("\"'")
-            if sep and key.strip() == "runtime_path" and "ponytail" in os.path.basename(runtime):
-                return path, runtime
-    return None
+    """The engine's configuration names ponytail (set up for it, whether or not that works): ponytail
+    registered, or named where it is not read (a hooks file in a default directory the engine left)."""
+    return engine.registered(root) is not None or engine.unregistered(root).mentioned
 
 
 def _installed(engine: Engine, root: str) -> bool:
-    return (root == "/" and shutil.which(engine.program) is not None) or os.path.isdir(_under(root, engine.config_dir))
+    return (root == "/" and shutil.which(engine.program) is not None) or os.path.isdir(under(root, engine.config_dir))
 
 
-def _docker(engine: Engine, root: str) -> Finding:
-    path = _under(root, engine.config_path)
-    data = _read_json(path)
-    runtimes = data.get("runtimes") if isinstance(data, dict) else None
-    if isinstance(runtimes, dict):
-        for name, entry in runtimes.items():
-            runtime = entry.get("path", "") if isinstance(entry, dict) else ""
-            if isinstance(runtime, str) and "ponytail" in os.path.basename(runtime):
-                default = isinstance(data, dict) and data.get("default-runtime") == name
-                how = "the default runtime" if default else f"used by 'docker run --runtime {name}'"
-                return _program_finding("docker", runtime, root, f"runtime '{name}' in {path} ({how})")
-    return Finding("engine", "docker", FAIL, f"{path} registers no ponytail-runtime: run {_set_up_line('docker', root, path, [(path, _head(path, 1 << 20))])}")
-
-
-def _containerd(engine: Engine, root: str) -> Finding:
-    """ponytail-runtime as a runtime's BinaryName in config.toml or in a file it imports (containerd 2.x's
-    drop-ins, where 'ponytail configure' writes its entry), or in the k3s template of a generated config."""
-    path = _under(root, engine.config_path)
-    files = _containerd_files(path)
-    for name, text in files:
-        for line in text.splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "BinaryName" and "ponytail" in value:
-                return _program_finding("containerd", value.strip().strip("\"'"), root, f"BinaryName in {name}")
-    return Finding("engine", "containerd", FAIL,
-                   f"{path} has no runtime whose BinaryName is ponytail-runtime: run {_set_up_line('containerd', root, path, files)}")
-
-
-def _containerd_files(path: str) -> list[tuple[str, str]]:
-    """(path, text) of containerd's config and of what it is made of, read as 'ponytail configure'
-    writes them: the files its imports name (ponytail.engines.containerd.dropin), or the template a
-    k3s-generated config is made from (ponytail.engines.containerd.k3s)."""
-    from ponytail.engines.containerd import dropin, k3s
-    from ponytail.errors import PonytailError
-
-    text = _head(path, 1 << 20)
-    files = [(path, text)]
-    generated = k3s.generated_by(text)
-    if generated is not None:
-        template = os.path.join(os.path.dirname(path), os.path.basename(generated[1]))
-        return [*files, (template, _head(template, 1 << 20))]
-    try:
-        files += [(p, _head(p, 1 << 20)) for p in dropin.imported(path, text or None)]
-    except PonytailError:
-        pass  # a config containerd cannot read: the finding names config.toml
-    return files
-
-
-def _set_up_line(engine: str, root: str, path: str, files: list[tuple[str, str]]) -> str:
+def _set_up_line(engine: str, root: str, path: str, files: tuple[tuple[str, str], ...]) -> str:
     """The command that sets this engine up for ponytail: 'ponytail migrate --from nvidia' where its
     configuration runs NVIDIA's runtime (configure would add ponytail beside it), else configure."""
-    from ponytail.install.migrate.nvidia import runtime_values
-
     nvidia = [name for name, text in files if runtime_values(text)]
     if nvidia:
         return (f"'ponytail migrate --from nvidia' ({', '.join(nvidia)} runs NVIDIA's nvidia-container-runtime: "
@@ -394,115 +331,21 @@ def _configure_line(engine: str, root: str, path: str) -> str:
     return f"'ponytail configure --runtime {engine}{where}' (it says what to restart)"
 
 
-def _crio(engine: Engine, root: str) -> Finding:
-    """CRI-O runs ponytail as a runtime (a drop-in) or as a hooks.d hook."""
-    runtime = _crio_runtime(root)
-    if runtime is not None:
-        return _program_finding(engine.label, runtime[1], root, f"runtime_path in {runtime[0]}")
-    return _hooksd(engine, root)
+def _hook_finding(engine: str, hook: Registered) -> Finding:
+    """A hooks.d file: the engine runs its command at prestart, and skips it silently when it is gone."""
+    if hook.program is None:
+        return Finding("engine", engine, FAIL, f"{hook.path} is not a valid oci-hooks file: run 'ponytail install-hook' to rewrite it")
+    if not (os.path.isfile(hook.program) and os.access(hook.program, os.X_OK)):
+        return Finding("engine", engine, FAIL, f"{hook.path} runs {hook.program}, which does not exist ({engine} skips such a hook "
+                                               "silently): run 'ponytail install-hook'")
+    return Finding("engine", engine, OK, f"{hook.path} runs {hook.program}")
 
 
-def _hooksd(engine: Engine, root: str) -> Finding:
-    dirs, where = _hooks_dirs(root, engine.hooks_configs)
-    return _hooksd_engine(engine.label, _hook_files(root, dirs), dirs, where)
-
-
-ENGINE_CHECKS: dict[str, Callable[[Engine, str], Finding]] = {  # ponytail.engines.registry's engine -> its check
-    "docker": _docker,
-    "containerd": _containerd,
-    "crio": _crio,
-    "podman": _hooksd,
-}
-
-
-def _hooksd_engine(engine: str, hooks: list[tuple[str, str | None]], dirs: tuple[str, ...], where: str) -> Finding:
-    if not hooks:
-        return Finding("engine", engine, FAIL, f"no ponytail.json in {' or '.join(dirs)} ({where}): run 'ponytail install-hook --dir {dirs[0]}'")
-    path, command = hooks[0]
-    if command is None:
-        return Finding("engine", engine, FAIL, f"{path} is not a valid oci-hooks file: run 'ponytail install-hook' to rewrite it")
-    if not (os.path.isfile(command) and os.access(command, os.X_OK)):
-        return Finding("engine", engine, FAIL, f"{path} runs {command}, which does not exist ({engine} skips such a hook silently): run 'ponytail install-hook'")
-    return Finding("engine", engine, OK, f"{path} runs {command}")
-
-
-def _hooks_dirs(root: str, configs: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
-    """The hooks directories an engine reads: ``hooks_dir`` of its config files (the last
-    one set wins, and replaces the defaults), else the defaults; and where that was read."""
-    dirs: tuple[str, ...] = HOOKS_DIRS
-    where = "the default hooks directories"
-    for config in configs:
-        path = _under(root, config)
-        files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".conf")] if os.path.isdir(path) else [path]
-        for name in files:
-            found = _hooks_dir_setting(name)
-            if found:
-                dirs, where = found, f"hooks_dir in {name}"
-    return dirs, where
-
-
-def _hooks_dir_setting(path: str) -> tuple[str, ...] | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read(1 << 20).splitlines()
-    except OSError:
-        return None
-    for number, line in enumerate(lines):
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "hooks_dir":
-            text = value.split("#", 1)[0]
-            for more in lines[number + 1 :]:  # an array over several lines
-                if "]" in text:
-                    break
-                text += more.split("#", 1)[0]
-            items = (v.strip().strip("\"'") for v in text.strip().strip("[]").split(","))
-            return tuple(i for i in items if i.startswith("/")) or None
-    return None
-
-
-def _hook_files(root: str, dirs: tuple[str, ...]) -> list[tuple[str, str | None]]:
-    found = []
-    for directory in dirs:
-        path = _under(root, f"{directory.rstrip('/')}/ponytail.json")
-        if os.path.exists(path):
-            data = _read_json(path)
-            hook = data.get("hook") if isinstance(data, dict) else None
-            command = hook.get("path") if isinstance(hook, dict) else None
-            found.append((path, command if isinstance(command, str) else None))
-    return found
-
-
-def _program_finding(engine: str, program: str, root: str, where: str) -> Finding:
+def _program_finding(engine: str, program: str, where: str) -> Finding:
     located = program if program.startswith("/") else shutil.which(program)
     if located is None or not os.access(located, os.X_OK):
         return Finding("engine", engine, FAIL, f"{where} names {program}, which is not an executable: install ponytail or fix the path")
     return Finding("engine", engine, OK, f"{where} runs {located}")
-
-
-def _cdi_specs(root: str, config: Config) -> list[Finding]:
-    from ponytail.doctor.cdi import cdi_findings
-
-    return cdi_findings(root, config)
-
-
-def _head(path: str, size: int = 4096) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(size)
-    except OSError:
-        return ""
-
-
-def _under(root: str, path: str) -> str:
-    return path if root == "/" else root.rstrip("/") + path
-
-
-def _read_json(path: str) -> object:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        return None
 
 
 # -- one container --------------------------------------------------------------------

@@ -11,31 +11,28 @@ inside the rootfs with ponytail.fs.inroot, never following a link out of it.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
 
 from ponytail.config import Config
+from ponytail.container.driver_trees import refused_tree, requested_tree
+from ponytail.container.image_compat import read_compat_dir
+from ponytail.container.image_libs import lacking_dependencies, lacking_message
 from ponytail.doctor.findings import FAIL, OK, WARN, Finding
 from ponytail.fs.inroot import UnsafePath, read_file_in_root, real_path_in_root, resolve_in_root
+from ponytail.host.driver import read_driver_version
 from ponytail.host.driver_files import library_dirs, library_version
+from ponytail.host.driver_trees import choose_tree
 from ponytail.host.ldcache import is_64bit_entry, parse_ld_cache_entries
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ponytail.host.probe import Host
+from ponytail.host.probe import Host, probe_host
+from ponytail.plan.compat import choose_compat
 
 SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 MAX_CONF_FILES = 64
 
 
 def loader_view(config: Config, rootfs: str, env: dict[str, str], annotations: dict[str, str], privileged: bool = True) -> list[Finding]:
-    from ponytail.container.driver_trees import refused_tree, requested_tree
-    from ponytail.container.image_compat import read_compat_dir
-    from ponytail.host.driver import read_driver_version
-    from ponytail.host.driver_trees import choose_tree
-    from ponytail.host.probe import probe_host
-    from ponytail.plan.compat import choose_compat
-
     kernel = read_driver_version(config.proc_root)
     asked = requested_tree(env, annotations)
     refusal = refused_tree(asked, privileged, config.accept_env_when_unprivileged)
@@ -66,8 +63,6 @@ def loader_view(config: Config, rootfs: str, env: dict[str, str], annotations: d
 def _lacking(rootfs: str, host: Host) -> list[Finding]:
     """A failure for each injected libcuda, libnvidia-ml and binary that links against a library
     the image lacks: the container starts, and the driver then fails to load inside."""
-    from ponytail.container.image_libs import lacking_dependencies, lacking_message
-
     provided = {lib.soname for lib in host.libraries if lib.soname}
     files = [(soname, lib.needed) for soname in SONAMES if (lib := host.library(soname)) is not None]
     files += [(binary.target, binary.needed) for binary in host.binaries]
@@ -151,8 +146,6 @@ def _image_library_dirs(root_fd: int) -> list[str]:
 
 
 def _expand(root_fd: int, pattern: str) -> list[str]:
-    import fnmatch
-
     directory, name = os.path.split(pattern)
     if not directory.startswith("/"):
         return []

@@ -1,2 +1,3 @@
-"""How container engines run ponytail: the hooks.d file (``hooksd``), the runtime shim for Docker (``shim``),
-CDI spec files and their hook (``cdi``), and engine configuration (``configure``)."""
+"""What ponytail knows of each container engine, one module each (docker, containerd/, crio, podman
+and their hooks.d file, hooksd): its record (registry), ``edit()`` of its config, and
+``registered(root)``, which reads back what ``edit()`` wrote."""

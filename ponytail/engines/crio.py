@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import os
 
-from ponytail.engines.model import Edit, Settings
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+
+from ponytail.engines import hooksd
+from ponytail.engines.model import Edit, Registered, Settings, Unregistered, lookup, ponytails, read_head, under
 from ponytail.errors import ConfigError
 
+CONFIG_PATH = "/etc/crio/crio.conf"
+HOOKS_CONFIGS = (CONFIG_PATH, "/etc/crio/crio.conf.d")  # may set hooks_dir
 DROP_IN = "99-ponytail.conf"
 HEADER = (
     "# Written by `ponytail configure --runtime crio`: the ponytail runtime (runc behind\n"
@@ -24,13 +30,16 @@ def drop_in_path(config_file: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(config_file)), "crio.conf.d", DROP_IN)
 
 
+def edited_file(path: str, text: str | None) -> str:
+    """The file ``edit`` changes for the config ``path`` (crio.conf, whose ``text`` is checked): the drop-in beside it."""
+    check_main_config(path, text)
+    return drop_in_path(path)
+
+
 def check_main_config(path: str, text: str | None) -> None:
     """crio.conf must be TOML that CRI-O can read; ponytail does not change it."""
     if text is None:
         return
-    import tomlkit
-    from tomlkit.exceptions import TOMLKitError
-
     try:
         tomlkit.parse(text)
     except (TOMLKitError, RecursionError) as e:
@@ -39,9 +48,6 @@ def check_main_config(path: str, text: str | None) -> None:
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
     """The file is ponytail's own: a removal removes it (``added`` is not needed)."""
-    import tomlkit
-    from tomlkit.exceptions import TOMLKitError
-
     if remove:
         return Edit(path, text, None, (f"removed {path}",) if text is not None else ())
     try:
@@ -74,9 +80,43 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
     return Edit(path, text, tomlkit.dumps(document), tuple(changes))
 
 
-def _table(path: str, parent: dict, key: str) -> dict:  # tomlkit's documents and tables are dicts
-    import tomlkit
+def registered(root: str) -> Registered | None:
+    """A runtime that is ponytail-runtime in crio.conf or a file of crio.conf.d (the drop-in ``edit``
+    writes), else ponytail's hooks.d file where CRI-O reads hooks; None when neither is there."""
+    for path in _config_files(root):
+        found = runtime(path, read_head(path))
+        if found is not None:
+            return found
+    return hooksd.registered(root, HOOKS_CONFIGS)
 
+
+def unregistered(root: str) -> Unregistered:
+    return hooksd.unregistered(root, HOOKS_CONFIGS)
+
+
+def runtime(path: str, text: str | None) -> Registered | None:
+    """The first ``[crio.runtime.runtimes.NAME]`` of the config ``text`` whose runtime_path is ponytail's."""
+    try:
+        document = tomlkit.parse(text or "").unwrap()
+    except (TOMLKitError, RecursionError):
+        return None
+    runtimes = lookup(document, "crio", "runtime", "runtimes")
+    for name, entry in runtimes.items() if isinstance(runtimes, dict) else ():
+        program = lookup(entry, "runtime_path")
+        if isinstance(program, str) and (ponytails(program) or name == Settings.runtime_name):
+            return Registered(path, f"runtime_path in {path}", program)
+    return None
+
+
+def _config_files(root: str) -> list[str]:
+    """crio.conf and the files of crio.conf.d beside it, in the order CRI-O reads them."""
+    main = under(root, CONFIG_PATH)
+    drop_ins = os.path.join(os.path.dirname(main), "crio.conf.d")
+    names = sorted(os.listdir(drop_ins)) if os.path.isdir(drop_ins) else []
+    return [main, *(os.path.join(drop_ins, n) for n in names)]
+
+
+def _table(path: str, parent: dict, key: str) -> dict:  # tomlkit's documents and tables are dicts
     if key not in parent:
         parent[key] = tomlkit.table(is_super_table=True)
     value = parent[key]

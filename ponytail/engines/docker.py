@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 
-from ponytail.engines.model import Edit, Settings
+from ponytail.engines.model import Edit, Registered, Settings, Unregistered, ponytails, read_head, under
 from ponytail.errors import ConfigError
+
+CONFIG_PATH = "/etc/docker/daemon.json"
 
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
@@ -54,6 +56,34 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
     if not changes:
         return Edit(path, text, text, ())
     return Edit(path, text, json.dumps(document, indent=_indent(text)) + "\n", tuple(changes), recorded)
+
+
+def registered(root: str) -> Registered | None:
+    """The runtime ``edit`` wrote in the node's daemon.json (one named as ``--name`` names it by
+    default, or one that runs a ponytail command); None when there is none."""
+    path = under(root, CONFIG_PATH)
+    return runtime(path, read_head(path))
+
+
+def runtime(path: str, text: str | None) -> Registered | None:
+    """ponytail's runtime in the daemon.json ``text`` (read from ``path``)."""
+    try:
+        document = _parse(path, text)
+    except ConfigError:
+        return None
+    runtimes = document.get("runtimes")
+    for name, entry in runtimes.items() if isinstance(runtimes, dict) else ():
+        program = entry.get("path") if isinstance(entry, dict) else None
+        if isinstance(program, str) and (ponytails(program) or name == Settings.runtime_name):
+            how = "the default runtime" if document.get("default-runtime") == name else f"used by 'docker run --runtime {name}'"
+            return Registered(path, f"runtime '{name}' in {path} ({how})", program)
+    return None
+
+
+def unregistered(root: str) -> Unregistered:
+    path = under(root, CONFIG_PATH)
+    text = read_head(path) or ""
+    return Unregistered(f"{path} registers no ponytail-runtime", files=((path, text),), mentioned="ponytail" in text)
 
 
 def _parse(path: str, text: str | None) -> dict:

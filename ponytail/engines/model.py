@@ -33,3 +33,60 @@ class Edit:
     @property
     def changed(self) -> bool:
         return self.old_text != self.new_text
+
+
+@dataclass(frozen=True)
+class Registered:
+    """What an engine's configuration says of ponytail, read back from the files ``edit()`` writes.
+
+    ``where``: how a finding names the entry ("BinaryName in FILE"); ``program``: the command the
+    engine runs (None: ponytail's file is there, but the engine cannot read it); ``hook``: a hooks.d
+    file, whose missing command the engine skips silently, rather than a runtime entry."""
+
+    path: str
+    where: str
+    program: str | None
+    hook: bool = False
+
+
+@dataclass(frozen=True)
+class Unregistered:
+    """Where an engine's configuration was read and names no ponytail it runs.
+
+    ``what``: what is missing, as a finding says it; ``fix``: the command that registers ponytail when
+    it is not ``ponytail configure`` (hooks.d: ``ponytail install-hook``); ``files``: (path, text) of the
+    files read, which may name NVIDIA's runtime (then ``ponytail migrate`` is the remedy); ``mentioned``:
+    ponytail is named there all the same (set up for it, whether or not that works)."""
+
+    what: str
+    fix: str | None = None
+    files: tuple[tuple[str, str], ...] = ()
+    mentioned: bool = False
+
+
+def under(root: str, path: str) -> str:
+    """The node's ``path`` as seen from here, for the node's filesystem at ``root``."""
+    return path if root == "/" else root.rstrip("/") + path
+
+
+def read_head(path: str, size: int = 1 << 20) -> str | None:
+    """The first ``size`` characters of the file at ``path``; None when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(size)
+    except OSError:
+        return None
+
+
+def ponytails(program: object) -> bool:
+    """A command ponytail installed: its file name says so (ponytail, ponytail-runtime)."""
+    return isinstance(program, str) and "ponytail" in program.rsplit("/", 1)[-1]
+
+
+def lookup(table: object, *keys: str) -> object:
+    """``table[k1][k2]...`` of a parsed config, None where a key is missing or a value is not a table."""
+    for key in keys:
+        if not isinstance(table, dict):
+            return None
+        table = table.get(key)
+    return table

@@ -7,13 +7,16 @@ into those that ask for GPUs; without it, for containers annotated com.example.g
 
 from __future__ import annotations
 
-from ponytail.engines.model import Edit, Settings
+from ponytail.engines import hooksd
+from ponytail.engines.hooksd import hook_file_text
+from ponytail.engines.model import Edit, Registered, Settings, Unregistered
+
+CONFIG_PATH = "/usr/share/containers/oci/hooks.d/ponytail.json"  # what Debian 12's podman reads
+HOOKS_CONFIGS = ("/etc/containers/containers.conf",)  # may set hooks_dir
 
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
     """The file is ponytail's own: a removal removes it (``added`` is not needed)."""
-    from ponytail.engines.hooksd import hook_file_text
-
     if remove:
         return Edit(path, text, None, (f"removed {path}",) if text is not None else ())
     wanted = hook_file_text(settings.hook_path, settings.hook_config, always=settings.set_as_default)
@@ -23,3 +26,12 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
         "containers annotated com.example.gpu=true"
     with_config = f" -config {settings.hook_config} ($PONYTAIL_CONFIG)" if settings.hook_config else ""
     return Edit(path, text, wanted, (f"hooks.d file: runs {settings.hook_path}{with_config} at prestart of {when}",))
+
+
+def registered(root: str) -> Registered | None:
+    """ponytail.json in the hooks directory podman reads (containers.conf's hooks_dir, else the defaults)."""
+    return hooksd.registered(root, HOOKS_CONFIGS)
+
+
+def unregistered(root: str) -> Unregistered:
+    return hooksd.unregistered(root, HOOKS_CONFIGS)

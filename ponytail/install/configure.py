@@ -17,12 +17,19 @@ Engines and what is edited (their records, default files and restart hints: pony
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 from dataclasses import dataclass
 from types import ModuleType
 
+from ponytail.config import CONFIG_ENV_VAR
 from ponytail.engines import registry
+from ponytail.engines.containerd import dropin, k3s
 from ponytail.engines.model import Edit, Settings
+from ponytail.errors import UsageError
+from ponytail.hooks.command import installed_command, transient_warning
+from ponytail.install import files, undo
 
 DEFAULT_STATE_DIR = "/var/lib/ponytail/configure"  # ponytail.install.undo: where no engine reads
 
@@ -41,15 +48,10 @@ def engine_module(name: str) -> ModuleType:
 
 
 def plan(engine: str, config_file: str | None, settings: Settings, remove: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Edit:
-    """Read the engine's config (and, for CRI-O, check crio.conf) and plan the edit; an
+    """Read the engine's config (CRI-O: crio.conf checked, its drop-in edited) and plan the edit; an
     uninstall reads what the install recorded too."""
-    from ponytail.install import files, undo
-
     module = engine_module(engine)
-    path = os.path.abspath(config_file or registry.engine(engine).config_path)
-    if engine == "crio":
-        module.check_main_config(path, files.read_text(path))
-        path = module.drop_in_path(path)
+    path = registry.engine(engine).edited_file(os.path.abspath(config_file or registry.engine(engine).config_path), files.read_text)
     text = files.read_text(path)
     if not remove:
         return module.edit(path, text, settings)
@@ -76,8 +78,6 @@ def plan(engine: str, config_file: str | None, settings: Settings, remove: bool 
 def apply(engine: str, edit: Edit, uninstall: bool = False, state_dir: str = DEFAULT_STATE_DIR) -> Written:
     """Write ``edit`` (nothing when it changes nothing) and keep, or forget, what undoes it; the
     lines saying what was done."""
-    from ponytail.install import files, undo
-
     restart = registry.engine(engine).restart
     record = undo.read(state_dir, edit.path)
     if not edit.changed:
@@ -128,8 +128,6 @@ def _same_document(original: str, text: str) -> bool:
     """The same text, or (daemon.json) the same JSON document in other whitespace."""
     if original == text:
         return True
-    import json
-
     try:
         return bool(json.loads(original) == json.loads(text))
     except ValueError:
@@ -138,8 +136,6 @@ def _same_document(original: str, text: str) -> bool:
 
 def render_diff(edit: Edit) -> str:
     """The edit as a unified diff (``--dry-run``)."""
-    import difflib
-
     if not edit.changed:
         return ""
     old = (edit.old_text or "").splitlines(keepends=True)
@@ -155,10 +151,6 @@ def configure(
     state_dir: str = DEFAULT_STATE_DIR, drop_in: str | None = None,
 ) -> list[str]:
     """``ponytail configure``: plan, then print the diff (dry run) or apply; the lines to print."""
-    from ponytail.config import CONFIG_ENV_VAR
-    from ponytail.errors import UsageError
-    from ponytail.hooks.command import installed_command, transient_warning
-
     if not name or not name.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"--name {name!r}: a runtime name is letters, digits, '-' and '_'")
     program = registry.engine(engine).runs
@@ -171,7 +163,7 @@ def configure(
     if registry.engine(engine).runs == "ponytail" and os.environ.get(CONFIG_ENV_VAR):  # the hook reads what this shell's ponytail reads
         hook_config = os.path.abspath(os.environ[CONFIG_ENV_VAR])
     settings = Settings(name, command, command, set_as_default, hook_config)
-    if engine == "containerd":
+    if registry.engine(engine).drop_ins:
         lines = _containerd_drop_in(config_file, settings, drop_in, dry_run, uninstall, state_dir)
         if lines is not None:
             return lines
@@ -194,10 +186,6 @@ def _containerd_drop_in(
     """containerd 2.x with drop-ins (ponytail.engines.containerd.dropin): ponytail's entry in a file of
     its own and, where config.toml imports nothing that covers it, an import there; None: config.toml
     itself is edited (containerd 1.x, or no drop-in directory in use or asked for)."""
-    from ponytail.engines.containerd import dropin, k3s
-    from ponytail.errors import UsageError
-    from ponytail.install import files, undo
-
     main = os.path.abspath(config_file or registry.engine("containerd").config_path)
     main_text = files.read_text(main)
     if k3s.is_template(main, main_text) or k3s.generated_by(main_text):

@@ -214,6 +214,52 @@ def test_crio_configured_by_its_drop_in(layout: Layout) -> None:
     assert "runtime_path in" in crio["message"] and "99-ponytail.conf" in crio["message"]
 
 
+V3_IMPORTING = """version = 3
+imports = ["/etc/containerd/conf.d/*.toml"]
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+runtime_type = "io.containerd.runc.v2"
+"""
+
+
+def _configure(layout: Layout, *args: str) -> str:
+    configured = subprocess.run([console_script("ponytail"), "configure", "--runtime", "containerd", "--config-file",
+                                 str(layout.engines / "etc/containerd/config.toml"), "--state-dir", str(layout.base / "state"), *args],
+                                capture_output=True, text=True, timeout=60)
+    assert configured.returncode == 0, configured.stderr
+    return configured.stdout
+
+
+@pytest.mark.parametrize("where", ["imported directory", "directory below the imported one", "runtime of another name"])
+def test_containerd_configured_by_a_drop_in(layout: Layout, where: str) -> None:
+    """configure writes containerd 2.x's drop-in (conf.d/99-ponytail.toml, which config.toml imports):
+    check finds it there, and a second configure has nothing to do: the two read the same files. A
+    drop-in in a directory below the imported glob's is imported by a glob of its own (containerd's
+    ``*`` stops at ``/``), and a --path of any name is ponytail's runtime all the same."""
+    (layout.engines / "etc/containerd/conf.d").mkdir(parents=True)
+    (layout.engines / "etc/containerd/config.toml").write_text(V3_IMPORTING)
+    args: list[str] = ["--path", console_script("ponytail-runtime")]
+    drop_in = layout.engines / "etc/containerd/conf.d/99-ponytail.toml"
+    if where == "directory below the imported one":
+        drop_in = layout.engines / "etc/containerd/conf.d/gpu/99-ponytail.toml"
+        args += ["--drop-in-config", str(drop_in)]
+    elif where == "runtime of another name":
+        (layout.base / "bin").mkdir()
+        (layout.base / "bin/gpu-runtime").symlink_to(console_script("ponytail-runtime"))
+        args = ["--path", str(layout.base / "bin/gpu-runtime")]
+    _configure(layout, *args)
+    assert drop_in.is_file()
+    status, report, _ = layout.check()
+    assert status == 0, _not_ok(report)
+    containerd = next(f for f in report["findings"] if f["subject"] == "containerd")
+    assert f"BinaryName in {drop_in}" in containerd["message"], containerd
+    assert "already configured for ponytail; nothing changed" in _configure(layout, *args)
+    _configure(layout, *args, "--uninstall")
+    assert not drop_in.exists()
+    finding = _one_finding(layout, "--engine", "containerd")
+    assert finding["subject"] == "containerd" and "'ponytail configure --runtime containerd" in finding["message"]
+
+
 def test_docker_with_the_runtime(layout: Layout) -> None:
     (layout.engines / "etc/docker").mkdir(parents=True)
     runtime = console_script("ponytail-runtime")

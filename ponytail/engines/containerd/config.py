@@ -23,15 +23,22 @@ container's, indistinguishable) is left out of ponytail's entry, and the change 
 
 from __future__ import annotations
 
-from ponytail.engines.model import Edit, Settings
-from ponytail.errors import ConfigError
+import glob
+import os
+import re
+from fnmatch import fnmatchcase
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from types import ModuleType
+import tomlkit
+from tomlkit import TOMLDocument
+from tomlkit.exceptions import TOMLKitError
+from tomlkit.items import Table
 
-    from tomlkit import TOMLDocument
-    from tomlkit.items import Table
+from ponytail.engines.containerd import k3s
+from ponytail.engines.model import Edit, Registered, Settings, Unregistered, lookup, ponytails, read_head, under
+from ponytail.errors import ConfigError, PonytailError
+
+CONFIG_PATH = "/etc/containerd/config.toml"
+IMPORTS_KEY = "imports"
 
 RUNC_V2 = "io.containerd.runc.v2"
 # config version -> the CRI plugin's table holding `containerd.runtimes`: version 2 is containerd
@@ -42,10 +49,6 @@ CDI_SPEC = "/var/run/cdi/ponytail.yaml"  # where the installer keeps ponytail's 
 
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
-    import tomlkit
-
-    from ponytail.engines.containerd import k3s
-
     k3s.refuse_generated(path, text)  # k3s/RKE2 write it at every start: their template is edited instead
     if k3s.is_template(path, text):
         return k3s.edit(path, text, settings, remove)
@@ -60,7 +63,7 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
         return Edit(path, text, text, ())
     runtimes = _table(path, containerd, ("runtimes",), create=not remove, where=where)
     if remove or runtimes is None:  # None only for a removal, which creates no table
-        return _result(path, text, document, _remove(containerd, runtimes, where, settings.runtime_name, added or {}), tomlkit)
+        return _result(path, text, document, _remove(containerd, runtimes, where, settings.runtime_name, added or {}))
     changes: list[str] = []
     recorded: dict[str, object] = {}
     name = settings.runtime_name
@@ -73,7 +76,7 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
     dropped = [p for p in (_plain(runc).get("pod_annotations") or [] if runc is not None else []) if p not in wanted.get("pod_annotations", [])]
     current = runtimes.get(name)
     if current is None or _plain(current) != wanted:
-        runtimes[name] = _new_table(tomlkit, wanted, last=True)
+        runtimes[name] = _new_table(wanted, last=True)
         verb = "added" if current is None else "updated"
         changes.append(f"{verb} [{where}.runtimes.{name}]: runtime_type {wanted['runtime_type']!r}, "
                        f"options.BinaryName = {settings.runtime_path!r}" + (" (runc's options kept)" if runc else ""))
@@ -100,10 +103,10 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
         changes.append(f"{where}.default_runtime_name = {name!r} (was {default!r})")
         default = name
     if default == "runc" and runc is None:
-        runtimes["runc"] = _new_table(tomlkit, {"runtime_type": RUNC_V2})
+        runtimes["runc"] = _new_table({"runtime_type": RUNC_V2})
         recorded["runc"] = True
         changes.append(f"added [{where}.runtimes.runc]: the default runtime must be defined or the CRI plugin fails to load")
-    planned = _result(path, text, document, changes, tomlkit)
+    planned = _result(path, text, document, changes)
     return Edit(planned.path, planned.old_text, planned.new_text, planned.changes, recorded)
 
 
@@ -160,9 +163,6 @@ def lets_cdi_through(pattern: str) -> bool:
     """Whether the pass-through ``pattern`` (containerd matches keys with Go's path.Match: ``*`` and
     ``?`` stop at ``/``) matches some ``cdi.k8s.io/NAME`` key: one ``/``, and a first part matching
     ``cdi.k8s.io`` (a pod may pick any NAME, so any second part counts)."""
-    import re
-    from fnmatch import fnmatchcase
-
     first, slash, second = pattern.partition("/")
     if not slash:
         return False
@@ -171,9 +171,6 @@ def lets_cdi_through(pattern: str) -> bool:
 
 
 def _parse(path: str, text: str | None) -> TOMLDocument:
-    import tomlkit
-    from tomlkit.exceptions import TOMLKitError
-
     try:
         return tomlkit.parse(text or "")
     except TOMLKitError as e:
@@ -199,8 +196,6 @@ def _version(path: str, document: dict, text: str | None) -> int:
 
 
 def _table(path: str, parent: dict, keys: tuple[str, ...], create: bool, where: str = "") -> dict | None:
-    import tomlkit
-
     table = parent
     for key in keys:
         where = f"{where}.{key}" if where else key
@@ -222,13 +217,13 @@ def _plain(value: object) -> dict:
     return unwrap() if unwrap is not None else dict(value)  # type: ignore[call-overload]  # a plain mapping when not a tomlkit item
 
 
-def _new_table(tomlkit: ModuleType, values: dict, last: bool = False) -> Table:
+def _new_table(values: dict, last: bool = False) -> Table:
     """A table of ``values``; ``last``: end with a blank line, before the file's next table."""
     table = tomlkit.table()
     items = list(values.items())
     for i, (key, value) in enumerate(items):
         if isinstance(value, dict):
-            table.append(key, _new_table(tomlkit, value, last and i == len(items) - 1))
+            table.append(key, _new_table(value, last and i == len(items) - 1))
         else:
             table.append(key, value)
     if last and not (items and isinstance(items[-1][1], dict)):
@@ -236,10 +231,89 @@ def _new_table(tomlkit: ModuleType, values: dict, last: bool = False) -> Table:
     return table
 
 
-def _result(path: str, text: str | None, document: TOMLDocument, changes: list[str], tomlkit: ModuleType) -> Edit:
+def _result(path: str, text: str | None, document: TOMLDocument, changes: list[str]) -> Edit:
     if not changes:
         return Edit(path, text, text, ())
     new_text = tomlkit.dumps(document)
     if text and not new_text.endswith("\n"):
         new_text += "\n"
     return Edit(path, text, new_text, tuple(changes))
+
+
+# -- what edit() wrote, read back ------------------------------------------------------
+
+def registered(root: str) -> Registered | None:
+    """A runtime whose BinaryName is ponytail-runtime (or named as ``--name`` names it by default) in
+    the node's config.toml, a file it imports (the containerd 2.x drop-in ``configure`` writes there),
+    or the k3s template of a generated config; None when there is none."""
+    for path, text in config_files(root):
+        for name, binary in _binaries(path, text):
+            if ponytails(binary) or name == Settings.runtime_name:
+                return Registered(path, f"BinaryName in {path}", binary)
+    return None
+
+
+def unregistered(root: str) -> Unregistered:
+    files = config_files(root)
+    return Unregistered(f"{files[0][0]} has no runtime whose BinaryName is ponytail-runtime", files=tuple(files),
+                        mentioned=any("ponytail" in text for _, text in files))
+
+
+def config_files(root: str) -> list[tuple[str, str]]:
+    """(path, text) of the node's config.toml and of what it is made of, as ``configure`` writes them:
+    the files its imports name, or the template a k3s-generated config is made from."""
+    path = under(root, CONFIG_PATH)
+    text = read_head(path) or ""
+    files = [(path, text)]
+    generated = k3s.generated_by(text)
+    if generated is not None:
+        template = os.path.join(os.path.dirname(path), os.path.basename(generated[1]))
+        return [*files, (template, read_head(template) or "")]
+    try:
+        files += [(p, read_head(p) or "") for p in imported(path, text or None)]
+    except PonytailError:
+        pass  # a config containerd cannot read: the finding names config.toml
+    return files
+
+
+def _binaries(path: str, text: str) -> list[tuple[str, str]]:
+    """(runtime name, BinaryName) of each CRI runtime the config ``text`` defines, whatever its plugin's name."""
+    try:
+        document = tomlkit.parse(k3s.toml_of(text) if k3s.is_template(path, text) else text).unwrap()
+    except (TOMLKitError, RecursionError):
+        return []
+    found = []
+    plugins = lookup(document, "plugins")
+    for plugin in plugins.values() if isinstance(plugins, dict) else ():
+        runtimes = lookup(plugin, "containerd", "runtimes")
+        for name, entry in runtimes.items() if isinstance(runtimes, dict) else ():
+            binary = lookup(entry, "options", "BinaryName")
+            if isinstance(binary, str):
+                found.append((name, binary))
+    return found
+
+
+def node_prefix(main_path: str) -> str | None:
+    """Where the node's / is, seen from here, for a config at its usual path: '' for
+    /etc/containerd/config.toml, '/host' for /host/etc/containerd/config.toml (the installer's
+    view); None elsewhere. ``imports`` name paths as containerd on the node sees them."""
+    return main_path[: -len(CONFIG_PATH)] if main_path.endswith(CONFIG_PATH) else None
+
+
+def imported(main_path: str, main_text: str | None) -> list[str]:
+    """The files containerd merges into the config at ``main_path`` (its ``imports``: a glob's matches in
+    name order, a relative path beside the config), as seen from here; those that exist. The paths of a
+    config at its usual place are the node's (node_prefix); a bad config is a ConfigError."""
+    prefix = node_prefix(main_path) or ""
+    found: list[str] = []
+    for pattern in imports(_parse(main_path, main_text)):
+        full = prefix + pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(main_path), pattern)
+        matches = sorted(glob.glob(full)) if glob.has_magic(full) else [full]
+        found += [m for m in matches if os.path.isfile(m) and m not in found and m != main_path]
+    return found
+
+
+def imports(document: dict) -> list[str]:
+    """The config's ``imports``: paths or globs of the files containerd 2.x merges into it."""
+    value = document.get(IMPORTS_KEY) or []
+    return [str(v) for v in value] if isinstance(value, list) else []

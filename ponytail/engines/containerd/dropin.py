@@ -15,11 +15,17 @@ from __future__ import annotations
 import fnmatch
 import os
 
+import tomlkit
+
+from ponytail.engines.containerd import config as containerd
+from ponytail.engines.containerd.config import IMPORTS_KEY, imported, node_prefix
+from ponytail.engines.containerd.config import imports as _imports
 from ponytail.engines.model import Edit, Settings
 from ponytail.errors import ConfigError
 
+__all__ = ["DROP_IN_NAME", "IMPORTS_KEY", "drop_in_for", "drop_in_edit", "imported", "main_edit", "node_prefix"]
+
 DROP_IN_NAME = "99-ponytail.toml"
-IMPORTS_KEY = "imports"
 
 
 def drop_in_for(main_path: str, main_text: str | None, wanted: str | None) -> str | None:
@@ -42,35 +48,8 @@ def drop_in_for(main_path: str, main_text: str | None, wanted: str | None) -> st
     return None
 
 
-def node_prefix(main_path: str) -> str | None:
-    """Where the node's / is, seen from here, for a config at its usual path: '' for
-    /etc/containerd/config.toml, '/host' for /host/etc/containerd/config.toml (the installer's
-    view); None elsewhere. ``imports`` name paths as containerd on the node sees them."""
-    from ponytail.engines import registry
-
-    default = registry.engine("containerd").config_path
-    return main_path[: -len(default)] if main_path.endswith(default) else None
-
-
-def imported(main_path: str, main_text: str | None) -> list[str]:
-    """The files containerd merges into the config at ``main_path`` (its ``imports``: a glob's matches in
-    name order, a relative path beside the config), as seen from here; those that exist. The paths of a
-    config at its usual place are the node's (node_prefix); a bad config is a ConfigError."""
-    import glob
-
-    prefix = node_prefix(main_path) or ""
-    found: list[str] = []
-    for pattern in _imports(_parse(main_path, main_text)):
-        full = prefix + pattern if os.path.isabs(pattern) else os.path.join(os.path.dirname(main_path), pattern)
-        matches = sorted(glob.glob(full)) if glob.has_magic(full) else [full]
-        found += [m for m in matches if os.path.isfile(m) and m not in found and m != main_path]
-    return found
-
-
 def main_edit(path: str, text: str | None, drop_in: str, remove: bool = False, added: dict | None = None) -> Edit:
     """config.toml with an import that covers ``drop_in`` (or, to remove, without the one ponytail added)."""
-    import tomlkit
-
     document = _parse(path, text)
     imports = _imports(document)
     if remove:
@@ -102,8 +81,6 @@ def main_edit(path: str, text: str | None, drop_in: str, remove: bool = False, a
 def drop_in_edit(path: str, text: str | None, main_text: str | None, settings: Settings, remove: bool = False) -> Edit:
     """The drop-in: the main config's version and ponytail's runtime table (runc's options of the main
     config copied, as in config.toml itself)."""
-    from ponytail.engines.containerd import config as containerd
-
     main = _parse(path, main_text)
     version = int(main.get("version", 3))
     if remove:
@@ -120,8 +97,6 @@ def drop_in_edit(path: str, text: str | None, main_text: str | None, settings: S
 
 
 def _render(version: int, plugin: str, name: str, entry: dict) -> str:
-    import tomlkit
-
     document = tomlkit.document()
     document["version"] = version
     runtimes = tomlkit.table(is_super_table=True)
@@ -137,15 +112,13 @@ def _render(version: int, plugin: str, name: str, entry: dict) -> str:
 
 
 def _covers(pattern: str, path: str) -> bool:
-    return fnmatch.fnmatch(path, pattern) if ("*" in pattern or "?" in pattern) else os.path.abspath(pattern) == path
-
-
-def _imports(document: dict) -> list[str]:
-    value = document.get(IMPORTS_KEY) or []
-    return [str(v) for v in value] if isinstance(value, list) else []
+    """Whether containerd's import ``pattern`` names ``path``: Go's filepath.Match, whose ``*`` and ``?``
+    stop at ``/`` (a file in a directory below the pattern's is not imported)."""
+    if "*" not in pattern and "?" not in pattern and "[" not in pattern:
+        return os.path.abspath(pattern) == path
+    parts, names = pattern.split("/"), path.split("/")
+    return len(parts) == len(names) and all(fnmatch.fnmatchcase(n, p) for n, p in zip(names, parts, strict=True))
 
 
 def _parse(path: str, text: str | None) -> dict:
-    from ponytail.engines.containerd import config as containerd
-
     return containerd._parse(path, text)  # noqa: SLF001 - one TOML reader for containerd's files

@@ -50,6 +50,11 @@ def is_template(path: str, text: str | None) -> bool:
     return path.endswith(".tmpl") or "{{" in (text or "")
 
 
+def toml_of(text: str) -> str:
+    """The TOML a template appends to k3s's base: its lines without Go template actions."""
+    return "".join(line for line in text.splitlines(keepends=True) if "{{" not in line)
+
+
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False) -> Edit:
     """The template with ponytail's runtime block appended (or taken out)."""
     body, ours = _split(path, text or "")
