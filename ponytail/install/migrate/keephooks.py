@@ -11,29 +11,27 @@ finds what it left. Run as ``python3 -I -m ponytail.install.migrate.keephooks [S
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 
-from ponytail.install.migrate.nvidia import SERVED
+from ponytail.errors import PonytailError
+from ponytail.fs.atomic import replace_file
+from ponytail.install.migrate.journal import left_data, read_record
+from ponytail.install.migrate.nvidia import SERVED, under
+from ponytail.install.nvidiahook import script
 
 SCRIPT_NAMES = ("nvidia-cdi-hook", "nvidia-ctk")
 
 
 def put_back(state_dir: str = "/var/lib/ponytail/migrate", root: str = "/") -> list[str]:
-    """Each recorded hook path that is gone, made again; one line each."""
-    from ponytail.fs.atomic import replace_file
-    from ponytail.install.migrate.journal import left_data
-    from ponytail.install.migrate.nvidia import under
-    from ponytail.install.nvidiahook import script
-
+    """Each recorded hook path that is gone, made again; one line each. The record is read as
+    ``--undo`` reads it (journal.read_record: believed only when root's alone); none: nothing to do."""
     try:
-        with open(os.path.join(under(root, state_dir), "record.json"), "rb") as f:
-            entries = json.loads(f.read()).get("entries", [])
-    except (OSError, ValueError, AttributeError):
-        return []
+        record = read_record(root, state_dir, "not putting back NVIDIA's hook paths")
+    except PonytailError as e:
+        return [f"ponytail: {e.message}"]
     lines = []
-    for entry in entries if isinstance(entries, list) else []:
+    for entry in record["entries"] if record is not None else []:
         path, left = entry.get("path"), entry.get("left") or {}
         if not isinstance(path, str) or not os.path.isabs(path) or os.path.lexists(under(root, path)):
             continue
