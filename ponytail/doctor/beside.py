@@ -10,11 +10,8 @@ import shutil
 import subprocess
 
 from ponytail.cdi.owners import scan
+from ponytail.config import Config
 from ponytail.doctor.findings import OK, WARN, Finding
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ponytail.config import Config
 
 CONTAINERD_WITHOUT_CDI = ((1, 6),)  # and older: (major, minor) at most this
 

@@ -18,11 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
+from ponytail.engines.model import Registered, Unregistered
 from ponytail.errors import UsageError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ponytail.engines.model import Registered, Unregistered
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from ponytail.errors import InjectionError, UsageError, os_failure
+from ponytail.fs.atomic import replace_file, replace_with_symlink
 
 
 def make_link(path: str, command: str, does: str, hint: str, dry_run: bool = False, script: bytes = b"") -> str:
@@ -27,12 +28,8 @@ def make_link(path: str, command: str, does: str, hint: str, dry_run: bool = Fal
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             if script:
-                from ponytail.fs.atomic import replace_file
-
                 replace_file(path, script, 0o755)
             else:
-                from ponytail.fs.atomic import replace_with_symlink
-
                 replace_with_symlink(command, path)
         except OSError as e:
             raise os_failure(f"cannot make {path}", e, InjectionError) from e

@@ -14,17 +14,16 @@ run brings every path forward; ``--undo`` brings every path back.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 
 from ponytail.errors import PonytailError
+from ponytail.fs.atomic import replace_file, replace_with_symlink, temporary_name, writer_pid
 from ponytail.install.migrate import journal
 from ponytail.install.migrate.journal import FILES, MIGRATE, RECORD, UNDO, saved_name
 from ponytail.install.migrate.nvidia import under
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ponytail.install.migrate.plan import Plan
+from ponytail.install.migrate.plan import Plan, remedy
 
 DEFAULT_STATE_DIR = "/var/lib/ponytail/migrate"  # where no engine reads
 
@@ -156,8 +155,6 @@ def _states(root: str, entries: list[dict], doing: str, tidy: bool = False) -> l
                 what = "was changed (it is no longer ponytail's link)"
             elif entry["left"]["kind"] == "nothing":
                 what = "was created"
-            from ponytail.install.migrate.plan import remedy
-
             raise PonytailError(f"{doing}: {entry['path']} {what} since the migration; {remedy(root, entry)}, "
                                 "then run the command again; nothing was changed")
     return states
@@ -229,8 +226,6 @@ def _leaves(left: dict) -> str:
 
 
 def _bring_forward(full: str, left: dict) -> None:
-    from ponytail.fs.atomic import replace_file, replace_with_symlink
-
     directory = os.path.dirname(full)
     if left["kind"] == "link":
         replace_with_symlink(left["target"], full)
@@ -249,8 +244,6 @@ def _bring_forward(full: str, left: dict) -> None:
 
 def _put_back(root: str, state: str, entry: dict, when_left_only: bool = False) -> None:
     """The original of ``entry`` back at its path, in one rename, with the record's mode, owner and times."""
-    from ponytail.fs.atomic import replace_with_symlink, temporary_name
-
     full = under(root, entry["path"])
     if when_left_only and not journal.holds(full, entry["left"]):
         return  # as it was (never changed)
@@ -393,8 +386,6 @@ def _why(e: BaseException) -> str:
 def _tidy(full: str, ours: bool = False) -> None:
     """The temporary files a killed run left beside ``full`` (replace_file's, undo's), when their writer is
     gone (``ours``: or is this process, stopped in the middle of a step)."""
-    from ponytail.fs.atomic import writer_pid
-
     directory, name = os.path.split(full)
     try:
         names = os.listdir(directory)
@@ -428,8 +419,6 @@ class _Lock:
         self.directory, self.doing, self.fd, self.made = directory, doing, -1, False
 
     def __enter__(self) -> _Lock:
-        import fcntl
-
         self.made = not os.path.isdir(self.directory)
         os.makedirs(self.directory, mode=0o755, exist_ok=True)
         self.fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

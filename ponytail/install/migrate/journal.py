@@ -28,7 +28,11 @@ import os
 import stat
 from urllib.parse import quote
 
+from ponytail.cdi.files import SPEC_DIRS
 from ponytail.errors import PonytailError
+from ponytail.fs.atomic import replace_file
+from ponytail.fs.trust import Untrusted, read_private_file, untrusted_place, untrusted_store
+from ponytail.install.dockergpus import SERVICE_PATH
 from ponytail.install.migrate.nvidia import BINARIES, BOOT_UNIT, BOOT_WANTS, CONFIG, ENGINE_DROP_INS, ENGINE_FILES, under
 
 RECORD = "record.json"
@@ -117,9 +121,6 @@ def known_place(root: str, path: str) -> bool:
     can have changed, both resolved inside ``root``: a .json or .yaml file of a CDI spec directory,
     an engine config or a file of its drop-in directory, one of NVIDIA's programs in a directory of
     the engines' PATH, or NVIDIA's config."""
-    from ponytail.cdi.files import SPEC_DIRS
-    from ponytail.install.dockergpus import SERVICE_PATH
-
     if not path.startswith("/") or "\0" in path or os.path.normpath(path) != path or path == "/":
         return False
     directory, name = os.path.split(under(root, path))
@@ -139,7 +140,7 @@ def known_place(root: str, path: str) -> bool:
 
 
 def _followed(root: str, directory: str) -> str:
-    from ponytail.fs.inroot import host_path_in_root
+    from ponytail.fs.inroot import host_path_in_root  # ctypes: not with every command (cli.migrate loads this module)
 
     return host_path_in_root(root, directory, follow_last=True)
 
@@ -147,16 +148,12 @@ def _followed(root: str, directory: str) -> str:
 # --- the record -------------------------------------------------------------------------------
 
 def write_record(state: str, record: dict) -> None:
-    from ponytail.fs.atomic import replace_file
-
     replace_file(os.path.join(state, RECORD), (json.dumps(record, indent=1) + "\n").encode(), 0o600)
 
 
 def check_store(root: str, state_dir: str, doing: str) -> bool:
     """Whether the state directory is there; PonytailError when it, its files/ or a directory above it
     (up to the root) may be someone else's doing, or it is not a real directory."""
-    from ponytail.fs.trust import untrusted_place, untrusted_store
-
     state = under(root, state_dir)
     try:
         st = os.lstat(state)
@@ -187,8 +184,6 @@ def check_store(root: str, state_dir: str, doing: str) -> bool:
 def read_record(root: str, state_dir: str, doing: str) -> dict | None:
     """The record (its entries checked), None when there is none; PonytailError (one line) when it cannot
     be believed: an untrusted store or file, not a record ponytail wrote, a path no migration touches."""
-    from ponytail.fs.trust import Untrusted, read_private_file
-
     if not check_store(root, state_dir, doing):
         return None
     state = under(root, state_dir)

@@ -61,7 +61,7 @@ def clashes(kind: str) -> bool:
 
 
 def probe(root: str) -> Toolkit:
-    from ponytail.cdi.owners import NVIDIA_CTK, scan
+    from ponytail.cdi.owners import NVIDIA_CTK, scan  # here: every command loads this module (cli.migrate), not this import
     from ponytail.install.nvidiahook import hook_paths_in
 
     nvidias = [f for f in scan(root) if f.generator == NVIDIA_CTK]
@@ -93,7 +93,7 @@ def replace_runtime(text: str, runtime: str) -> str:
 def under(root: str, path: str) -> str:
     """The host path of the node's ``path``: its links resolved inside ``root`` (a node's absolute
     /var/run -> /run leads to the node's /run, not this process's)."""
-    from ponytail.fs.inroot import host_path_in_root
+    from ponytail.fs.inroot import host_path_in_root  # ctypes: not with every command (cli.migrate loads this module)
 
     return host_path_in_root(root, path)
 

@@ -22,6 +22,7 @@ import stat
 from dataclasses import dataclass
 
 from ponytail.errors import PonytailError
+from ponytail.install.dockergpus import SERVICE_PATH
 from ponytail.install.migrate.nvidia import BOOT_UNIT, BOOT_WANTS, SERVED, Toolkit, replace_runtime, under
 
 
@@ -48,7 +49,7 @@ class Plan:
 
 def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_files: dict[str, bytes], config_file: str | None = None) -> Plan:
     """``spec_files``: ponytail's CDI spec(s) by path, written where NVIDIA's first spec was."""
-    from ponytail.install.nvidiahook import script
+    from ponytail.install.nvidiahook import script  # here: every command loads this module (cli.migrate), not this import
 
     steps: list[Step] = []
     for path in toolkit.specs:
@@ -81,8 +82,6 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
     for path in toolkit.hook_paths:
         if path in toolkit.binaries or _is_hook_script(under(root, path), hook_script):
             continue
-        from ponytail.install.dockergpus import SERVICE_PATH
-
         if os.path.dirname(path) not in SERVICE_PATH or not os.path.isdir(under(root, os.path.dirname(path))):
             notes.append(f"a CDI spec left alone names {path} as its hook, which is not on the engines' PATH "
                          f"(or not here): serve it with 'ponytail install-nvidia-hook --at {path}'")
@@ -163,7 +162,7 @@ def refuse_what_cannot_be_undone(root: str, path: str) -> None:
 
 
 def _read_text(path: str) -> str:
-    from ponytail.install.files import read_text
+    from ponytail.install.files import read_text  # here: every command loads this module (cli.migrate), not this import
 
     text = read_text(path)  # a symlink, a non-UTF-8 or huge file is refused with one line
     return text or ""

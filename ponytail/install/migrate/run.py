@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
+from ponytail.cdi.files import feature_spec_path, form_of, generate, render
+from ponytail.config import config_path, load_config
 from ponytail.errors import PonytailError, UsageError, os_failure
 from ponytail.install.migrate import apply as transaction
 from ponytail.install.migrate.apply import DEFAULT_STATE_DIR, apply, resume
+from ponytail.install.migrate.journal import read_record
 from ponytail.install.migrate.nvidia import probe
 from ponytail.install.migrate.plan import make_plan
 
@@ -45,8 +48,6 @@ def _migrate(root: str, state_dir: str, ponytail: str, runtime: str, config_file
     for command in (ponytail, runtime):
         if not os.path.isabs(command):
             raise UsageError(f"{command}: the ponytail commands are named by absolute paths (the engines run them from anywhere)")
-    from ponytail.install.migrate.journal import read_record
-
     record = read_record(root, state_dir, "not migrating")
     if record is not None:  # a migration, complete (refused) or interrupted (completed now)
         return resume(root, state_dir, record, dry_run)
@@ -66,9 +67,6 @@ def _migrate(root: str, state_dir: str, ponytail: str, runtime: str, config_file
 def _ponytail_specs(nvidia_specs: tuple[str, ...], ponytail: str, config_file: str | None) -> dict[str, tuple[str, bytes]]:
     """ponytail's spec of this host (and of its opt-in features), by the node path it goes to (ponytail.yaml
     beside NVIDIA's first spec, its format kept: .json or .yaml): its kind and bytes."""
-    from ponytail.cdi.files import feature_spec_path, form_of, generate, render
-    from ponytail.config import config_path, load_config
-
     first = nvidia_specs[0]
     target = os.path.join(os.path.dirname(first), "ponytail" + (".json" if first.endswith(".json") else ".yaml"))
     spec, _, features = generate(load_config(*config_path(config_file)), ponytail)
@@ -81,6 +79,6 @@ def _ponytail_specs(nvidia_specs: tuple[str, ...], ponytail: str, config_file: s
 
 def _ponytail_has_kind(root: str, kind: str) -> bool:
     """A spec of ponytail's of ``kind`` is in the engines' spec directories already."""
-    from ponytail.cdi.owners import PONYTAIL, scan
+    from ponytail.cdi.owners import PONYTAIL, scan  # here: every command loads this module (cli.migrate), not this import
 
     return any(f.generator == PONYTAIL and f.kind == kind for f in scan(root))
