@@ -8,25 +8,22 @@ never loads this module: it imports what it uses plainly, at the top.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import stat
-import textwrap
-from dataclasses import asdict
 
 from ponytail.config import Config
 from ponytail.container.oci import State, load_container
 from ponytail.doctor.beside import containerd_cdi, podman_runtime
 from ponytail.doctor.cdi import cdi_findings
-from ponytail.doctor.findings import FAIL, OK, WARN, Finding
+from ponytail.doctor.findings import FAIL, OK, WARN, Finding, report
 from ponytail.doctor.loader import loader_view
 from ponytail.engines import registry
 from ponytail.engines.hooksd import HOOKS_DIRS
 from ponytail.engines.model import Registered, under
 from ponytail.engines.registry import ENGINES, KUBELET_CONFIGS, Engine
-from ponytail.errors import PonytailError, one_line
+from ponytail.errors import PonytailError
 from ponytail.guard.watch import guard_pass
 from ponytail.host.devchar import OK as LINKED
 from ponytail.host.devchar import probe_char_links
@@ -39,7 +36,7 @@ from ponytail.host.nodes import NODE_MISSING, NODE_MODULE_NOT_LOADED
 from ponytail.host.probe import probe_host
 from ponytail.install.migrate.nvidia import runtime_values
 
-__all__ = ["HOOKS_DIRS", "KUBELET_CONFIGS", "check_container", "check_engines", "check_host", "check_running_containers", "run_check"]
+__all__ = ["HOOKS_DIRS", "KUBELET_CONFIGS", "check_all", "check_container", "check_engines", "check_host", "check_running_containers", "run_check"]
 
 EXPECTED_SONAMES = ("libcuda.so.1", "libnvidia-ml.so.1")
 PERSISTENCED_SOCKET = "/run/nvidia-persistenced/socket"
@@ -51,21 +48,17 @@ def run_check(
 ) -> tuple[str, int]:
     """The report (text or JSON) and the exit status; ``width``: wrap the text's lines there
     (a terminal's width), their continuations indented under the message."""
+    return report(check_all(config, bundle, rootfs, engine_root, engines), as_json, width)
+
+
+def check_all(config: Config, bundle: str | None, rootfs: str | None, engine_root: str, engines: tuple[str, ...] = ()) -> list[Finding]:
+    """Every finding: the host, the running GPU containers, the engines and (given a bundle or a rootfs) one container."""
     findings = check_host(config)
     findings += check_running_containers(config)
     findings += check_engines(engine_root, config, engines)
     if bundle is not None or rootfs is not None:
         findings += check_container(config, bundle, rootfs)
-    status = 0 if all(f.level == OK for f in findings) else 1
-    if as_json:
-        document = {"ok": status == 0, "findings": [asdict(f) for f in findings]}
-        return json.dumps(document, indent=2) + "\n", status
-    lines = [f"{f.level:8} {f.area:9} {one_line(f.subject)}: {one_line(f.message)}" for f in findings]
-    if width is not None:
-        lines = [wrapped for line in lines for wrapped in textwrap.wrap(line, max(width, 60), subsequent_indent=" " * 19, break_on_hyphens=False)]
-    bad = sum(1 for f in findings if f.level != OK)
-    lines.append("all is well" if status == 0 else f"{bad} finding(s) need attention")
-    return "\n".join(lines) + "\n", status
+    return findings
 
 
 # -- the running GPU containers ponytail started (ponytail guard's records) --------------
