@@ -12,6 +12,8 @@ import pytest
 from ponytail.engines import registry
 from ponytail.errors import UsageError
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = Path(__file__).resolve().parents[2] / "ponytail"
 
 
