@@ -34,7 +34,7 @@ CHECKPOINT_VERSION = 1
 SPEC_PREFIX = "ponytail-dra_"
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ponytail.host.probe import Host
+    from ponytail.host.records import Host
     from ponytail.plan.select import Selection
 
 _UID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")

@@ -1,8 +1,11 @@
-"""The architecture of docs/architecture.md holds in the code: imports point one way down the layers (entry ->
-cli -> engines -> hook -> apply -> plan -> container -> host -> fs, the shared modules below them
-all), and no two modules import each other, counting every import of a module: those made when it
-loads and those made inside a function (the lazy imports of the fast paths). Only imports under
-`if TYPE_CHECKING:` are not counted: they never run."""
+"""The architecture of docs/architecture.md holds in the code: imports point one way down the layers (LAYERS,
+lowest first), and no two modules import each other. Every import counts: those made when a module loads, those
+made inside a function (the lazy imports of the hot path), and those under `if TYPE_CHECKING:` (what the type
+checker follows is a dependency too). Importing `a.b.c` loads the packages `a.b` and `a` first, so it counts as an
+import of their `__init__` modules as well.
+
+Off the hot path (HOT_PATH: `hooks/` and the floors below it, with the entry and its two fast parsers) imports go
+at the top of a module: a function-level import there is an offender unless LOCAL_IMPORTS names it with a reason."""
 
 from __future__ import annotations
 
@@ -33,8 +36,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("ponytail.__main__", "ponytail.entry"),
 ]
 # What a container asks for does not depend on what the host has: of the host's modules, the container's
-# read only the file formats (an image's ELF headers, a library's version in its file name, its linker cache).
-CONTAINER_MAY_USE_OF_HOST = ("ponytail.host.elf", "ponytail.host.driver_files", "ponytail.host.ldcache")
+# read only the file formats (an image's ELF headers, a library's version in its file name, its linker cache),
+# and the package ponytail.host, whose __init__ an import of them loads.
+CONTAINER_MAY_USE_OF_HOST = ("ponytail.host", "ponytail.host.elf", "ponytail.host.driver_files", "ponytail.host.ldcache")
 # The plan is plain data made from plain data: its modules read nothing, but the one that probes the
 # host and reads the image for one request and plans it.
 PLAN_MAY_READ = ("ponytail.plan.make",)
@@ -49,31 +53,28 @@ def modules(root: Path) -> dict[str, Path]:
     return found
 
 
-def _type_checking_only(tree: ast.AST) -> set[int]:
-    """ids of the import nodes under `if TYPE_CHECKING:` (never run)."""
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and (
-            (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-            or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
-        ):
-            for statement in node.body:
-                skipped |= {id(inner) for inner in ast.walk(statement)}
-    return skipped
+def _loaded(target: str, known: dict[str, Path]) -> set[str]:
+    """The ponytail modules that importing ``target`` loads: the module itself (or the nearest module above a name
+    in it) and every package above it, whose ``__init__`` runs first."""
+    while target not in known and "." in target:
+        target = target.rsplit(".", 1)[0]
+    if target not in known:
+        return set()
+    parts = target.split(".")
+    return {name for name in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if name in known}
 
 
 def import_graph(root: Path) -> dict[str, set[str]]:
-    """module -> the ponytail modules it imports, wherever in the module the import is."""
+    """module -> the ponytail modules it imports, wherever in the module the import is: at the top, inside a
+    function or under ``if TYPE_CHECKING:`` (what a type checker follows is a dependency too), with the packages
+    whose ``__init__`` each import loads."""
     known = modules(root)
     graph: dict[str, set[str]] = {}
     for name, path in known.items():
         tree = ast.parse(path.read_text(), str(path))
-        skipped = _type_checking_only(tree)
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
         for node in ast.walk(tree):
-            if id(node) in skipped:
-                continue
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -82,12 +83,11 @@ def import_graph(root: Path) -> dict[str, set[str]]:
                 if node.level:
                     parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(parent + ([base] if base else []))
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known]
             for target in targets:
-                while target not in known and "." in target:
-                    target = target.rsplit(".", 1)[0]
-                if target in known and target != name and target.startswith("ponytail"):
-                    edges.add(target)
+                if target.startswith("ponytail"):
+                    edges |= _loaded(target, known)
+        edges.discard(name)
         graph[name] = edges
     return graph
 
@@ -188,16 +188,38 @@ def test_the_plan_reads_nothing_but_in_the_module_that_probes_and_plans_one_requ
     assert [call for name in sorted(plan) for call in reads_files(plan[name])] == []
 
 
+def _package(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
 def test_the_check_sees_imports_inside_functions_and_relative_ones(tmp_path: Path) -> None:
-    package = tmp_path / "ponytail"
-    for folder in ("host", "plan"):
-        (package / folder).mkdir(parents=True)
-        (package / folder / "__init__.py").write_text("")
-    (package / "__init__.py").write_text("")
-    (package / "host/a.py").write_text("def f():\n    from ponytail.plan import b\n")
-    (package / "plan/b.py").write_text("from ..host import a\n")
-    (package / "plan/c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ponytail.plan import b\n")
+    _package(tmp_path, {
+        "ponytail/__init__.py": "", "ponytail/host/__init__.py": "", "ponytail/plan/__init__.py": "",
+        "ponytail/host/a.py": "def f():\n    from ponytail.plan import b\n",
+        "ponytail/plan/b.py": "from ..host import a\n",
+    })
     graph = import_graph(tmp_path)
-    assert graph["ponytail.host.a"] == {"ponytail.plan.b"} and graph["ponytail.plan.c"] == set()
-    assert upward(graph) == ["ponytail.host.a -> ponytail.plan.b"]
+    assert graph["ponytail.host.a"] == {"ponytail", "ponytail.plan", "ponytail.plan.b"}
+    assert upward(graph) == ["ponytail.host.a -> ponytail.plan", "ponytail.host.a -> ponytail.plan.b"]
     assert find_cycles(graph) == [["ponytail.host.a", "ponytail.plan.b"]]
+
+
+def test_the_check_sees_type_only_imports_and_package_inits(tmp_path: Path) -> None:
+    """Two circles that an import graph without type-only imports and without package ``__init__``s misses."""
+    _package(tmp_path, {
+        "ponytail/__init__.py": "", "ponytail/host/__init__.py": "",
+        # a type-only import back: probe -> nodes -> probe
+        "ponytail/host/probe.py": "from ponytail.host.nodes import node\n",
+        "ponytail/host/nodes.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from ponytail.host.probe import Host\n",
+        # a package whose __init__ imports a module that imports a sibling: engines -> registry -> engines
+        "ponytail/engines/__init__.py": "from ponytail.engines.registry import ENGINES\n",
+        "ponytail/engines/registry.py": "def f():\n    from ponytail.engines.docker import edit\n",
+        "ponytail/engines/docker.py": "",
+    })
+    graph = import_graph(tmp_path)
+    assert graph["ponytail.host.nodes"] == {"ponytail", "ponytail.host", "ponytail.host.probe"}
+    assert graph["ponytail.engines.registry"] == {"ponytail", "ponytail.engines", "ponytail.engines.docker"}
+    assert find_cycles(graph) == [["ponytail.engines", "ponytail.engines.registry"], ["ponytail.host.nodes", "ponytail.host.probe"]]
