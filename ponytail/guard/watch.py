@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import time
 
+from ponytail.apply.cgroup import allow_devices, cgroup2_directory, devices_directory, open_cgroup_paths
 from ponytail.apply.containerrecord import (
     CUT_SHORT,
     SUFFIX,
@@ -35,9 +36,13 @@ from ponytail.apply.containerrecord import (
     remove_record,
     remove_xids,
 )
+from ponytail.apply.rootlock import lock_directory
 from ponytail.errors import PonytailError
+from ponytail.fs.trust import Untrusted
 from ponytail.guard.access import denied_devices
 from ponytail.guard.binding import ScanBudget, cgroup_pids, mapping_processes, old_driver_file, stale_reasons
+from ponytail.host.driver import read_driver_version
+from ponytail.plan.operations import AllowDevices
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -145,9 +150,6 @@ def guard_pass(config: Config, repair: bool) -> PassReport:
         return _done(report, started)
     scans: list[tuple[Watched, str | None, tuple[int, int]]] = []
     try:
-        from ponytail.apply.rootlock import lock_directory
-        from ponytail.fs.trust import Untrusted
-
         lock_directory(dir_fd, f"the records directory {directory}", config.timeout_lock)
         report.driver_version = _running_version(config.proc_root)
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
@@ -199,8 +201,6 @@ def _done(report: PassReport, started: float) -> PassReport:
 
 
 def _running_version(proc_root: str) -> str:
-    from ponytail.host.driver import read_driver_version
-
     try:
         return read_driver_version(proc_root)
     except PonytailError:
@@ -210,8 +210,6 @@ def _running_version(proc_root: str) -> str:
 def _read_record(dir_fd: int, directory: str, name: str, report: PassReport, repair: bool) -> tuple[dict, tuple[int, int]] | None:
     """The record ``name`` and the (device, inode) of the file read; None (and a problem said) when it
     cannot be used. A record that is not JSON at all (cut short) is removed when repair is on."""
-    from ponytail.fs.trust import Untrusted
-
     try:
         read = read_record(dir_fd, name, directory)
     except Untrusted as e:
@@ -321,7 +319,6 @@ def _check(record: dict, mountinfo: str, running_version: str, repair: bool, con
         _check_access(watched, pinned, cgroup, record, mountinfo, repair, config)
     finally:
         pinned.close()
-    from ponytail.apply.cgroup import cgroup2_directory, devices_directory
 
     v1, v2 = cgroup.get("v1"), cgroup.get("v2")
     directory = cgroup2_directory(mountinfo, v2) if v2 not in (None, "/") else None
@@ -379,9 +376,6 @@ def _give_back(watched: Watched, pinned: Pinned, cgroup: dict[str, str | None], 
     """Allow exactly the ``denied`` nodes again in ``cgroup`` (the pinned process's), with the hook's
     code (v1 rules, v2 programs extended): opened by path, then written only while the pinned process
     is still there and in them, and the descriptors are of those very directories. Whether it wrote."""
-    from ponytail.apply.cgroup import allow_devices, open_cgroup_paths
-    from ponytail.plan.operations import AllowDevices
-
     op = AllowDevices(denied, "given back by ponytail guard", tuple(paths[d] for d in denied))
     try:
         opened = open_cgroup_paths(cgroup.get("v1"), cgroup.get("v2"), op, config.timeout_lock, config.extend_denying_programs)
