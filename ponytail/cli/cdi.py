@@ -6,9 +6,11 @@ import sys
 
 import click
 
-from ponytail.cdi.files import DEFAULT_STRATEGY, STRATEGIES
+from ponytail.cdi.files import DEFAULT_STRATEGY, STRATEGIES, default_spec_path, qualified_names, read_spec, stale
+from ponytail.cdi.files import generate as make_spec
+from ponytail.cdi.generate import run_generate  # a plain command line gets there without click
 from ponytail.cli.clickclasses import CONTEXT, Group, one_line_errors
-from ponytail.config import Config
+from ponytail.config import Config, config_path, load_config
 
 _CONFIG = click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook); the spec's hook is run with it.")
 
@@ -37,8 +39,6 @@ def generate(output: str | None, form: str | None, strategy: str, version: str |
     """Write a CDI spec of this host's GPUs (kind nvidia.com/gpu): one device per GPU, per
     MIG device, and 'all'; the same plan as the hook, rendered as data. The same host always
     gives the same bytes."""
-    from ponytail.cdi.generate import run_generate  # a plain command line gets there without click
-
     code = run_generate(output, form, strategy, version, capabilities, hook_path, config)
     if code:
         sys.exit(code)
@@ -51,9 +51,6 @@ def generate(output: str | None, form: str | None, strategy: str, version: str |
 @_CONFIG
 def list_devices(spec_file: str | None, strategy: str, config: str | None) -> None:
     """The device names a spec FILE offers, or (without FILE) this host would offer."""
-    from ponytail.cdi.files import generate as make_spec
-    from ponytail.cdi.files import qualified_names, read_spec
-
     with one_line_errors():
         specs = [read_spec(spec_file)] if spec_file is not None else []
         if spec_file is None:
@@ -79,7 +76,6 @@ def _show_clashes(kinds: set[str]) -> None:
 def check(spec_file: str | None, config: str | None) -> None:
     """Is the spec FILE (default: nvidia.yaml or .json in /etc/cdi, /var/run/cdi) still true for
     the running driver? Exit 0 yes, 1 stale (generate it again), 2 no valid spec."""
-    from ponytail.cdi.files import default_spec_path, read_spec, stale
     from ponytail.cdi.owners import SpecFile, generator_of, regenerate_advice
 
     with one_line_errors():
@@ -122,6 +118,4 @@ def owners(root: str, may_write: str | None) -> None:
 
 
 def _config(path: str | None) -> Config:
-    from ponytail.config import config_path, load_config
-
     return load_config(*config_path(path))

@@ -20,6 +20,8 @@ from difflib import get_close_matches
 import click
 from click.core import ParameterSource
 
+from ponytail.errors import PonytailError
+
 # click 8.2 raises this for a group named without a subcommand; before 8.2 (Debian 12 has 8.1.3,
 # debian/control admits 8.0) the group prints its help itself and exits 0, and the name is missing
 _NO_ARGS_IS_HELP: tuple[type[BaseException], ...] = tuple(
@@ -173,8 +175,6 @@ def remember_options_before(ctx: click.Context, names: list[str]) -> None:
 @contextmanager
 def one_line_errors() -> Iterator[None]:
     """Our errors as one line on stderr with their exit status."""
-    from ponytail.errors import PonytailError
-
     try:
         yield
     except PonytailError as e:

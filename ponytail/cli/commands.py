@@ -16,8 +16,14 @@ import click
 from ponytail import __version__
 from ponytail.capabilities import FEATURES, IMEX_FEATURE
 from ponytail.cli.clickclasses import CONTEXT, Group, OneLineErrors, one_line_errors, remember_options_before
+from ponytail.cli.info import run_info
+from ponytail.config import CONFIG_ENV_VAR, config_path, load_config
 from ponytail.engines.registry import ENGINES
 from ponytail.engines.registry import NAMES as ENGINE_NAMES
+from ponytail.errors import EXIT_INJECTION_FAILED, UsageError
+from ponytail.hooks.command import installed_command, transient_warning
+from ponytail.install import nvidiahook as nvidiainstall
+from ponytail.install.files import write_atomically
 from ponytail.options import HOOK_OPTIONS, HookOptions
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -77,8 +83,6 @@ def info(as_json: bool, config: str | None) -> None:
     The index is the GPU's position in PCI bus order (what nvidia-smi shows);
     the minor is the N of /dev/nvidiaN, which need not equal the index.
     """
-    from ponytail.cli.info import run_info
-
     code = run_info(as_json, config)
     if code:
         sys.exit(code)
@@ -96,7 +100,6 @@ def list_paths(config: str | None, device: str, capabilities: str | None, driver
     """Every host path that would be injected, one per line: device nodes, libraries,
     binaries, driver files and firmware, daemons' sockets (like nvidia-container-cli list).
     Which driver tree they come from, and why, is said on stderr."""
-    from ponytail.config import config_path, load_config
     from ponytail.container.request import build_request, feature_options
     from ponytail.plan.make import make_plan
 
@@ -106,8 +109,6 @@ def list_paths(config: str | None, device: str, capabilities: str | None, driver
         asked = (driver, "--driver") if driver is not None else None
         plan, _ = make_plan(loaded, request, dry_run=True, driver=asked)  # every problem, not the first
     if plan.problems:
-        from ponytail.errors import EXIT_INJECTION_FAILED
-
         click.echo(f"ponytail: error: {'; '.join(plan.problems)}", err=True)
         sys.exit(EXIT_INJECTION_FAILED)
     for choice in plan.choices:
@@ -138,11 +139,8 @@ def install_hook(directory: str | None, config: str | None, write_config: bool, 
     whose path does not exist. Podman 4.3 on Debian reads only
     /usr/share/containers/oci/hooks.d, or the directories given with --hooks-dir.
     """
-    from ponytail.config import CONFIG_ENV_VAR
     from ponytail.engines.hooksd import DEFAULT_HOOKS_DIR, FILE_NAME, hook_file_text
     from ponytail.engines.hooksd import install_hook as write_hook_file
-    from ponytail.errors import UsageError
-    from ponytail.hooks.command import installed_command, transient_warning
 
     command = command or installed_command()
     from_env = config is None and bool(os.environ.get(CONFIG_ENV_VAR))
@@ -180,8 +178,6 @@ DEFAULT_CONFIG_TEXT = (
 def _hook_config(config: str | None, write_config: bool) -> bool:
     """Refuse a --config FILE that does not exist (every GPU container would fail to start),
     unless --write-config asks for a default one there; True when one was written."""
-    from ponytail.errors import UsageError
-
     if config is None:
         if write_config:
             raise UsageError("--write-config: name the file with --config FILE")
@@ -195,7 +191,6 @@ def _hook_config(config: str | None, write_config: bool) -> bool:
             f"--config {config}: no such file; every GPU container would fail to start until it exists: "
             "create it, or pass --write-config to write a default one there"
         )
-    from ponytail.install.files import write_atomically
 
     write_atomically(config, DEFAULT_CONFIG_TEXT)
     return True
@@ -223,8 +218,6 @@ def install_docker_gpus(bin_dir: str | None, command: str | None, dry_run: bool,
       docker run --rm --gpus all IMAGE nvidia-smi
       docker run --rm --gpus '"device=0,GPU-<uuid>"' IMAGE nvidia-smi
     """
-    from ponytail.errors import UsageError
-    from ponytail.hooks.command import installed_command
     from ponytail.install import dockergpus
 
     with one_line_errors():
@@ -266,10 +259,6 @@ def install_nvidia_hook(at: tuple[str, ...], specs: tuple[str, ...], toolkit_dir
       ponytail install-nvidia-hook --toolkit-dir /usr/local/nvidia/toolkit
       ponytail install-nvidia-hook --uninstall --at /usr/bin/nvidia-cdi-hook
     """
-    from ponytail.errors import UsageError
-    from ponytail.hooks.command import installed_command
-    from ponytail.install import nvidiahook as nvidiainstall
-
     with one_line_errors():
         command = command or installed_command()
         if command is None:
@@ -303,7 +292,6 @@ def dev_char_links(config: str | None, dev_root: str | None, dry_run: bool) -> N
       ponytail dev-char-links --dry-run
       ponytail dev-char-links --dev-root /host/dev
     """
-    from ponytail.config import config_path, load_config
     from ponytail.guard.devchar import make_char_links
 
     with one_line_errors():
@@ -348,7 +336,6 @@ def guard(config: str | None, once: bool, report_only: bool, as_json: bool, text
       ponytail guard --once --json
       ponytail guard --textfile /var/lib/node_exporter/textfile/ponytail.prom --cdi-spec /var/run/cdi/ponytail.yaml
     """
-    from ponytail.config import config_path, load_config
     from ponytail.guard.daemon import run_daemon, run_once
 
     with one_line_errors():

@@ -8,6 +8,9 @@ import sys
 import click
 
 from ponytail.cli.clickclasses import CONTEXT, Command, one_line_errors
+from ponytail.config import config_path, load_config
+from ponytail.errors import UsageError
+from ponytail.hooks.command import installed_command
 
 
 @click.command("dra-plugin", cls=Command, context_settings=CONTEXT)
@@ -60,9 +63,6 @@ def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_n
       ponytail dra-plugin --node-name node1 --xid-effect 13=NoSchedule --xid-effect 79=NoExecute
     Install: deploy/kubernetes/ponytail-dra.yaml (docs/kubernetes.md, "Dynamic Resource Allocation").
     """
-    from ponytail.config import config_path, load_config
-    from ponytail.errors import UsageError
-
     with one_line_errors():
         try:
             import google.protobuf  # noqa: F401
@@ -81,8 +81,6 @@ def dra_plugin(config: str | None, driver_name: str | None, nvidia: bool, node_n
             raise UsageError(str(e)) from None
         command = hook_path
         if command is None:
-            from ponytail.hooks.command import installed_command
-
             command = installed_command()
         if command is None or not os.path.isabs(command):
             raise UsageError("cannot find this install's ponytail command by an absolute path; pass --hook-path CMD")

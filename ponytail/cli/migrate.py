@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from ponytail.cli.clickclasses import CONTEXT, Command, one_line_errors
+from ponytail.errors import UsageError
+from ponytail.hooks.command import installed_command
+from ponytail.install.migrate import run
 from ponytail.install.migrate.run import DEFAULT_STATE_DIR, SOURCES
 
 
@@ -37,8 +42,6 @@ def migrate(source: str, undo: bool, dry_run: bool, config: str | None, command:
       ponytail migrate --from nvidia && systemctl restart docker containerd
       ponytail migrate --from nvidia --undo
     """
-    from ponytail.install.migrate import run
-
     with one_line_errors():
         if undo:
             lines = run.undo(root, state_dir, dry_run)
@@ -49,11 +52,6 @@ def migrate(source: str, undo: bool, dry_run: bool, config: str | None, command:
 
 
 def _commands(command: str | None) -> tuple[str, str]:
-    import os
-
-    from ponytail.errors import UsageError
-    from ponytail.hooks.command import installed_command
-
     ponytail = command or installed_command()
     if ponytail is None:
         raise UsageError("cannot find this install's ponytail command; pass --path CMD")

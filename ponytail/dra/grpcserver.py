@@ -30,6 +30,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+from google.protobuf.message import DecodeError
 
 OK, UNKNOWN, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 2, 3, 8, 12, 13
 MAX_MESSAGE = 4 << 20  # gRPC's default limit on a received message
@@ -221,7 +222,6 @@ class Server:
         if len(body) < 5 or body[0] != 0 or struct.unpack(">I", body[1:5])[0] != len(body) - 5:
             self._finish(conn, stream_id, INVALID_ARGUMENT, "one uncompressed message expected")
             return
-        from google.protobuf.message import DecodeError
 
         try:
             request = method.request.FromString(body[5:])

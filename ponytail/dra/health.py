@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, process_start, read_small, trusted_records
+
 EFFECTS = ("NoSchedule", "NoExecute", "None")
 APPLICATION_XIDS = frozenset((13, 31, 43, 45, 68, 109))
 FATAL_XIDS = frozenset((48, 74, 79, 92, 94, 95, 119, 120, 140))
@@ -93,8 +95,6 @@ def record_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> dict 
     """The record (ponytail.apply.containerrecord) of the GPU container whose cgroup holds process ``pid``;
     None when none does or the records cannot be read. Records are trusted as the guard trusts them
     (root's own files in root's own directory): any other file is passed over. Only reads."""
-    from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, process_start, read_small, trusted_records
-
     try:
         mine = cgroup_paths(read_small(f"{proc_root}/{pid}/cgroup"))
     except (OSError, ValueError):

@@ -23,19 +23,28 @@ import os
 import threading
 from dataclasses import dataclass
 
+from ponytail.capabilities import CAPABILITIES
+from ponytail.cdi.files import node_arguments, render
 from ponytail.config import Config
+from ponytail.container.request import build_request
 from ponytail.dra.claims import ClaimWork
 from ponytail.dra.slices import DeviceEntry
 from ponytail.errors import InputError, PonytailError, ProbeError
 from ponytail.fs.atomic import replace_file
+from ponytail.host.driver_search import find_ldconfig
+from ponytail.host.probe import probe_gpus
+from ponytail.lite.records import replace
+from ponytail.plan.cdi import build_spec, problems
+from ponytail.plan.make import make_plan
+from ponytail.plan.operations import build_plan
+from ponytail.plan.select import Selection
 
 CHECKPOINT = "checkpoint.json"
 CHECKPOINT_VERSION = 1
 SPEC_PREFIX = "ponytail-dra_"
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ponytail.host.probe import Host
-    from ponytail.plan.select import Selection
+    from ponytail.host.records import Host
 
 _UID_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
@@ -106,8 +115,6 @@ class Preparer:
             self._write()
             try:
                 spec, prepared = self._spec(work, devices)
-                from ponytail.cdi.files import render
-
                 os.makedirs(self.cdi_dir, mode=0o755, exist_ok=True)
                 replace_file(self.spec_path(uid), render(spec, "json"), 0o644, durable=False)
             except (PonytailError, OSError) as e:
@@ -143,16 +150,6 @@ class Preparer:
     # -- the spec ----------------------------------------------------------------------------------
 
     def _spec(self, work: ClaimWork, devices: dict[str, DeviceEntry]) -> tuple[dict, list[PreparedDevice]]:
-        from ponytail.capabilities import CAPABILITIES
-        from ponytail.cdi.files import node_arguments
-        from ponytail.container.request import build_request
-        from ponytail.host.driver_search import find_ldconfig
-        from ponytail.lite.records import replace
-        from ponytail.plan.cdi import build_spec, problems
-        from ponytail.plan.make import make_plan
-        from ponytail.plan.operations import build_plan
-        from ponytail.plan.select import Selection
-
         where = f"claim {work.namespace}/{work.name}"
         wanted = []
         for allocated in work.devices:
@@ -161,7 +158,6 @@ class Preparer:
                 raise InputError(f"{where}: device {allocated.device} is not among this node's devices (published: "
                                  f"{', '.join(sorted(devices)) or 'none'}); it was removed after the claim was allocated")
             wanted.append((allocated, entry))
-        from ponytail.host.probe import probe_gpus
 
         present = {g.uuid: g for g in probe_gpus(self.config, udev=False, allow_lost=True).gpus}
         for allocated, entry in wanted:
@@ -217,8 +213,6 @@ def _selector(wanted: list, present: dict) -> str:
 
 
 def _selection(host: Host, entry: DeviceEntry) -> Selection | None:
-    from ponytail.plan.select import Selection
-
     gpu = next((g for g in host.gpus if g.uuid == entry.gpu_uuid), None)
     if gpu is None:
         return None

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 PROTO_DIR = os.path.join(os.path.dirname(__file__), "proto")
 _SCALARS = {
@@ -216,8 +216,6 @@ def _build(proto: descriptor_pb2.FileDescriptorProto) -> Api:
 
 
 def _message_class(desc: Any) -> Any:
-    from google.protobuf import message_factory
-
     if hasattr(message_factory, "GetMessageClass"):  # protobuf 4.21+
         return message_factory.GetMessageClass(desc)
     return message_factory.MessageFactory(desc.file.pool).GetPrototype(desc)  # Debian 12's 3.21

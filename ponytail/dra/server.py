@@ -16,20 +16,30 @@ driver); the slice stays for the next start.
 from __future__ import annotations
 
 import os
+import select
+import signal
 import socket
+import stat
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ponytail.apply.containerrecord import note_xid
 from ponytail.config import Config
 from ponytail.dra import health, protos
 from ponytail.dra.claims import claim_work
+from ponytail.dra.grpcserver import Server
 from ponytail.dra.kube import Kube, KubeError
 from ponytail.dra.prepare import Preparer
 from ponytail.dra.slices import DeviceEntry, device_entries, slice_name, slice_object
-from ponytail.errors import PonytailError, UsageError, one_line
+from ponytail.errors import PonytailError, ProbeError, UsageError, one_line, os_failure
+from ponytail.guard.events import FifoEvents, NodeEvents, UdevEvents, relevant
+from ponytail.host.cuda import cuda_driver_version, format_cuda_version
+from ponytail.host.driver_search import find_driver_file
+from ponytail.host.driver_trees import describe_trees
+from ponytail.host.probe import probe_gpus
 
 DEFAULT_DRIVER = "gpu.ponytail.example.com"
 NVIDIA_DRIVER = "gpu.nvidia.com"
@@ -85,7 +95,6 @@ class Plugin:
         for line in self.preparer.recover():
             self.say(line)
         self.resync(force=True)
-        from ponytail.dra.grpcserver import Server
 
         os.makedirs(self.s.plugin_dir, mode=0o750, exist_ok=True)
         os.makedirs(self.s.registry_dir, mode=0o750, exist_ok=True)
@@ -152,9 +161,6 @@ class Plugin:
             return self._resync(force)
 
     def _resync(self, force: bool) -> bool:
-        from ponytail.host.driver_trees import describe_trees
-        from ponytail.host.probe import probe_gpus
-
         try:
             found = probe_gpus(self.config, udev=False, allow_lost=True)
         except PonytailError as e:
@@ -174,9 +180,6 @@ class Plugin:
         return self.publish()
 
     def _cuda_version(self, driver_version: str) -> str | None:
-        from ponytail.host.cuda import cuda_driver_version, format_cuda_version
-        from ponytail.host.driver_search import find_driver_file
-
         try:
             libcuda = find_driver_file(self.config, driver_version, "libcuda", "libcuda.so.1").path
             return format_cuda_version(cuda_driver_version(self.config.driver_root, libcuda, self.config.cache_dir, self.config.timeout_probe))
@@ -223,8 +226,6 @@ class Plugin:
     def _event_sources(self) -> list[Any]:
         """The guard's event sources (ponytail.guard.events): the kernel's uevents and the driver's
         nodes in /dev, or a test FIFO; one that cannot be opened is said, and the resync still runs."""
-        from ponytail.guard.events import FifoEvents, NodeEvents, UdevEvents
-
         if self.s.events:
             return [FifoEvents(self.s.events)]
         sources: list[Any] = []
@@ -237,10 +238,6 @@ class Plugin:
 
     def _events_loop(self, sources: list[Any]) -> None:
         """A probe on each burst of the driver's events (modules, GPUs added or removed, MIG's nodes): as the guard."""
-        import select
-
-        from ponytail.guard.events import relevant
-
         while not self.stopping.is_set():
             ready, _, _ = select.select(sources, [], [])
             events = [e for source in sources if source in ready for e in source.receive() if relevant(e)]
@@ -254,8 +251,6 @@ class Plugin:
     # -- health -----------------------------------------------------------------------------------
 
     def _kmsg_loop(self) -> None:
-        import stat
-
         while not self.stopping.is_set():
             try:
                 fd = os.open(self.s.kmsg, os.O_RDONLY | os.O_CLOEXEC)
@@ -316,8 +311,6 @@ class Plugin:
 
     def _note_xid(self, record: dict, event: health.XidEvent, device: DeviceEntry | None) -> None:
         """Note the Xid beside the container's record, for ``ponytail guard`` to show."""
-        from ponytail.apply.containerrecord import note_xid
-
         xid = {"xid": event.xid, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "bus_id": event.bus_id,
                "gpu": device.gpu_uuid if device else event.bus_id, "device": device.name if device else "",
                "pid": event.pid, "process": event.process[:64], "text": event.text[:256], "driver": self.s.driver}
@@ -416,8 +409,6 @@ def _bind(server: Any, path: str) -> None:
 
 def run(settings: Settings, config: Config) -> int:
     """Run until SIGTERM or SIGINT; the exit status."""
-    import signal
-
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
@@ -425,7 +416,6 @@ def run(settings: Settings, config: Config) -> int:
         plugin = Plugin(settings, config)
         plugin.start()
     except OSError as e:  # a directory that cannot be made, a socket that cannot be bound
-        from ponytail.errors import ProbeError, os_failure
 
         raise os_failure(f"dra-plugin cannot start ({e.filename or 'a socket'})", e, ProbeError) from None
     try:

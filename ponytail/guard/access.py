@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 
+from ponytail.apply import bpf
 from ponytail.apply.cgroup import cgroup2_directory, devices_directory
+from ponytail.plan.devicefilter import verdict
 
 Device = tuple[int, int]
 
@@ -61,9 +63,6 @@ def v1_allows(rules: list[tuple[str, str, str, str]], device: Device) -> bool:
 
 
 def _denied_by_programs(directory: str, devices: tuple[Device, ...]) -> tuple[set[Device], str]:
-    from ponytail.apply import bpf
-    from ponytail.plan.devicefilter import verdict
-
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:

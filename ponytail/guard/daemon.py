@@ -13,19 +13,21 @@ again finds them as they were.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
 import time
 
+from ponytail.apply.systemdbus import ReloadEvents
+from ponytail.guard.events import FifoEvents, NodeEvents, UdevEvents, relevant
+from ponytail.guard.metrics import render_metrics, write_metrics
 from ponytail.guard.watch import PassReport, guard_pass
 from ponytail.logfile import RunLog
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ponytail.apply.systemdbus import ReloadEvents
     from ponytail.config import Config
-    from ponytail.guard.events import FifoEvents, NodeEvents, UdevEvents
 
 SETTLE_S = 0.3  # events come in bursts (a module load makes every node): act once the burst is over
 
@@ -40,8 +42,6 @@ def run_once(config: Config, repair: bool, as_json: bool, textfile: str) -> int:
     finally:
         log.close()
     if as_json:
-        import json
-
         print(json.dumps(report.as_dict(), indent=2))
     else:
         for line in report_lines(report):
@@ -82,8 +82,6 @@ class Daemon:
         self._wake = (-1, -1)
 
     def run(self) -> int:
-        from ponytail.guard.events import relevant
-
         self.log.open()
         self._wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(self._wake[1])
@@ -150,8 +148,6 @@ def _pass(config: Config, repair: bool, log: RunLog, textfile: str, daemon: Daem
     log.write_all("warning", report.problems)
     log.write("info", f"pass ({why}): {report_lines(report)[-1]}; {report.duration_s * 1000:.1f} ms")
     if textfile:
-        from ponytail.guard.metrics import render_metrics, write_metrics
-
         repairs = (daemon.repairs_total if daemon else 0) + report.count("repaired")
         try:
             write_metrics(textfile, render_metrics(report, repairs, daemon.events_total if daemon else 0))
@@ -162,9 +158,6 @@ def _pass(config: Config, repair: bool, log: RunLog, textfile: str, daemon: Daem
 
 def run_daemon(config: Config, config_file: str | None, repair: bool, textfile: str, interval: float | None,
                events: str | None, cdi_specs: tuple[str, ...], also: tuple[str, ...]) -> int:
-    from ponytail.apply.systemdbus import ReloadEvents
-    from ponytail.guard.events import FifoEvents, NodeEvents, UdevEvents
-
     sources: list[FifoEvents | UdevEvents | NodeEvents | ReloadEvents] = [FifoEvents(events) if events else UdevEvents(), NodeEvents(config.dev_root)]
     try:  # systemd's reloads: a pass at once gives back what a reload took (docs/cgroup-v2-and-systemd.md)
         sources += [ReloadEvents()] if events is None else []

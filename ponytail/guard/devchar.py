@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from ponytail.errors import InjectionError, os_failure
+from ponytail.fs.atomic import replace_with_symlink
 from ponytail.host.devchar import DANGLING, MISSING, OK, CharLink, probe_char_links
 
 # The links made in the host's /dev, one "char/M:m ../node" a line: the Debian package's purge
@@ -55,8 +56,6 @@ def make_char_links(dev_root: str, proc_root: str, dry_run: bool = False) -> tup
 
 
 def _make(path: str, link: CharLink) -> None:
-    from ponytail.fs.atomic import replace_with_symlink
-
     try:
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         replace_with_symlink(link.target, path)

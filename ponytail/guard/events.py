@@ -13,6 +13,9 @@ relevant: the node is made true to the driver again and a pass runs, as on any d
 from __future__ import annotations
 
 import os
+import struct
+
+from ponytail.fs.libc import check, libc
 
 Event = tuple[str, str, str]  # action, subsystem, name
 NVIDIA_PCI_VENDOR = "10DE"
@@ -85,8 +88,6 @@ class NodeEvents:
     the driver's nodes, MIG's capability nodes among them, with mknod, which sends no uevent."""
 
     def __init__(self, dev_root: str) -> None:
-        from ponytail.fs.libc import check, libc
-
         self._libc = libc()
         self._fd = check(self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC), "inotify_init1")
         self._dev_root = dev_root
@@ -103,8 +104,6 @@ class NodeEvents:
         return self._fd
 
     def receive(self) -> list[Event]:
-        import struct
-
         events: list[Event] = []
         while True:
             try:

@@ -7,6 +7,8 @@ node exporter most such nodes already run (``--collector.textfile.directory``).
 
 from __future__ import annotations
 
+from ponytail.fs.atomic import replace_file
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ponytail.guard.watch import PassReport
@@ -48,6 +50,4 @@ def render_metrics(report: PassReport, repairs_total: int = 0, events_total: int
 
 def write_metrics(path: str, text: str) -> None:
     """Replace the textfile atomically (a scrape never reads half of it); 0644, as the collector reads it."""
-    from ponytail.fs.atomic import replace_file
-
     replace_file(path, text.encode(), 0o644)

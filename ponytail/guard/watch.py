@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
+from ponytail.apply.cgroup import allow_devices, cgroup2_directory, devices_directory, open_cgroup_paths
 from ponytail.apply.containerrecord import (
     CUT_SHORT,
     SUFFIX,
@@ -35,14 +37,30 @@ from ponytail.apply.containerrecord import (
     remove_record,
     remove_xids,
 )
+from ponytail.apply.rootlock import lock_directory
 from ponytail.errors import PonytailError
+from ponytail.fs.trust import Untrusted
 from ponytail.guard.access import denied_devices
 from ponytail.guard.binding import ScanBudget, cgroup_pids, mapping_processes, old_driver_file, stale_reasons
+from ponytail.host.driver import read_driver_version
+from ponytail.plan.operations import AllowDevices
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ponytail.apply.cgroup import DevicesCgroup
     from ponytail.config import Config
+
+
+@dataclass(frozen=True)
+class PassView:
+    """What a pass reads once for all its records (the mount table, the running driver's version, this
+    guard's cgroup namespace) and how it acts on each: repair or report only, with the config's timeouts."""
+
+    config: Config
+    repair: bool
+    mountinfo: str
+    running_version: str
+    own_namespace: int = 0
 
 
 class Watched:
@@ -145,14 +163,10 @@ def guard_pass(config: Config, repair: bool) -> PassReport:
         return _done(report, started)
     scans: list[tuple[Watched, str | None, tuple[int, int]]] = []
     try:
-        from ponytail.apply.rootlock import lock_directory
-        from ponytail.fs.trust import Untrusted
-
         lock_directory(dir_fd, f"the records directory {directory}", config.timeout_lock)
         report.driver_version = _running_version(config.proc_root)
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            mountinfo = f.read()
-        own_namespace = _own_cgroup_namespace()
+            view = PassView(config, repair, f.read(), report.driver_version, _own_cgroup_namespace())
         names = sorted(os.listdir(dir_fd))
         for name in names:
             if repair and name.endswith(XIDS_SUFFIX) and not name.startswith(".") and name.removesuffix(XIDS_SUFFIX) + SUFFIX not in names:
@@ -163,7 +177,7 @@ def guard_pass(config: Config, repair: bool) -> PassReport:
             if read is None:
                 continue
             record, identity = read
-            watched, scan = _check(record, mountinfo, report.driver_version, repair, config, own_namespace)
+            watched, scan = _check(record, view)
             try:
                 watched.xids = read_xids(dir_fd, record)  # a gone container's too: they may be why it went
             except Untrusted as e:
@@ -199,8 +213,6 @@ def _done(report: PassReport, started: float) -> PassReport:
 
 
 def _running_version(proc_root: str) -> str:
-    from ponytail.host.driver import read_driver_version
-
     try:
         return read_driver_version(proc_root)
     except PonytailError:
@@ -210,8 +222,6 @@ def _running_version(proc_root: str) -> str:
 def _read_record(dir_fd: int, directory: str, name: str, report: PassReport, repair: bool) -> tuple[dict, tuple[int, int]] | None:
     """The record ``name`` and the (device, inode) of the file read; None (and a problem said) when it
     cannot be used. A record that is not JSON at all (cut short) is removed when repair is on."""
-    from ponytail.fs.trust import Untrusted
-
     try:
         read = read_record(dir_fd, name, directory)
     except Untrusted as e:
@@ -303,8 +313,7 @@ class Pinned:
         os.close(self.fd)
 
 
-def _check(record: dict, mountinfo: str, running_version: str, repair: bool, config: Config,
-           own_namespace: int = 0) -> tuple[Watched, tuple[str | None, tuple[int, int]] | None]:
+def _check(record: dict, view: PassView) -> tuple[Watched, tuple[str | None, tuple[int, int]] | None]:
     """What one record's container is now, repaired if need be; and, when its processes' maps
     must be read for a stale driver, its cgroup directory and the old driver's file."""
     pid = record["pid"]
@@ -314,20 +323,19 @@ def _check(record: dict, mountinfo: str, running_version: str, repair: bool, con
         watched.state = "gone"
         return watched, None
     try:
-        cgroup = _cgroups(record, pinned, own_namespace)
+        cgroup = _cgroups(record, pinned, view.own_namespace)
         if cgroup is None:
             watched.state = "gone"
             return watched, None
-        _check_access(watched, pinned, cgroup, record, mountinfo, repair, config)
+        _check_access(watched, pinned, cgroup, record, view)
     finally:
         pinned.close()
-    from ponytail.apply.cgroup import cgroup2_directory, devices_directory
 
     v1, v2 = cgroup.get("v1"), cgroup.get("v2")
-    directory = cgroup2_directory(mountinfo, v2) if v2 not in (None, "/") else None
+    directory = cgroup2_directory(view.mountinfo, v2) if v2 not in (None, "/") else None
     if directory is None and v1 not in (None, "/"):
-        directory = devices_directory(mountinfo, v1)
-    watched.stale = stale_reasons(record, running_version)
+        directory = devices_directory(view.mountinfo, v1)
+    watched.stale = stale_reasons(record, view.running_version)
     old = old_driver_file(record)
     return watched, ((directory, old) if old is not None else None)
 
@@ -350,13 +358,12 @@ def _cgroups(record: dict, pinned: Pinned, own_namespace: int) -> dict[str, str 
     return None
 
 
-def _check_access(watched: Watched, pinned: Pinned, cgroup: dict[str, str | None], record: dict, mountinfo: str,
-                  repair: bool, config: Config) -> None:
+def _check_access(watched: Watched, pinned: Pinned, cgroup: dict[str, str | None], record: dict, view: PassView) -> None:
     devices = tuple((d["major"], d["minor"]) for d in record["devices"])
     paths = {(d["major"], d["minor"]): d["path"] for d in record["devices"]}
     watched.allowed = len(devices)
     try:
-        denied, notes = denied_devices(cgroup.get("v1"), cgroup.get("v2"), devices, mountinfo)
+        denied, notes = denied_devices(cgroup.get("v1"), cgroup.get("v2"), devices, view.mountinfo)
     except PonytailError as e:
         denied, notes = [], [e.message]
     watched.notes += notes
@@ -364,10 +371,10 @@ def _check_access(watched: Watched, pinned: Pinned, cgroup: dict[str, str | None
         return
     watched.lost = [f"c {major}:{minor} {paths[(major, minor)]}".rstrip() for major, minor in denied]
     watched.state = "lost"
-    if not repair:
+    if not view.repair:
         return
-    given = _give_back(watched, pinned, cgroup, tuple(denied), paths, config)
-    again, _ = denied_devices(cgroup.get("v1"), cgroup.get("v2"), devices, mountinfo)
+    given = _give_back(watched, pinned, cgroup, tuple(denied), paths, view.config)
+    again, _ = denied_devices(cgroup.get("v1"), cgroup.get("v2"), devices, view.mountinfo)
     if not again and given:
         watched.state = "repaired"
     elif again:
@@ -379,9 +386,6 @@ def _give_back(watched: Watched, pinned: Pinned, cgroup: dict[str, str | None], 
     """Allow exactly the ``denied`` nodes again in ``cgroup`` (the pinned process's), with the hook's
     code (v1 rules, v2 programs extended): opened by path, then written only while the pinned process
     is still there and in them, and the descriptors are of those very directories. Whether it wrote."""
-    from ponytail.apply.cgroup import allow_devices, open_cgroup_paths
-    from ponytail.plan.operations import AllowDevices
-
     op = AllowDevices(denied, "given back by ponytail guard", tuple(paths[d] for d in denied))
     try:
         opened = open_cgroup_paths(cgroup.get("v1"), cgroup.get("v2"), op, config.timeout_lock, config.extend_denying_programs)

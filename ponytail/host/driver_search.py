@@ -26,7 +26,7 @@ from ponytail.host.features import versions_named
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
-    from ponytail.host.probe import Host
+    from ponytail.host.records import Host
 
 LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/bin/ldconfig")
 

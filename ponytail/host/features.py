@@ -11,30 +11,8 @@ import stat
 from ponytail.capabilities import FEATURES, IMEX_FEATURE, Feature
 from ponytail.config import Config
 from ponytail.host.driver_files import find_binary, host_path
-from ponytail.host.nodes import DeviceNode, any_minor_node, char_node, is_number, numbered_nodes
-from ponytail.lite.records import record
-
-
-@record(frozen=True)
-class IpcPath:
-    """A driver daemon's socket or pipe directory on the host, mounted at the same path."""
-
-    host_path: str
-    target: str
-    is_dir: bool
-    why: str
-
-
-@record(frozen=True)
-class FeatureFinding:
-    """What the host has for one requested opt-in feature (ponytail.capabilities.FEATURES):
-    its nodes (each checked), files and directories found, and why it cannot be given."""
-
-    name: str
-    why: str  # who asked, e.g. "NVIDIA_GDS=enabled: GPUDirect Storage"
-    nodes: tuple[DeviceNode, ...]
-    paths: tuple[IpcPath, ...]  # files (under the driver root) and directories (under the IPC root), read-only
-    problems: tuple[str, ...]
+from ponytail.host.nodes import any_minor_node, is_number, numbered_nodes
+from ponytail.host.records import DeviceNode, FeatureFinding, IpcPath, char_node
 
 
 def feature_finding(config: Config, majors: dict[str, int], name: str, selector: str, source: str, driver_version: str) -> FeatureFinding:

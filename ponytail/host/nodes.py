@@ -10,43 +10,9 @@ import stat
 from ponytail.capabilities import DRM_MAJOR
 from ponytail.config import Config
 from ponytail.host.mig import caps_dir, read_access_minor
-from ponytail.lite.records import record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
-    from ponytail.host.probe import Gpu
-
-
-@record(frozen=True)
-class DeviceNode:
-    """A character device under the host's dev root, and what it should be."""
-
-    name: str  # relative to /dev, e.g. "nvidia0", "nvidia-uvm", "nvidia-caps/nvidia-cap12"
-    host_path: str
-    major: int
-    minor: int
-    problem: str | None  # None when the node exists and is the expected character device
-    kind: str = ""  # the problem's kind, for code to decide on: NODE_MISSING, NODE_MODULE_NOT_LOADED, else ""
-
-
-NODE_MISSING = "missing"  # no such file under the dev root
-NODE_MODULE_NOT_LOADED = "module not loaded"  # its kernel module has no major in /proc/devices
-
-
-def char_node(dev_root: str, name: str, major: int, minor: int) -> DeviceNode:
-    path = os.path.join(dev_root, name)
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
-        return DeviceNode(name, path, major, minor, f"{path} does not exist (create it with nvidia-modprobe, or check dev_root)", NODE_MISSING)
-    except OSError as e:
-        return DeviceNode(name, path, major, minor, f"cannot stat {path}: {e.strerror}")
-    if not stat.S_ISCHR(st.st_mode):
-        return DeviceNode(name, path, major, minor, f"{path} is not a character device")
-    actual = (os.major(st.st_rdev), os.minor(st.st_rdev))
-    if actual != (major, minor):
-        return DeviceNode(name, path, major, minor, f"{path} is c {actual[0]}:{actual[1]}, expected c {major}:{minor}")
-    return DeviceNode(name, path, major, minor, None)
+from ponytail.host.records import NODE_MISSING as NODE_MISSING  # the doctor names the kinds from here
+from ponytail.host.records import NODE_MODULE_NOT_LOADED as NODE_MODULE_NOT_LOADED
+from ponytail.host.records import DeviceNode, Gpu, char_node
 
 
 def any_minor_node(dev_root: str, name: str, major: int) -> DeviceNode:

@@ -1,9 +1,10 @@
 """Probe the host once: driver version, GPUs (and their MIG devices), device nodes,
 driver files for the requested capabilities, daemons' sockets. Plain data out.
 
-This module assembles the Host; the parts are beside it: host/nodes.py (device nodes),
-host/features.py (the opt-in features, the daemons' sockets), host/driver_search.py (the
-driver-file search, the host's ldconfig, a driver file by name).
+This module assembles the Host; its records are in host/records.py. The parts are beside
+it: host/nodes.py (device nodes), host/features.py (the opt-in features, the daemons'
+sockets), host/driver_search.py (the driver-file search, the host's ldconfig, a driver file
+by name).
 
 Never opens a GPU device node and never loads NVML: reading a few /proc and
 /sys files is all it takes, which is why a container start stays fast.
@@ -25,80 +26,12 @@ from ponytail.host.driver import (
     read_gpu_informations,
     read_proc_files,
 )
-from ponytail.host.driver_files import DriverFile, SearchReport, SkippedFile
 from ponytail.host.driver_search import library_mismatch, search_driver_files
-from ponytail.host.features import FeatureFinding, IpcPath, feature_finding, ipc_path
-from ponytail.host.mig import MigDevice, read_access_files, read_mig_devices
-from ponytail.host.nodes import NODE_MODULE_NOT_LOADED, DeviceNode, char_node, dri_nodes_of, mig_global_minors
+from ponytail.host.features import feature_finding, ipc_path
+from ponytail.host.mig import read_access_files, read_mig_devices
+from ponytail.host.nodes import dri_nodes_of, mig_global_minors
 from ponytail.host.pci import PciFunction, nvidia_gpus
-from ponytail.lite.records import field, record
-
-
-@record(frozen=True)
-class Gpu:
-    """A GPU as users name it: ``index`` is its position in PCI bus order (nvidia-smi's),
-    ``minor`` the N of /dev/nvidiaN, which the driver assigns and need not follow that order."""
-
-    index: int
-    minor: int
-    pci_bus_id: str
-    uuid: str
-    model: str
-    mig_enabled: bool = False
-    mig_devices: tuple[MigDevice, ...] = ()
-
-
-@record(frozen=True)
-class Gpus:
-    driver_version: str
-    gpus: tuple[Gpu, ...]
-    notes: tuple[str, ...]
-    information: dict[str, bytes]  # directory name under gpus/ -> information file, offered GPUs only
-    lost: tuple[LostGpu, ...] = ()  # GPUs the bus has and the driver lost (with allow_lost): why the indices cannot be trusted
-
-
-@record(frozen=True)
-class Host:
-    """The host, probed once for one request (probe_host): the driver's version, its GPUs in bus
-    order with their device nodes, the control nodes, the driver's libraries, binaries and files
-    for the asked capabilities (and what was searched and skipped), the daemons' sockets, what
-    /proc/driver/nvidia holds, the opt-in features' findings. Plain data; the plan is made from
-    it and never reads the host itself."""
-
-    driver_version: str
-    gpus: tuple[Gpu, ...]
-    gpu_nodes: dict[int, DeviceNode]  # by minor
-    control_nodes: dict[str, DeviceNode]  # every node of capabilities.CONTROL_NODES
-    caps_major: int | None
-    mig_global_minors: dict[str, int]  # "config", "monitor" -> nvidia-caps minor
-    libraries: tuple[DriverFile, ...]
-    binaries: tuple[DriverFile, ...]
-    files: tuple[DriverFile, ...]  # ICD/JSON files and firmware
-    ipc: tuple[IpcPath, ...]
-    reports: tuple[SearchReport, ...]
-    skipped: tuple[SkippedFile, ...]
-    notes: tuple[str, ...]
-    proc_files: dict[str, bytes]  # /proc/driver/nvidia/{params,version,registry}
-    gpu_information: dict[str, bytes]  # bus id -> /proc/driver/nvidia/gpus/<bus id>/information
-    capability_files: dict[str, bytes]  # MIG access files, by path relative to /proc/driver/nvidia
-    dev_root: str
-    features: tuple[FeatureFinding, ...] = ()
-    # by GPU bus id: its /dev/dri nodes (names "dri/card1", "dri/renderD128"), for capabilities with
-    # dri_nodes; a GPU without a DRM device in sysfs (nvidia-drm not loaded) is absent
-    dri_nodes: dict[str, tuple[DeviceNode, ...]] = field(default_factory=dict)
-    tree_root: str = ""  # the registered driver tree the files come from ("": the host's driver root)
-    tree_version: str = ""  # its version
-    lost: tuple[LostGpu, ...] = ()  # Gpus.lost: GPUs may be named by UUID or bus id only
-    mismatch: str = ""  # the driver root's libraries are another version than the kernel module (host.driver_files.version_mismatch)
-
-    def caps_node(self, minor: int) -> DeviceNode:
-        name = f"nvidia-caps/nvidia-cap{minor}"
-        if self.caps_major is None:
-            return DeviceNode(name, os.path.join(self.dev_root, name), 0, minor, "no nvidia-caps in /proc/devices (MIG access nodes need it)")
-        return char_node(self.dev_root, name, self.caps_major, minor)
-
-    def library(self, soname: str) -> DriverFile | None:
-        return next((lib for lib in self.libraries if lib.soname == soname and lib.bits == 64), None)
+from ponytail.host.records import NODE_MODULE_NOT_LOADED, DeviceNode, Gpu, Gpus, Host, IpcPath, char_node
 
 
 def probe_gpus(config: Config, udev: bool = True, allow_lost: bool = False) -> Gpus:

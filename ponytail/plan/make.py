@@ -16,7 +16,7 @@ from ponytail.errors import InputError, PonytailError, ProbeError
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from ponytail.container.request import Request
-    from ponytail.host.probe import Host
+    from ponytail.host.records import Host
     from ponytail.plan.compat import Compat
     from ponytail.plan.operations import Plan
 

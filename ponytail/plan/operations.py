@@ -14,9 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # the operations need none of these at run time (a CDI hook loads no probe)
     from ponytail.container.request import Request
     from ponytail.host.driver_files import SkippedFile
-    from ponytail.host.features import FeatureFinding
-    from ponytail.host.nodes import DeviceNode
-    from ponytail.host.probe import Gpu, Host
+    from ponytail.host.records import DeviceNode, FeatureFinding, Gpu, Host
     from ponytail.plan.select import Selection
 
 LD_CONF_FILE = "/etc/ld.so.conf.d/00-ponytail.conf"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ponytail.host.driver_files import OTHER_ARCHITECTURE, SkippedFile
-from ponytail.host.probe import Gpu, Host
+from ponytail.host.records import Gpu, Host
 from ponytail.plan.operations import AllowDevices, HideNode, LinkerCache, Mount, Plan, ProcMask, Symlink
 
 TYPE_CHECKING = False

@@ -7,7 +7,7 @@ from ponytail.container.request import is_number
 from ponytail.errors import InputError, quoted
 from ponytail.host.driver import canonical_bus_id
 from ponytail.host.mig import MigDevice
-from ponytail.host.probe import Gpu
+from ponytail.host.records import Gpu
 from ponytail.lite.records import record
 
 TYPE_CHECKING = False

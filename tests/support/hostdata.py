@@ -11,10 +11,8 @@ from __future__ import annotations
 from ponytail.capabilities import CONTROL_NODES
 from ponytail.container.request import DeviceRequest, Request, build_request
 from ponytail.host.driver_files import DriverFile, SearchReport
-from ponytail.host.features import IpcPath
 from ponytail.host.mig import MigDevice
-from ponytail.host.nodes import DeviceNode
-from ponytail.host.probe import Gpu, Host
+from ponytail.host.records import DeviceNode, Gpu, Host, IpcPath
 from ponytail.lite.records import field, record
 from ponytail.plan.operations import Plan, build_plan
 from ponytail.plan.select import Selection, select_devices

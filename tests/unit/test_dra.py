@@ -15,7 +15,7 @@ from ponytail.dra.prepare import check_uid
 from ponytail.dra.slices import device_entries, semver, slice_object
 from ponytail.errors import InputError
 from ponytail.host.mig import MigDevice
-from ponytail.host.probe import Gpu
+from ponytail.host.records import Gpu
 
 from support.kube_api import Invalid, SchemaValidator, allocated_claim, validate_slice_rules
 

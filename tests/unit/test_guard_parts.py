@@ -107,14 +107,15 @@ def test_the_maps_scan_counts_only_the_recorded_file_and_stops_at_its_bounds(tmp
         with open(path, "rb") as f:
             held.append(mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ))
     real_st = real.stat()
+    absent = max(real_st.st_ino, decoy.stat().st_ino) + 1  # neither file's inode (the decoy's may be the real one's + 1)
     decoy.unlink()
     try:
         budget = binding.ScanBudget()
         assert binding.mapping_processes([os.getpid()], (real_st.st_dev, real_st.st_ino), budget, "me") == [(os.getpid(), str(real))]
-        assert binding.mapping_processes([os.getpid()], (real_st.st_dev, real_st.st_ino + 1), budget, "me") == [] and not budget.hit
+        assert binding.mapping_processes([os.getpid()], (real_st.st_dev, absent), budget, "me") == [] and not budget.hit
         monkeypatch.setattr(binding, "MAX_MAPS_BYTES", 4096)
         monkeypatch.setattr(binding, "_CHUNK", 4096)
-        assert binding.mapping_processes([os.getpid()], (real_st.st_dev, real_st.st_ino + 1), budget, "me") == []
+        assert binding.mapping_processes([os.getpid()], (real_st.st_dev, absent), budget, "me") == []
         assert budget.hit == [f"me: process {os.getpid()}: only the first 4096 bytes of its maps read"], budget.hit
         spent = binding.ScanBudget(0.0)
         assert binding.mapping_processes([os.getpid()], (real_st.st_dev, real_st.st_ino), spent, "me") == []
