@@ -7,6 +7,7 @@ click (see ponytail.entry); both routes end in ponytail.hooks.prestart.run_hook.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -406,9 +407,6 @@ def check(as_json: bool, config: str | None, bundle: str | None, rootfs: str | N
     Container: which libcuda.so.1 and libnvidia-ml.so.1 its loader will pick.
     Exit status: 0 all is well, 1 something needs attention, 2 bad usage or config.
     """
-    import shutil
-
-    from ponytail.config import config_path, load_config
     from ponytail.doctor.check import run_check
 
     with one_line_errors():

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from ponytail.install.dockergpus import HOOK_NAME, SERVICE_PATH
+from ponytail.install.nvidiahook import hook_paths_in
 
 # NVIDIA's programs on the engines' PATH that a migration moves aside, and what ponytail puts in the
 # place of those whose name it answers to: a link to ponytail for nvidia-container-runtime-hook (dockerd's
@@ -62,7 +63,6 @@ def clashes(kind: str) -> bool:
 
 def probe(root: str) -> Toolkit:
     from ponytail.cdi.owners import NVIDIA_CTK, scan  # here: every command loads this module (cli.migrate), not this import
-    from ponytail.install.nvidiahook import hook_paths_in
 
     nvidias = [f for f in scan(root) if f.generator == NVIDIA_CTK]
     specs = tuple(_on_node(root, f.path) for f in nvidias if clashes(f.kind))

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 from ponytail.errors import PonytailError
 from ponytail.install.dockergpus import SERVICE_PATH
+from ponytail.install.files import read_text
 from ponytail.install.migrate.nvidia import BOOT_UNIT, BOOT_WANTS, SERVED, Toolkit, replace_runtime, under
+from ponytail.install.nvidiahook import script
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,6 @@ class Plan:
 
 def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_files: dict[str, bytes], config_file: str | None = None) -> Plan:
     """``spec_files``: ponytail's CDI spec(s) by path, written where NVIDIA's first spec was."""
-    from ponytail.install.nvidiahook import script  # here: every command loads this module (cli.migrate), not this import
-
     steps: list[Step] = []
     for path in toolkit.specs:
         steps.append(Step(path, "NVIDIA's CDI spec (nvidia-ctk's) of a kind ponytail writes: one generator per kind, "
@@ -162,8 +162,6 @@ def refuse_what_cannot_be_undone(root: str, path: str) -> None:
 
 
 def _read_text(path: str) -> str:
-    from ponytail.install.files import read_text  # here: every command loads this module (cli.migrate), not this import
-
     text = read_text(path)  # a symlink, a non-UTF-8 or huge file is refused with one line
     return text or ""
 
