@@ -12,6 +12,7 @@ import subprocess
 from ponytail.cdi.owners import scan
 from ponytail.config import Config
 from ponytail.doctor.findings import OK, WARN, Finding
+from ponytail.engines.podman import configured_runtime
 
 CONTAINERD_WITHOUT_CDI = ((1, 6),)  # and older: (major, minor) at most this
 
@@ -62,9 +63,6 @@ def parse_containerd_version(out: str) -> tuple[str, tuple[int, int]] | None:
     return None
 
 
-PODMAN_CONFIGS = ("/usr/share/containers/containers.conf", "/etc/containers/containers.conf")
-
-
 def podman_runtime(checked: list[Finding], root: str, config: Config) -> list[Finding]:
     """A warning when podman was checked, the host's cgroups are the hybrid layout and podman's runtime
     (``runtime`` under [engine] of containers.conf, the last file that sets it; unset: crun where it
@@ -75,13 +73,10 @@ def podman_runtime(checked: list[Finding], root: str, config: Config) -> list[Fi
     hybrid = os.path.isdir(os.path.join(cgroup, "devices")) and os.path.exists(os.path.join(cgroup, "unified/cgroup.controllers"))
     if not hybrid:
         return []
-    runtime, where = None, "podman's default"
-    for path in PODMAN_CONFIGS:
-        found = _engine_runtime(path if root == "/" else root.rstrip("/") + path)
-        if found is not None:
-            runtime, where = found, f"runtime in {path}"
-    if runtime is None:
-        runtime = "crun" if shutil.which("crun") else "runc"
+    runtime, where = "crun" if shutil.which("crun") else "runc", "podman's default"
+    found = configured_runtime(root)
+    if found is not None:
+        runtime, where = found[0], f"runtime in {found[1]}"
     if os.path.basename(runtime) != "crun":
         return [Finding("engine", "podman runtime", OK, f"{runtime} ({where}) runs on this hybrid cgroup layout")]
     return [Finding(
@@ -89,20 +84,3 @@ def podman_runtime(checked: list[Finding], root: str, config: Config) -> list[Fi
         f"podman runs crun ({where}), which refuses this hybrid cgroup layout (cgroup v1 with {cgroup}/unified): set runtime = \"runc\" "
         "under [engine] in /etc/containers/containers.conf (an ordinary user's: ~/.config/containers/containers.conf), or run podman --runtime runc",
     )]
-
-
-def _engine_runtime(path: str) -> str | None:
-    """``runtime = "..."`` of the [engine] table of a containers.conf, else None."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.read(1 << 20).splitlines()
-    except OSError:
-        return None
-    table, found = "", None
-    for line in lines:
-        stripped = line.split("#", 1)[0].strip()
-        if stripped.startswith("["):
-            table = stripped.strip("[]").strip()
-        elif table == "engine" and stripped.partition("=")[0].strip() == "runtime":
-            found = stripped.partition("=")[2].strip().strip("\"'") or None
-    return found

@@ -7,12 +7,16 @@ into those that ask for GPUs; without it, for containers annotated com.example.g
 
 from __future__ import annotations
 
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+
 from ponytail.engines import hooksd
 from ponytail.engines.hooksd import hook_file_text
-from ponytail.engines.model import Edit, Registered, Settings, Unregistered
+from ponytail.engines.model import Edit, Registered, Settings, Unregistered, lookup, read_head, under
 
 CONFIG_PATH = "/usr/share/containers/oci/hooks.d/ponytail.json"  # what Debian 12's podman reads
 HOOKS_CONFIGS = ("/etc/containers/containers.conf",)  # may set hooks_dir
+CONTAINERS_CONFS = ("/usr/share/containers/containers.conf", "/etc/containers/containers.conf")  # the package's, then root's
 
 
 def edit(path: str, text: str | None, settings: Settings, remove: bool = False, added: dict | None = None) -> Edit:
@@ -35,3 +39,17 @@ def registered(root: str) -> Registered | None:
 
 def unregistered(root: str) -> Unregistered:
     return hooksd.unregistered(root, HOOKS_CONFIGS)
+
+
+def configured_runtime(root: str) -> tuple[str, str] | None:
+    """(runtime, the file that sets it) of podman's ``runtime`` under [engine] in containers.conf, the
+    last file that sets it; None where none does (podman's default: crun where it is installed)."""
+    found = None
+    for path in CONTAINERS_CONFS:
+        try:
+            runtime = lookup(tomlkit.parse(read_head(under(root, path)) or "").unwrap(), "engine", "runtime")
+        except (TOMLKitError, RecursionError):
+            continue
+        if isinstance(runtime, str) and runtime:
+            found = runtime, path
+    return found

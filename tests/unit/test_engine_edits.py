@@ -305,3 +305,11 @@ def test_podman_reads_its_hooks_dir_and_a_broken_file(tmp_path: Path) -> None:
 )
 def test_hooks_dir_setting(text: str, dirs: tuple[str, ...] | None) -> None:
     assert hooksd.hooks_dir_setting(text) == dirs
+
+
+def test_podmans_runtime_is_the_last_containers_conf_that_sets_it(tmp_path: Path) -> None:
+    assert podman.configured_runtime(str(tmp_path)) is None
+    _write(tmp_path, "/usr/share/containers/containers.conf", '[engine]\nruntime = "crun"  # the package\'s\n')
+    assert podman.configured_runtime(str(tmp_path)) == ("crun", "/usr/share/containers/containers.conf")
+    _write(tmp_path, "/etc/containers/containers.conf", '[engine]\nruntime = "runc"\n[machine]\nruntime = "other"\n')
+    assert podman.configured_runtime(str(tmp_path)) == ("runc", "/etc/containers/containers.conf")
