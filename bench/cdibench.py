@@ -2,6 +2,7 @@
 """What a CDI container start pays for ponytail (run as root):
 
     .venv/bin/python bench/cdibench.py [--runs 21] [--podman-runs 11] [--gpus 8] [--command LABEL=PATH ...]
+        [--generate-runs 21] [--generate-only]
 
 On a fake host (bench/hookbench.py's: the full compute+utility file set, a driver-root
 ld.so.cache of a real host's size), ``ponytail cdi generate`` writes the spec, then, side by
@@ -16,6 +17,13 @@ side and interleaved:
   a private /run/cdi), the same plain, and the same with ponytail's prestart hook
   (hooks.d) instead of CDI: the difference of medians is what CDI costs a container start.
 
+``ponytail cdi generate`` itself is measured too (``--generate-runs``; ``--generate-only``: it
+alone), interleaved over the commands, as a node's unit runs it on every driver change: the spec
+written again in place, in YAML and in JSON, beside NVIDIA's device plugin's and GPU Operator's
+specs (captured from nvidia-ctk 1.20.0, ../shared/nvidia) of other kinds, so that its owner check
+reads three specs; and in JSON alone, its owner check reading only its own spec. Wall and CPU time (user + system) of each run; CPU time varies less on a busy
+machine.
+
 NVIDIA's chain (``--nvidia-cdi-hook PATH``, built from NVIDIA's public sources: CONTRIBUTING.md, "Benchmarks")
 runs beside it on the same work: its five createContainer hooks (create-symlinks with the same
 links, enable-cuda-compat, update-ldcache, disable-device-node-modification,
@@ -26,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +50,9 @@ import hookbench  # noqa: E402
 from hookbench import LIB_DIR, Sample, Series, build_host, build_measure, ldconfig_path, make_rootfs  # noqa: E402
 
 REPO = BENCH.parent
+CAPTURED = Path(os.environ.get("PONYTAIL_NVIDIA_CAPTURED", str(REPO.parent / "shared/nvidia"))) / "specs-1.20.0"
+NEIGHBOURS = ("2gpu-device-plugin-names.yaml", "2gpu-management.yaml")  # other kinds than ponytail's nvidia.com/gpu
+GENERATE_CASES = (("yaml", True), ("json", True), ("json", False))  # (format, beside NVIDIA's specs)
 NVIDIA_CHAIN_MS = 37.5  # measured once: the 5 nvidia-cdi-hook processes of NVIDIA's spec, on the development machine
 NVIDIA = "NVIDIA: 5 nvidia-cdi-hook processes"
 
@@ -128,6 +141,48 @@ def podman_run(base: list[str], spec: Path, template: Path, work: Path, extra: l
     return elapsed
 
 
+def generate_series(commands: dict[str, str], config: Path, work: Path, gpus: int, runs: int) -> list[Series]:
+    """``cdi generate`` of each command, in each form, interleaved: the spec written again in place
+    beside NVIDIA's specs of other kinds."""
+    series = {}
+    for form, beside in GENERATE_CASES:
+        for label, command in commands.items():
+            directory = work / f"generate-{label}-{form}-{beside}"
+            directory.mkdir()
+            for name in NEIGHBOURS if beside else ():
+                if (CAPTURED / name).is_file():
+                    (directory / name).write_text((CAPTURED / name).read_text().replace("@FAKEHOST@", str(work)))
+            argv = [command, "cdi", "generate", "--format", form, "--output", str(directory / f"nvidia.{form}"), "-config", str(config),
+                    "--hook-path", command]
+            where = "beside NVIDIA's specs" if beside else "alone"
+            series[(form, beside, label)] = (Series(f"{gpus} GPUs, cdi generate {form}, {where}: {label}"), argv)
+            _generate_once(argv)  # the first writes the spec and warms the probe cache
+    for _ in range(runs):
+        for one, argv in series.values():
+            one.samples.append(_generate_once(argv))
+    return [one for one, _ in series.values()]
+
+
+def _generate_once(argv: list[str]) -> Sample:
+    sample, code, err = hookbench.spawn_timed(argv)
+    if code != 0:
+        raise SystemExit(f"{' '.join(argv[:3])}: exit {code}: {err.strip()}")
+    return sample
+
+
+def generate_table(series: list[Series], commands: dict[str, str]) -> None:
+    print("| configuration | median ms | quartiles ms | min–max ms | CPU median ms |\n| --- | --- | --- | --- | --- |")
+    for one in series:
+        cpu = statistics.median(s.cpu_seconds * 1000 for s in one.samples)
+        print(row(one, False) + f" {cpu:.1f} |")
+    first = next(iter(commands))
+    for one in series:
+        if not one.label.endswith(f": {first}"):
+            base = next(s for s in series if s.label == one.label.rsplit(": ", 1)[0] + f": {first}")
+            cpu = [statistics.median(s.cpu_seconds for s in x.samples) for x in (one, base)]
+            print(f"{one.label} / {first}: {one.median() / base.median():.2f}x wall, {cpu[0] / cpu[1]:.2f}x CPU (medians)")
+
+
 def row(series: Series, rss: bool) -> str:
     q1, q3 = series.quartiles()
     ms = series.ms()
@@ -143,6 +198,8 @@ def main() -> int:
     parser.add_argument("--nvidia-cdi-hook", metavar="PATH", default="/tmp/nvidia-tools/bin/nvidia-cdi-hook",  # noqa: S108 - where CONTRIBUTING.md builds it
                         help="NVIDIA's nvidia-cdi-hook (built from NVIDIA's public sources: CONTRIBUTING.md, Benchmarks), measured beside ponytail's")
     parser.add_argument("--command", action="append", default=[], metavar="LABEL=PATH", help="a ponytail command to measure (default: .venv's, and dist/'s binary if built)")
+    parser.add_argument("--generate-runs", type=int, default=21, help="runs of each command's 'cdi generate', in each form (0: none)")
+    parser.add_argument("--generate-only", action="store_true", help="measure 'cdi generate' alone, not the hooks nor podman")
     options = parser.parse_args()
     commands = dict(c.split("=", 1) for c in options.command) or {"pip": str(REPO / ".venv/bin/ponytail")}
     if not options.command and (REPO / "dist/ponytail/ponytail").is_file():
@@ -155,6 +212,11 @@ def main() -> int:
         template = make_rootfs(work / "template", programs=())
         spec = work / "nvidia.yaml"
         first = next(iter(commands.values()))
+        generated = generate_series(commands, bench.config, work, options.gpus, options.generate_runs) if options.generate_runs else []
+        if options.generate_only:
+            print(f"cdi generate, {options.gpus} GPUs, {options.generate_runs} runs each, interleaved:")
+            generate_table(generated, commands)
+            return 0
         subprocess.run([first, "cdi", "generate", "-config", str(bench.config), "--capabilities", "utility,compute",
                         "--hook-path", first, "--output", str(spec)], check=True)
         import yaml
@@ -207,6 +269,9 @@ def main() -> int:
         plain = podman["plain"][0].median()
         print(f"\nCDI start overhead: +{podman['cdi'][0].median() - plain:.1f} ms; prestart hook: +{podman['prestart'][0].median() - plain:.1f} ms (medians minus plain)")
     print(f"/ floor: {', '.join(f'{label} {s.median() / floor.median():.2f}x' for label, s in hooks.items())}")
+    if generated:
+        print(f"\ncdi generate, {options.gpus} GPUs, {options.generate_runs} runs each, interleaved:")
+        generate_table(generated, commands)
     chain = hooks[NVIDIA].median() if NVIDIA in hooks else NVIDIA_CHAIN_MS
     where = "measured above, side by side" if NVIDIA in hooks else "the anchor's figure, not measured here"
     for label, series in hooks.items():

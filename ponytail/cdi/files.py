@@ -8,17 +8,23 @@ search and driver root as a hook run, never a second discovery path.
 from __future__ import annotations
 
 import os
+import stat
 
-from ponytail.capabilities import FEATURES, IMEX_FEATURE, FeatureAsk
+from ponytail.capabilities import CAPABILITIES, FEATURES, IMEX_FEATURE, FeatureAsk
 from ponytail.config import Config
-from ponytail.errors import InputError, ProbeError, UsageError, os_failure
+from ponytail.container.request import build_request
+from ponytail.errors import InputError, ProbeError, UsageError, one_line, os_failure
 from ponytail.fs.atomic import replace_file
-from ponytail.plan.cdi import VERSIONS, build_spec, problems
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ponytail.host.features import FeatureFinding
-    from ponytail.host.probe import Host
+from ponytail.host.driver import NODE_MODULES, node_drift, nvidia_major, read_char_majors, read_driver_version
+from ponytail.host.driver_search import find_driver_library, find_ldconfig
+from ponytail.host.features import FeatureFinding
+from ponytail.host.mig import mig_uuids
+from ponytail.host.probe import Gpu, Host, probe_gpus, probe_host
+from ponytail.lite.plainjson import dumps, loads
+from ponytail.lite.records import replace
+from ponytail.plan.cdi import VERSIONS, build_feature_spec, build_spec, problems
+from ponytail.plan.operations import build_plan, feature_mounts
+from ponytail.plan.select import Selection, find_device
 
 STRATEGIES = ("index", "uuid", "both")
 # `cdi generate` and `cdi list` name GPUs alike: by index (podman --device nvidia.com/gpu=0), by UUID
@@ -32,13 +38,6 @@ def generate(
     config: Config, hook_command: str, strategy: str = DEFAULT_STRATEGY, capabilities: str = "all", version: str | None = None
 ) -> tuple[dict, list[str], dict[str, dict]]:
     """This host's spec, the plan's warnings, and the specs of the opt-in features it has (feature_specs)."""
-    from ponytail.container.request import build_request
-    from ponytail.host.driver_search import find_ldconfig
-    from ponytail.host.probe import probe_host
-    from ponytail.lite.records import replace
-    from ponytail.plan.operations import build_plan
-    from ponytail.plan.select import Selection
-
     if strategy not in STRATEGIES:
         raise UsageError(f"--device-name-strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
     request = build_request(cli_device="all", cli_capabilities=capabilities)
@@ -64,8 +63,6 @@ def generate(
     # no libraries, files, masked /proc or linker cache, which are the shared plan's; an 18-GPU spec plans
     # 37 devices), without the capabilities that bring no node of a GPU's own (theirs are shared anyway) but
     # with those that do (graphics, display: its /dev/dri nodes)
-    from ponytail.capabilities import CAPABILITIES
-
     own_nodes = replace(request, capabilities=tuple(c for c in request.capabilities if CAPABILITIES[c].dri_nodes))
     for name, selection in devices:
         plan = build_plan(host, own_nodes, selection, {}, ldconfig, nodes_only=True)
@@ -92,9 +89,6 @@ def feature_specs(features: tuple[FeatureFinding, ...]) -> dict[str, dict]:
     """A spec per opt-in feature this host has, by feature name: ``nvidia.com/imex-channel=N``
     (and ``=all``), ``nvidia.com/gds=all``, ``nvidia.com/mofed=all``... A feature whose module
     or nodes are missing is not offered."""
-    from ponytail.plan.cdi import build_feature_spec
-    from ponytail.plan.operations import feature_mounts
-
     specs = {}
     for feature in features:
         if feature.problems or not feature.nodes:
@@ -118,8 +112,6 @@ def feature_spec_path(output: str, feature: str) -> str:
 def node_arguments(config: Config, host: Host) -> list[str]:
     """What the spec's device nodes depend on, for the hook to check cheaply at each start
     (ponytail.host.driver.node_drift): each GPU's minor, bus id and UUID, the modules' majors."""
-    from ponytail.host.driver import NODE_MODULES, read_char_majors
-
     majors = read_char_majors(config.proc_root)
     args = []
     for name in NODE_MODULES:
@@ -139,9 +131,6 @@ def _names(strategy: str, index_name: str, uuid: str | None) -> list[str]:
 
 def _mig_uuids(config: Config, host: Host) -> dict[str, str]:
     """MIG device name (GPU:GI:CI) -> MIG UUID, asked of NVML (the driver's own libnvidia-ml)."""
-    from ponytail.host.driver_search import find_driver_library
-    from ponytail.host.mig import mig_uuids
-
     by_minor = {g.minor: g.index for g in host.gpus}
     nvml = find_driver_library(config, host.driver_version, "libnvidia-ml", "libnvidia-ml.so.1", host)
     return {f"{by_minor[minor]}:{gi}:{ci}": uuid for uuid, (minor, gi, ci) in mig_uuids(nvml).items() if minor in by_minor}
@@ -150,10 +139,8 @@ def _mig_uuids(config: Config, host: Host) -> dict[str, str]:
 def render(spec: dict, form: str) -> bytes:
     """The spec as JSON or YAML text; the same spec always gives the same bytes."""
     if form == "json":
-        from ponytail.lite.plainjson import dumps  # json.dumps' bytes, without importing json (re, enum)
-
         return (dumps(spec, indent=2) + "\n").encode()
-    import yaml  # only here: the container start never reads YAML
+    import yaml  # here, not at the top: a JSON spec is written without it (its import is most of cdi generate's run)
 
     return yaml.safe_dump(spec, sort_keys=False, default_flow_style=False, width=4096).encode()
 
@@ -182,11 +169,9 @@ def read_spec(path: str) -> dict:
         raise InputError(f"cannot read {path}: {e.strerror}") from e
     try:
         if path.endswith(".json"):
-            from ponytail.lite.plainjson import loads
-
             spec = loads(raw)
         else:
-            import yaml
+            import yaml  # here: as in render
 
             try:
                 spec = yaml.safe_load(raw)
@@ -201,8 +186,6 @@ def read_spec(path: str) -> dict:
 
 
 def _not_a_spec(path: str, e: Exception) -> InputError:
-    from ponytail.errors import one_line
-
     return InputError(f"{path} is not a CDI spec: {type(e).__name__}: {one_line(str(e))}")
 
 
@@ -223,9 +206,6 @@ def qualified_names(spec: dict) -> list[str]:
 def stale(spec: dict, config: Config) -> list[str]:
     """Why ``spec`` is no longer true for this host (empty: it still is): host paths gone, a
     device node changed, the driver version changed, GPUs gone or added."""
-    from ponytail.host.driver import node_drift, read_char_majors, read_driver_version
-    from ponytail.host.probe import probe_gpus
-
     found = []
     edits = [spec.get("containerEdits") or {}] + [d.get("containerEdits") or {} for d in spec["devices"]]
     for e in edits:
@@ -260,8 +240,6 @@ def stale(spec: dict, config: Config) -> list[str]:
     except ProbeError as e:
         return list(dict.fromkeys(found + [e.message]))
     found += _device_drift(spec, gpus, recorded[1] or read_char_majors(config.proc_root))
-    from ponytail.plan.select import find_device
-
     named = {d["name"]: find_device(gpus, d["name"]) for d in spec["devices"]}  # by the hook's grammar (plan/select.py)
     for name in sorted(n for n, device in named.items() if device is None and n != "all" and not n.upper().startswith("MIG-")):
         found.append(f"device {name} is not on this host any more")
@@ -273,6 +251,7 @@ def stale(spec: dict, config: Config) -> list[str]:
 
 def _recorded(args: list, before: tuple[list[tuple[int, str, str]], dict[str, int]]) -> tuple[list[tuple[int, str, str]], dict[str, int]]:
     """The GPUs and majors a ponytail cdi-hook's arguments record (``before`` for another hook)."""
+    # here, not at the top: hooks.cdi loads the hook's own modules (logfile...), which cdi generate never needs
     from ponytail.hooks.cdi import parse_args, recorded_nodes
 
     if args[1:2] != ["cdi-hook"] or not all(isinstance(a, str) for a in args):
@@ -287,10 +266,6 @@ def _recorded(args: list, before: tuple[list[tuple[int, str, str]], dict[str, in
 
 def _device_drift(spec: dict, gpus: tuple, majors: dict[str, int]) -> list[str]:
     """Each device's GPU node is the minor its GPU (by index or UUID) has now."""
-    from ponytail.host.driver import nvidia_major
-    from ponytail.host.probe import Gpu
-    from ponytail.plan.select import find_device
-
     gpu_major = nvidia_major(majors)
     found = []
     for device in spec["devices"]:
@@ -323,8 +298,6 @@ def runtime_numbers(node: dict) -> tuple[int, int] | None:
 
 
 def _node_problems(node: dict) -> list[str]:
-    import stat
-
     path = node.get("hostPath") or node["path"]
     try:
         st = os.stat(path)

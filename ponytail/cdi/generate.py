@@ -4,9 +4,14 @@ guard's spec refresh (ponytail.guard.daemon) all end here."""
 
 from __future__ import annotations
 
+import os
 import sys
 
-from ponytail.cdi.files import DEFAULT_STRATEGY
+from ponytail.capabilities import FEATURES
+from ponytail.cdi.files import DEFAULT_STRATEGY, SPEC_DIRS, feature_spec_path, form_of, generate, render, write_atomically
+from ponytail.cdi.owners import Scans, write_refusal
+from ponytail.config import config_path, load_config
+from ponytail.errors import PonytailError, UsageError
 
 
 def run_generate(
@@ -14,17 +19,11 @@ def run_generate(
     capabilities: str = "all", hook_path: str | None = None, config: str | None = None,
 ) -> int:
     """Write this host's spec (to ``output``, else stdout); errors as one line. The exit status."""
-    import os
-
-    from ponytail.capabilities import FEATURES
-    from ponytail.cdi.files import SPEC_DIRS, feature_spec_path, form_of, generate, render, write_atomically
-    from ponytail.config import config_path, load_config
-    from ponytail.errors import PonytailError, UsageError
-
     try:
         loaded = load_config(*config_path(config))
         command = hook_path
         if command is None:
+            # here, not at the top: hooks.command (with what it loads) is needed only without --hook-path
             from ponytail.hooks.command import installed_command
 
             command = installed_command()
@@ -44,7 +43,7 @@ def run_generate(
         write_atomically(output, data)
         written = [(output, spec)]
         if os.path.dirname(os.path.abspath(output)) in SPEC_DIRS:  # the engines read it: it must outlive the checkout
-            from ponytail.hooks.command import transient_warning
+            from ponytail.hooks.command import transient_warning  # here: as installed_command above
 
             transient = transient_warning(command)
             if transient is not None:
@@ -71,10 +70,6 @@ def run_generate(
 def _refuse_a_second_owner(output: str, spec: dict, features: dict[str, dict], names: tuple[str, ...]) -> None:
     """One owner per CDI kind: nothing is written when another file defines a kind ponytail would
     write (the engines refuse or shadow a kind two files define), or ``output`` is another generator's."""
-    from ponytail.cdi.files import feature_spec_path
-    from ponytail.cdi.owners import Scans, write_refusal
-    from ponytail.errors import PonytailError
-
     planned = [(output, spec)] + [(feature_spec_path(output, n), features[n]) for n in names if n in features]
     scanned = Scans()  # each spec file read once for all of them
     for path, written in planned:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 
-from ponytail.cdi.files import SPEC_DIRS
+from ponytail.cdi.files import SPEC_DIRS, read_spec
+from ponytail.cdi.skim import Hook, skim_file, spec_hooks
+from ponytail.errors import InjectionError, PonytailError
 from ponytail.lite.records import record
 
 PONYTAIL = "ponytail"
@@ -31,19 +33,19 @@ class SpecFile:
     kind: str
     generator: str  # PONYTAIL, NVIDIA_CTK or OTHER
     devices: tuple[str, ...]
-    spec: dict | None  # None: not a valid spec (error says why)
+    spec: dict | None  # the whole spec; None where it is not valid (error says why) or was skimmed (scan(whole=False))
     error: str | None = None
+    hooks: tuple[Hook, ...] = ()  # its hooks' paths and args (ponytail.cdi.skim), read whole or skimmed
 
     @property
     def label(self) -> str:
         return f"{self.path} ({self.generator}'s)"
 
 
-def scan(root: str = "/", dirs: tuple[str, ...] = SPEC_DIRS) -> list[SpecFile]:
-    """Every spec file of the spec directories ``dirs`` (under ``root``), in the CDI runtime's order."""
-    from ponytail.cdi.files import read_spec
-    from ponytail.errors import PonytailError
-
+def scan(root: str = "/", dirs: tuple[str, ...] = SPEC_DIRS, whole: bool = True) -> list[SpecFile]:
+    """Every spec file of the spec directories ``dirs`` (under ``root``), in the CDI runtime's order.
+    ``whole=False``: each is skimmed for its kind and hooks (ponytail.cdi.skim), parsed whole only
+    where it is written in another form; its devices and spec are then left out."""
     found = []
     for directory in dirs:
         base = directory if root == "/" else _in_root(root, directory)
@@ -60,19 +62,27 @@ def scan(root: str = "/", dirs: tuple[str, ...] = SPEC_DIRS) -> list[SpecFile]:
                 real = _in_root(root, f"{base[len(root.rstrip('/')):]}/{name}")
             if not name.endswith(SUFFIXES) or real is None or not os.path.isfile(real):
                 continue
-            try:
-                spec = read_spec(real)
-            except PonytailError as e:
-                found.append(SpecFile(path, _kind_of_text(real), _generator_of_text(real), (), None, e.message))
-                continue
-            found.append(SpecFile(path, str(spec["kind"]), generator_of(spec, path), tuple(d["name"] for d in spec["devices"]), spec))
+            found.append(_read(path, real, whole))
     return _with_feature_owners(found)
+
+
+def _read(path: str, real: str, whole: bool) -> SpecFile:
+    skimmed = None if whole else skim_file(real)
+    if skimmed is not None:
+        kind, hooks = skimmed
+        return SpecFile(path, kind, generator_of_hooks(hooks, path), (), None, hooks=hooks)
+    try:
+        spec = read_spec(real)
+    except PonytailError as e:
+        return SpecFile(path, _kind_of_text(real), _generator_of_text(real), (), None, e.message)
+    hooks = tuple(spec_hooks(spec))
+    return SpecFile(path, str(spec["kind"]), generator_of_hooks(hooks, path), tuple(d["name"] for d in spec["devices"]), spec, hooks=hooks)
 
 
 def _in_root(root: str, directory: str) -> str | None:
     """``directory`` (or a file) of the tree at ``root``, its links resolved inside it (a node's /var/run
     -> /run is the node's /run, not this process's); None when it cannot be (a loop)."""
-    from ponytail.errors import InjectionError
+    # here, not at the top: fs.inroot loads ctypes, which cdi generate (root "/") never needs
     from ponytail.fs.inroot import host_path_in_root
 
     try:
@@ -85,15 +95,17 @@ def generator_of(spec: dict, path: str) -> str:
     """Which tool wrote ``spec``: its hooks say (ponytail's cdi-hook, NVIDIA's nvidia-cdi-hook or
     'nvidia-ctk hook'); a spec without hooks is told by its name (ponytail's opt-in features are
     written beside its GPU spec as NAME-FEATURE.yaml and are recognised by scan())."""
-    edits = [spec.get("containerEdits") or {}] + [d.get("containerEdits") or {} for d in spec.get("devices") or []]
-    for e in edits:
-        for hook in e.get("hooks") or []:
-            args = hook.get("args") or []
-            program = os.path.basename(str(hook.get("path", "")))
-            if args[1:2] == ["cdi-hook"] or program.startswith(PONYTAIL):
-                return PONYTAIL
-            if args[:1] and os.path.basename(str(args[0])) in NVIDIA_HOOK_NAMES or program in NVIDIA_HOOK_NAMES:
-                return NVIDIA_CTK
+    return generator_of_hooks(spec_hooks(spec), path)
+
+
+def generator_of_hooks(hooks: tuple[Hook, ...] | list[Hook], path: str) -> str:
+    """generator_of, told by the spec's hooks (their paths and args) alone."""
+    for program_path, args in hooks:
+        program = os.path.basename(program_path)
+        if args[1:2] == ("cdi-hook",) or program.startswith(PONYTAIL):
+            return PONYTAIL
+        if args[:1] and os.path.basename(args[0]) in NVIDIA_HOOK_NAMES or program in NVIDIA_HOOK_NAMES:
+            return NVIDIA_CTK
     return PONYTAIL if os.path.basename(path).startswith(PONYTAIL) else OTHER
 
 
@@ -121,8 +133,9 @@ def others_of_kind(kind: str, output: str, root: str = "/", scanned: Scans | Non
 
 
 class Scans:
-    """What scan() found, per root and directories, for one decision: a spec file is read (parsed
-    whole: at 18 GPUs ponytail's own takes milliseconds) once, however often the checks ask."""
+    """What scan() found, per root and directories, for one decision: a spec file is read once,
+    however often the checks ask, and skimmed for its kind and hooks (ponytail.cdi.skim): parsed
+    whole, an 18-GPU YAML spec takes tens of milliseconds, skimmed well under one."""
 
     def __init__(self) -> None:
         self._found: dict[tuple[str, tuple[str, ...]], list[SpecFile]] = {}
@@ -130,7 +143,7 @@ class Scans:
     def of(self, root: str, dirs: tuple[str, ...]) -> list[SpecFile]:
         key = (root, dirs)
         if key not in self._found:
-            self._found[key] = scan(root, dirs)
+            self._found[key] = scan(root, dirs, whole=False)
         return self._found[key]
 
 
@@ -203,7 +216,7 @@ def _with_feature_owners(files: list[SpecFile]) -> list[SpecFile]:
     for f in files:
         stem = os.path.splitext(f.path)[0]
         if f.generator == OTHER and f.kind.startswith("nvidia.com/") and stem.rpartition("-")[0] in ours:
-            f = SpecFile(f.path, f.kind, PONYTAIL, f.devices, f.spec, f.error)
+            f = SpecFile(f.path, f.kind, PONYTAIL, f.devices, f.spec, f.error, f.hooks)
         out.append(f)
     return out
 
@@ -222,7 +235,7 @@ def _head(path: str) -> str:
 
 def _kind_of_text(path: str) -> str:
     """The kind an unreadable spec names, found in its text ('' when none is)."""
-    import re
+    import re  # here, not at the top: cdi generate's JSON path imports no re (tests/integration/test_cdi_generate_fast.py)
 
     found = re.search(r"""["']?\bkind["']?\s*:\s*["']?([A-Za-z0-9._/-]+)""", _head(path))
     return found.group(1) if found else ""

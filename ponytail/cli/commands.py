@@ -264,13 +264,16 @@ def install_nvidia_hook(at: tuple[str, ...], specs: tuple[str, ...], toolkit_dir
         command = command or installed_command()
         if command is None:
             raise UsageError("cannot find this install's ponytail command; pass --path CMD")
-        paths = nvidiainstall.hook_paths(at, specs, toolkit_dirs)
+        warnings: list[str] = []
+        paths = nvidiainstall.hook_paths(at, specs, toolkit_dirs, warnings)
         if uninstall:
-            lines = nvidiainstall.uninstall(paths, command, dry_run)
+            lines, warnings = nvidiainstall.uninstall(paths, command, dry_run), []
         else:
             lines = nvidiainstall.install(paths, command, dry_run, config)
     for line in lines:
         click.echo(line)
+    for warning in warnings:
+        click.echo(f"ponytail: warning: {warning}", err=True)
 
 
 @cli.command("dev-char-links", context_settings=CONTEXT)

@@ -1,29 +1,33 @@
 """``ponytail check``'s CDI findings: each NVIDIA spec in the engines' spec directories (ponytail's
 or another generator's), read as the CDI runtime reads it and checked against the running driver
 and GPUs with the test of ``ponytail cdi check``; and each kind that more than one file defines,
-which the engines refuse or shadow. Advice never sends ponytail over another generator's file."""
+which the engines refuse or shadow; and each of NVIDIA's hook command lines a spec runs that ponytail's
+hook would not serve (ponytail.cdi.nvidiahooks). Advice never sends ponytail over another generator's file."""
 
 from __future__ import annotations
 
-from ponytail.doctor.findings import FAIL, OK, Finding
+import os
+import stat
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ponytail.config import Config
+from ponytail.cdi.files import stale
+from ponytail.cdi.nvidiahooks import unserved
+from ponytail.cdi.owners import OTHER, PONYTAIL, clash_message, clashes, regenerate_advice, scan
+from ponytail.config import Config
+from ponytail.doctor.findings import FAIL, OK, WARN, Finding
+from ponytail.errors import PonytailError
 
 
 def cdi_findings(root: str, config: Config) -> list[Finding]:
-    from ponytail.cdi.files import stale
-    from ponytail.cdi.owners import OTHER, PONYTAIL, clash_message, clashes, regenerate_advice, scan
-    from ponytail.errors import PonytailError
-
     out = []
     files = scan(root)
+    fail = config.unknown_nvidia_hooks == "fail"
     for f in files:
         if f.spec is None:
             if f.kind.startswith("nvidia.com/") or f.generator != OTHER:
                 out.append(Finding("engine", "CDI", FAIL, f"{f.error}: the engines refuse it; {regenerate_advice(f)}"))
             continue
+        for hook in unserved(f.hooks):  # any kind: the device plugin's and the GPU Operator's specs run them too
+            out.append(Finding("engine", "CDI hook", FAIL if hook.stops_a_start(fail) else WARN, hook.said(f.label, fail)))
         if not f.kind.startswith("nvidia.com/"):
             continue  # another vendor's devices: not ours to judge
         try:
@@ -56,9 +60,6 @@ def _rootless_note(spec: dict) -> str:
 def not_runnable_by_all(program: str, depth: int = 0) -> str | None:
     """Why a user other than its owner cannot run ``program`` (None: anyone can): a directory on the way
     without the search bit for others, the file without their execute bit, or (a script) its interpreter."""
-    import os
-    import stat
-
     real = os.path.realpath(program)
     parts = real.split("/")
     for i in range(2, len(parts)):

@@ -120,7 +120,12 @@ class Daemon:
         self.stopping = True
 
     def _refresh_node(self, events: list) -> None:
-        """The /dev/char links and the CDI specs, made true to the driver again."""
+        """The /dev/char links and the CDI specs, made true to the driver again; the hook command lines
+        of NVIDIA's specs (in the spec directories and beside those specs) that ponytail would not serve, logged."""
+        from ponytail.cdi.files import SPEC_DIRS
+        from ponytail.cdi.generate import run_generate
+        from ponytail.cdi.nvidiahooks import unserved
+        from ponytail.cdi.owners import scan
         from ponytail.errors import PonytailError
         from ponytail.guard.devchar import make_char_links
 
@@ -130,10 +135,15 @@ class Daemon:
         except (PonytailError, OSError) as e:
             self.log.write("warning", f"dev-char-links: {getattr(e, 'message', None) or e}")
         for spec in self.cdi_specs:
-            from ponytail.cdi.generate import run_generate
-
             status = run_generate(output=spec, config=self.config_file)
             self.log.write("info" if status == 0 else "warning", f"cdi generate --output {spec}: exit {status}")
+        dirs: dict[str, str] = {}  # each directory once (/var/run is /run)
+        for directory in (*SPEC_DIRS, *(os.path.dirname(os.path.abspath(spec)) for spec in self.cdi_specs)):
+            dirs.setdefault(os.path.realpath(directory), directory)
+        fail = self.config.unknown_nvidia_hooks == "fail"
+        for f in scan("/", tuple(dirs.values()), whole=False):  # NVIDIA's specs too: their hook lines, before a start reads them
+            for hook in unserved(f.hooks):
+                self.log.write("warning", f"CDI hook: {hook.said(f.label, fail)}")
 
     def _run_pass(self, why: str) -> None:
         report = _pass(self.config, self.repair, self.log, self.textfile, self, why)

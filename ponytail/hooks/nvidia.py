@@ -472,3 +472,21 @@ def _soname_links(rootfs: str, folder: str) -> list[Symlink]:
 
     return [Symlink(os.path.join(folder, soname), name, f"create-soname-symlinks --folder {folder}")
             for name, soname in sonames_in(rootfs, folder)]
+
+
+# -- a spec's hook, read before a start ---------------------------------------------------
+
+
+def parse_hook_line(path: str, args: list[str]) -> Invocation | UsageError | None:
+    """What a start makes of a CDI spec's hook ``path`` with ``args`` (``args[0]``: the program's
+    name, as specs write it), read with the hook's own parser: its Invocation where ponytail serves
+    it; else the UsageError the hook answers (an UnknownSubcommand: warned about, or refused where
+    [cdi] unknown_nvidia_hooks says "fail"; any other, such as an unknown flag: the start stops).
+    None where ``path`` is not one of NVIDIA's hook names."""
+    name = os.path.basename(path)
+    if name not in NAMES:
+        return None
+    try:
+        return parse(name, list(args[1:]))
+    except UsageError as e:
+        return e

@@ -21,7 +21,11 @@ from __future__ import annotations
 
 import os
 
+from ponytail.cdi.files import read_spec
+from ponytail.cdi.nvidiahooks import unserved
+from ponytail.cdi.skim import spec_hooks
 from ponytail.errors import UsageError
+from ponytail.hooks.nvidia import MARK
 from ponytail.install.hooklinks import make_link, remove_link
 
 DEFAULT_PATH = "/usr/bin/nvidia-cdi-hook"
@@ -30,17 +34,19 @@ NAMES = ("nvidia-cdi-hook", "nvidia-ctk")
 _HINT = "point the spec's generator at another path (--nvidia-cdi-hook-path) and pass --at PATH"
 
 
-def hook_paths(at: tuple[str, ...], specs: tuple[str, ...], toolkit_dirs: tuple[str, ...]) -> list[str]:
+def hook_paths(at: tuple[str, ...], specs: tuple[str, ...], toolkit_dirs: tuple[str, ...], warnings: list[str] | None = None) -> list[str]:
     """Where the links go: each ``at`` path, the hook paths the ``specs`` name, ``toolkit_dir``/nvidia-cdi-hook;
-    the default path when none is given."""
-    from ponytail.cdi.files import read_spec
-
+    the default path when none is given. Each hook command line of the ``specs`` that ponytail would
+    not serve (ponytail.cdi.nvidiahooks) is added to ``warnings``, one line each."""
     paths = list(at) + [os.path.join(d, TOOLKIT_NAME) for d in toolkit_dirs]
     for spec_file in specs:
-        named = hook_paths_in(read_spec(spec_file))
+        spec = read_spec(spec_file)
+        named = hook_paths_in(spec)
         if not named:
             raise UsageError(f"{spec_file} names no nvidia-cdi-hook or nvidia-ctk hook: nothing to serve there")
         paths += named
+        if warnings is not None:
+            warnings += [hook.said(spec_file, None) for hook in unserved(spec_hooks(spec))]
     paths = list(dict.fromkeys(paths or [DEFAULT_PATH]))
     for path in paths:
         if not os.path.isabs(path) or os.path.basename(path) not in NAMES:
@@ -56,8 +62,6 @@ def install(paths: list[str], command: str, dry_run: bool = False, config: str |
 def script(command: str, config: str | None = None) -> bytes:
     """The hook script that runs ``command`` (an absolute path without quotes or backslashes), with
     ``config`` as its config file (else $PONYTAIL_CONFIG from the hook's environment, or the default)."""
-    from ponytail.hooks.nvidia import MARK
-
     for what, value in (("the ponytail command's path", command), ("the config file's path", config or "")):
         if any(c in value for c in "'\\\n"):
             raise UsageError(f"{value!r}: {what} must not hold quotes, backslashes or newlines")
