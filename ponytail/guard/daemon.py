@@ -20,6 +20,12 @@ import signal
 import time
 
 from ponytail.apply.systemdbus import ReloadEvents
+from ponytail.cdi.files import SPEC_DIRS
+from ponytail.cdi.generate import run_generate
+from ponytail.cdi.nvidiahooks import unserved
+from ponytail.cdi.owners import scan
+from ponytail.errors import PonytailError
+from ponytail.guard.devchar import make_char_links
 from ponytail.guard.events import FifoEvents, NodeEvents, UdevEvents, relevant
 from ponytail.guard.metrics import render_metrics, write_metrics
 from ponytail.guard.watch import PassReport, guard_pass
@@ -122,13 +128,6 @@ class Daemon:
     def _refresh_node(self, events: list) -> None:
         """The /dev/char links and the CDI specs, made true to the driver again; the hook command lines
         of NVIDIA's specs (in the spec directories and beside those specs) that ponytail would not serve, logged."""
-        from ponytail.cdi.files import SPEC_DIRS
-        from ponytail.cdi.generate import run_generate
-        from ponytail.cdi.nvidiahooks import unserved
-        from ponytail.cdi.owners import scan
-        from ponytail.errors import PonytailError
-        from ponytail.guard.devchar import make_char_links
-
         try:
             lines, _ = make_char_links(self.config.dev_root, self.config.proc_root)
             self.log.write_all("info", [f"dev-char-links: {line}" for line in lines if not line.startswith("no NVIDIA")])

@@ -52,7 +52,6 @@ HOT_PATH = ("ponytail.lite", "ponytail.errors", "ponytail.fs", "ponytail.capabil
 # Off the hot path imports go at the top of a module. The imports inside a function that stay: (module, what it
 # imports, a module or the package above several) -> why; "*" stands for all of a module's. Milliseconds are what
 # the import adds to every click command line (ponytail --help): python -X importtime, after ponytail.cli.commands.
-_OTHERS = "moved by the doctor/install change"
 LOCAL_IMPORTS: dict[tuple[str, str], str] = {
     ("ponytail.cli.commands", "ponytail.hooks.prestart"): "the hook run from click: 5.8 ms",
     ("ponytail.cli.commands", "ponytail.container.request"): "list-paths: 2.5 ms",
@@ -73,19 +72,16 @@ LOCAL_IMPORTS: dict[tuple[str, str], str] = {
     ("ponytail.dra.kube", "kubernetes"): "220 ms, only when the plugin talks to the API server (tests give it a fake)",
     ("ponytail.dra.kube", "urllib3"): "the Kubernetes client's, with it",
     ("ponytail.guard.events", "pyudev"): "21 ms, for the kernel's uevents only; the DRA plugin goes on without them",
-    ("ponytail.guard.daemon", "ponytail.errors"): "the spec refresh: moved by the NVIDIA spec change",
-    ("ponytail.guard.daemon", "ponytail.guard.devchar"): "the spec refresh: moved by the NVIDIA spec change",
-    ("ponytail.guard.daemon", "ponytail.cdi.generate"): "the spec refresh: moved by the NVIDIA spec change",
-    ("ponytail.cdi.files", "*"): "moved by the cdi change",
-    ("ponytail.cdi.generate", "*"): "moved by the cdi change",
-    ("ponytail.cdi.owners", "*"): "moved by the cdi change",
+    ("ponytail.cdi.files", "yaml"): "PyYAML only for the YAML form: cdi generate --format json never loads it",
+    ("ponytail.cdi.files", "ponytail.hooks.cdi"): "reading a spec's cdi-hook lines: cdi generate never needs the hook's modules",
+    ("ponytail.cdi.generate", "ponytail.hooks.command"): "only without --hook-path: 1.7 ms on cdi generate",
+    ("ponytail.cdi.owners", "ponytail.fs.inroot"): "loads ctypes: only under --root",
+    ("ponytail.cdi.owners", "re"): "the JSON form of cdi generate never loads re (test_cdi_generate_fast)",
     ("ponytail.engines.registry", "ponytail.engines"): "an engine's module, with tomlkit, when it is used: 8.3 ms",
     ("ponytail.install.migrate.journal", "ponytail.fs.inroot"): "cli.migrate loads the journal; fs.inroot loads ctypes: 1.9 ms",
     ("ponytail.install.migrate.nvidia", "ponytail.fs.inroot"): "cli.migrate loads the probe; fs.inroot loads ctypes: 1.9 ms",
     ("ponytail.install.migrate.nvidia", "ponytail.cdi.owners"): "cli.migrate loads the probe: 2.2 ms",
     ("ponytail.install.migrate.run", "ponytail.cdi.owners"): "cli.migrate loads the run: 2.2 ms",
-    ("ponytail.doctor.cdi", "*"): _OTHERS,
-    ("ponytail.install.nvidiahook", "*"): _OTHERS,
 }
 
 
