@@ -20,14 +20,15 @@ from __future__ import annotations
 import os
 import sys
 
-from ponytail.errors import EXIT_INJECTION_FAILED, InjectionError, PonytailError, UsageError, one_line
-from ponytail.logfile import RunLog
+from ponytail.errors import InjectionError, PonytailError, UsageError
+from ponytail.hooks.run import open_log, run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from collections.abc import Mapping
 
     from ponytail.config import Config
+    from ponytail.logfile import RunLog
     from ponytail.plan.operations import Operation, ProcMask
 
 # each option's arity (ponytail.lite.argv); the click command in ponytail.cli.commands takes the same
@@ -49,29 +50,15 @@ def parse_args(args: list[str]) -> dict[str, object] | None:
 
 
 def main(options: Mapping[str, object]) -> int:
-    """Run the hook with ``options`` (parse_args' or the click command's); the exit status."""
-    log = RunLog("")
-    try:
-        _check_values(options)
-        from ponytail.config import config_path, load_config
+    """Run the hook with ``options`` (parse_args' or the click command's), through the error door
+    (ponytail.hooks.run); the exit status."""
+    return run(lambda log: _start(options, log), "cdi-hook")
 
-        config_file = options.get("config")
-        config = load_config(*config_path(config_file if isinstance(config_file, str) else None))
-        log.path = config.log_file
-        log.open()
-        return _run(options, config, log)
-    except PonytailError as e:
-        log.write("error", e.message)
-        print(f"ponytail: error: {one_line(e.message)}", file=sys.stderr)
-        return e.exit_code
-    except Exception as e:  # noqa: BLE001 - a bug: still one line for the user, the details in the log
-        import traceback
 
-        log.write("error", "internal error (cdi-hook): " + traceback.format_exc().replace("\n", " | "))
-        print(f"ponytail: internal error: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
-        return EXIT_INJECTION_FAILED
-    finally:
-        log.close()
+def _start(options: Mapping[str, object], log: RunLog) -> int:
+    _check_values(options)
+    config_file = options.get("config")
+    return _run(options, open_log(log, config_file if isinstance(config_file, str) else None), log)
 
 
 def _check_values(options: Mapping[str, object]) -> None:
