@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from ponytail.errors import InjectionError, InputError
+from ponytail.fs.hostfiles import read_head
 from ponytail.fs.kernelfs import unescape_mountinfo
 from ponytail.lite.records import record
 from ponytail.plan.operations import AllowDevices
@@ -150,8 +151,7 @@ def _programs_text(directory: str | None) -> str:
 def read_proc_cgroup(pid: int) -> str:
     cgroup_file = f"/proc/{pid}/cgroup"
     try:
-        with open(cgroup_file, encoding="utf-8", errors="replace") as f:
-            return f.read(65536)
+        return read_head(cgroup_file)
     except FileNotFoundError as e:
         raise InputError(f"container process {pid} is gone ({cgroup_file} does not exist)") from e
     except ProcessLookupError as e:

@@ -25,6 +25,7 @@ import os
 import stat
 
 from ponytail.errors import InjectionError
+from ponytail.fs.hostfiles import under_root
 from ponytail.fs.kernelfs import kernel_filesystem
 from ponytail.fs.libc import error, libc, syscall_number
 from ponytail.lite.records import record
@@ -115,7 +116,7 @@ def host_path_in_root(root: str, path: str, *, follow_last: bool = False) -> str
     followed only with ``follow_last``; what does not exist yet is named under its deepest
     existing directory. UnsafePath for a loop or a component that is not a directory."""
     if root == "/" or not path.strip("/."):
-        return path if root == "/" else root.rstrip("/") + "/" + path.lstrip("/")
+        return under_root(root, path)
     root_fd = open_root(root)
     try:
         return root.rstrip("/") + _canonical(root_fd, _normalized(path), follow_last)

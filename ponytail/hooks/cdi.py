@@ -130,7 +130,7 @@ def record_for_guard(config: Config, container_id: str, char_devices: tuple[tupl
     hook names' route (ponytail.hooks.nvidia), ``started_by`` saying which."""
     if not config.records_dir:
         return
-    from ponytail.apply.containerrecord import read_small, record_container
+    from ponytail.apply.containerrecord import parent_pid, record_container
     from ponytail.host.driver import read_char_majors, read_driver_version
 
     try:
@@ -139,7 +139,7 @@ def record_for_guard(config: Config, container_id: str, char_devices: tuple[tupl
         devices = [("c", major, minor, _node_name(nvidia[major], minor)) for major, minor in char_devices if major in nvidia]
         if not devices:
             return
-        parent = int(read_small("/proc/self/stat").rpartition(")")[2].split()[1])
+        parent = parent_pid("self")
         if not os.path.samestat(os.stat(f"/proc/{parent}/ns/mnt"), os.stat("/proc/self/ns/mnt")):
             log.write("warning", f"container not recorded for ponytail guard: the hook's parent (process {parent}) is not the container's")
             return
