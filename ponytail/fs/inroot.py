@@ -25,7 +25,7 @@ import os
 import stat
 
 from ponytail.errors import InjectionError
-from ponytail.fs.hostfiles import under_root
+from ponytail.fs.hostfiles import is_under, under_root
 from ponytail.fs.kernelfs import kernel_filesystem
 from ponytail.fs.libc import error, libc, syscall_number
 from ponytail.lite.records import record
@@ -329,7 +329,7 @@ def _path_in_root(root_fd: int, fd: int, asked: str) -> str:
     path = os.readlink(f"/proc/self/fd/{fd}")
     if root == "/":
         return "" if path == "/" else path
-    if path == root or path.startswith(root + "/"):
+    if is_under(path, root):
         return path[len(root):]
     raise UnsafePath(f"{path} is no longer inside the root {root} (moved while resolving {asked}); refused")
 
