@@ -38,8 +38,7 @@ def run(body: Callable[[RunLog], int], name: str = "", stderr: TextIO | None = N
         return body(log)
     except PonytailError as e:
         log.write("error", e.message)
-        _say(f"ponytail: error: {one_line(e.message)}", stderr)
-        return e.exit_code
+        return say_error(e, stderr)
     except Exception as e:  # noqa: BLE001 - a bug: still one line for the user, the details in the log
         import traceback
 
@@ -66,6 +65,13 @@ def open_log(log: RunLog, config_file: str | None = None, default_log: bool = Fa
     log.path = config.log_file
     log.open()
     return config
+
+
+def say_error(error: PonytailError, stderr: TextIO | None = None) -> int:
+    """``error`` as its one line on ``stderr``; its exit status. Also for what fails before a run
+    begins (Docker's hook name with a stage it does not know: ponytail.entry)."""
+    _say(f"ponytail: error: {one_line(error.message)}", stderr)
+    return error.exit_code
 
 
 def _say(line: str, stderr: TextIO | None) -> None:

@@ -79,3 +79,17 @@ def test_a_config_that_cannot_be_loaded_is_a_config_error(tmp_path: Path, monkey
     assert stderr.getvalue().startswith("ponytail: error: ") and not (tmp_path / "default.log").exists()
     assert run(lambda log: open_log(log, str(bad), default_log=True) and 0, stderr=io.StringIO()) == ConfigError.exit_code
     assert "error" in (tmp_path / "default.log").read_text()  # the hook's own run: the default log
+
+
+def test_dockers_hook_name_with_a_stage_it_does_not_know_is_one_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    link = tmp_path / "nvidia-container-runtime-hook"
+    link.symlink_to(Path(sys.executable).parent / "ponytail")
+    if not os.access(link, os.X_OK):
+        pytest.skip("no ponytail console script beside this interpreter")
+    result = subprocess.run([str(link), "create\nRuntime"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.endswith("not create\\nRuntime\n") and result.stderr.count("\n") == 1, result.stderr
+    assert subprocess.run([str(link), "poststop"], capture_output=True, timeout=60).returncode == 0
