@@ -148,14 +148,15 @@ class Series:
     label: str
     samples: list[Sample] = field(default_factory=list)
 
-    def ms(self) -> list[float]:
-        return sorted(s.seconds * 1000 for s in self.samples)
+    def ms(self, cpu: bool = False) -> list[float]:
+        """Wall time, or with ``cpu`` CPU time, of each sample in ms, sorted."""
+        return sorted((s.cpu_seconds if cpu else s.seconds) * 1000 for s in self.samples)
 
-    def median(self) -> float:
-        return statistics.median(self.ms())
+    def median(self, cpu: bool = False) -> float:
+        return statistics.median(self.ms(cpu))
 
-    def quartiles(self) -> tuple[float, float]:
-        values = self.ms()
+    def quartiles(self, cpu: bool = False) -> tuple[float, float]:
+        values = self.ms(cpu)
         if len(values) < 4:
             return values[0], values[-1]
         q = statistics.quantiles(values, n=4)
@@ -431,12 +432,14 @@ def machine() -> str:
 
 
 def table(rows: list[tuple[str, Series]], with_rss: bool = True) -> list[str]:
-    head = "| configuration | median ms | quartiles ms | min–max ms |" + (" peak RSS MiB |" if with_rss else "")
-    lines = [head, "|" + " --- |" * (5 if with_rss else 4)]
+    """Wall time and CPU time (which varies much less than the wall time on a busy machine)."""
+    head = "| configuration | median ms | quartiles ms | min–max ms | CPU median ms | CPU quartiles ms |" + (" peak RSS MiB |" if with_rss else "")
+    lines = [head, "|" + " --- |" * (7 if with_rss else 6)]
     for name, s in rows:
         q1, q3 = s.quartiles()
+        c1, c3 = s.quartiles(cpu=True)
         ms = s.ms()
-        line = f"| {name} | {s.median():.1f} | {q1:.1f}–{q3:.1f} | {ms[0]:.1f}–{ms[-1]:.1f} |"
+        line = f"| {name} | {s.median():.1f} | {q1:.1f}–{q3:.1f} | {ms[0]:.1f}–{ms[-1]:.1f} | {s.median(cpu=True):.1f} | {c1:.1f}–{c3:.1f} |"
         if with_rss:
             line += f" {s.peak_rss_mib():.1f} |"
         lines.append(line)

@@ -31,7 +31,7 @@ import time
 PHASES = ("interpreter", "imports", "config", "container", "request", "probe", "plan", "mounts", "ldconfig", "cgroup", "log", "other", "exit")
 # (module, attribute, phase): functions whose time goes to a phase
 WRAP = (
-    ("ponytail.hooks.prestart", "_load_config", "config"),
+    ("ponytail.hooks.prestart", "open_log", "config"),
     ("ponytail.hooks.prestart", "_container", "container"),
     ("ponytail.container.request", "build_request", "request"),
     ("ponytail.plan.make", "make_plan", "plan"),

@@ -109,6 +109,7 @@ def _docker_gpus_hook(args: list[str]) -> int:
     try:
         hook_args = hook_arguments(args)
     except UsageError as e:
-        print(f"ponytail: error: {e.message}", file=sys.stderr)
-        return e.exit_code
+        from ponytail.hooks.run import say_error
+
+        return say_error(e)
     return 0 if hook_args is None else main(hook_args)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from ponytail.errors import InjectionError, InputError
+from ponytail.fs.hostfiles import is_under, read_head
 from ponytail.fs.kernelfs import unescape_mountinfo
 from ponytail.lite.records import record
 from ponytail.plan.operations import AllowDevices
@@ -150,8 +151,7 @@ def _programs_text(directory: str | None) -> str:
 def read_proc_cgroup(pid: int) -> str:
     cgroup_file = f"/proc/{pid}/cgroup"
     try:
-        with open(cgroup_file, encoding="utf-8", errors="replace") as f:
-            return f.read(65536)
+        return read_head(cgroup_file)
     except FileNotFoundError as e:
         raise InputError(f"container process {pid} is gone ({cgroup_file} does not exist)") from e
     except ProcessLookupError as e:
@@ -253,11 +253,11 @@ def _hierarchy_directory(mountinfo: str, cgroup_path: str, fstype: str, controll
         if controller and (len(fields) < dash + 4 or controller not in fields[dash + 3].split(",")):
             continue
         root, mount_point = unescape_mountinfo(fields[3]), unescape_mountinfo(fields[4])
-        if root != "/" and cgroup_path != root and not cgroup_path.startswith(root.rstrip("/") + "/"):
+        if root != "/" and not is_under(cgroup_path, root):
             continue  # this mount shows another part of the hierarchy
         inside = cgroup_path[len(root.rstrip("/")) :].strip("/")
         directory = os.path.normpath(os.path.join(mount_point, inside))
-        if directory != mount_point and not directory.startswith(mount_point.rstrip("/") + "/"):
+        if not is_under(directory, mount_point):
             raise InjectionError(f"{controller or fstype} cgroup path {cgroup_path!r} leaves its hierarchy at {mount_point}")
         return directory
     return None

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 
+from ponytail.fs.hostfiles import read_head
 from ponytail.lite.plainjson import dumps
 
 TYPE_CHECKING = False
@@ -56,7 +57,7 @@ def record_container(
     ``in_container``: written by a hook that runs in the container's namespaces (``host_cgroup_namespace``)."""
     name = record_name(container_id)
     namespace = host_cgroup_namespace(in_container)
-    text = read_small(f"/proc/{pid}/cgroup")
+    text = read_head(f"/proc/{pid}/cgroup")
     data = {
         "version": RECORD_VERSION,
         "id": container_id,
@@ -293,7 +294,7 @@ def open_records_dir(directory: str, create: bool = False) -> int:
 def process_start(pid: int) -> int:
     """The start time of process ``pid`` (clock ticks after boot, /proc/<pid>/stat's 22nd field); -1 when gone."""
     try:
-        text = read_small(f"/proc/{pid}/stat")
+        text = read_head(f"/proc/{pid}/stat")
     except OSError:
         return -1
     fields = text.rpartition(")")[2].split()
@@ -326,7 +327,7 @@ def host_cgroup_namespace(in_container: bool) -> int:
         return 0
     if not in_container:
         return own
-    pid = _parent("self")
+    pid = parent_pid("self")
     for _ in range(_ANCESTORS):
         if pid <= 1:
             break
@@ -342,22 +343,14 @@ def host_cgroup_namespace(in_container: bool) -> int:
                 return theirs if libc().setns(fd, CLONE_NEWCGROUP) == 0 else own
         finally:
             os.close(fd)
-        pid = _parent(str(pid))
+        pid = parent_pid(str(pid))
     return own
 
 
-def _parent(pid: str) -> int:
-    """The parent of process ``pid`` ("self" too) as /proc names it (the host's pids: a hook runs with the host's /proc)."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return 0
-    try:
-        fields = os.read(fd, 4096).rpartition(b")")[2].split()
-    except OSError:
-        return 0
-    finally:
-        os.close(fd)
+def parent_pid(pid: str) -> int:
+    """The parent of process ``pid`` ("self" too) as /proc names it (the host's pids: a hook runs
+    with the host's /proc); 0 when it cannot be read."""
+    fields = read_head(f"/proc/{pid}/stat", 4096, default="").rpartition(")")[2].split()
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
 
 
@@ -365,6 +358,4 @@ _ANCESTORS = 4  # the hook, the runtime's init (the container's process), the ru
 CLONE_NEWCGROUP = 0x02000000
 
 
-def read_small(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read(65536)
+read_small = read_head  # the name ponytail.dra.health imports

@@ -25,6 +25,7 @@ import os
 import stat
 
 from ponytail.errors import InjectionError
+from ponytail.fs.hostfiles import is_under, under_root
 from ponytail.fs.kernelfs import kernel_filesystem
 from ponytail.fs.libc import error, libc, syscall_number
 from ponytail.lite.records import record
@@ -115,7 +116,7 @@ def host_path_in_root(root: str, path: str, *, follow_last: bool = False) -> str
     followed only with ``follow_last``; what does not exist yet is named under its deepest
     existing directory. UnsafePath for a loop or a component that is not a directory."""
     if root == "/" or not path.strip("/."):
-        return path if root == "/" else root.rstrip("/") + "/" + path.lstrip("/")
+        return under_root(root, path)
     root_fd = open_root(root)
     try:
         return root.rstrip("/") + _canonical(root_fd, _normalized(path), follow_last)
@@ -328,7 +329,7 @@ def _path_in_root(root_fd: int, fd: int, asked: str) -> str:
     path = os.readlink(f"/proc/self/fd/{fd}")
     if root == "/":
         return "" if path == "/" else path
-    if path == root or path.startswith(root + "/"):
+    if is_under(path, root):
         return path[len(root):]
     raise UnsafePath(f"{path} is no longer inside the root {root} (moved while resolving {asked}); refused")
 

@@ -20,14 +20,15 @@ from __future__ import annotations
 import os
 import sys
 
-from ponytail.errors import EXIT_INJECTION_FAILED, InjectionError, PonytailError, UsageError, one_line
-from ponytail.logfile import RunLog
+from ponytail.errors import InjectionError, PonytailError, UsageError
+from ponytail.hooks.run import open_log, run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from collections.abc import Mapping
 
     from ponytail.config import Config
+    from ponytail.logfile import RunLog
     from ponytail.plan.operations import Operation, ProcMask
 
 # each option's arity (ponytail.lite.argv); the click command in ponytail.cli.commands takes the same
@@ -49,29 +50,15 @@ def parse_args(args: list[str]) -> dict[str, object] | None:
 
 
 def main(options: Mapping[str, object]) -> int:
-    """Run the hook with ``options`` (parse_args' or the click command's); the exit status."""
-    log = RunLog("")
-    try:
-        _check_values(options)
-        from ponytail.config import config_path, load_config
+    """Run the hook with ``options`` (parse_args' or the click command's), through the error door
+    (ponytail.hooks.run); the exit status."""
+    return run(lambda log: _start(options, log), "cdi-hook")
 
-        config_file = options.get("config")
-        config = load_config(*config_path(config_file if isinstance(config_file, str) else None))
-        log.path = config.log_file
-        log.open()
-        return _run(options, config, log)
-    except PonytailError as e:
-        log.write("error", e.message)
-        print(f"ponytail: error: {one_line(e.message)}", file=sys.stderr)
-        return e.exit_code
-    except Exception as e:  # noqa: BLE001 - a bug: still one line for the user, the details in the log
-        import traceback
 
-        log.write("error", "internal error (cdi-hook): " + traceback.format_exc().replace("\n", " | "))
-        print(f"ponytail: internal error: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
-        return EXIT_INJECTION_FAILED
-    finally:
-        log.close()
+def _start(options: Mapping[str, object], log: RunLog) -> int:
+    _check_values(options)
+    config_file = options.get("config")
+    return _run(options, open_log(log, config_file if isinstance(config_file, str) else None), log)
 
 
 def _check_values(options: Mapping[str, object]) -> None:
@@ -143,7 +130,7 @@ def record_for_guard(config: Config, container_id: str, char_devices: tuple[tupl
     hook names' route (ponytail.hooks.nvidia), ``started_by`` saying which."""
     if not config.records_dir:
         return
-    from ponytail.apply.containerrecord import read_small, record_container
+    from ponytail.apply.containerrecord import parent_pid, record_container
     from ponytail.host.driver import read_char_majors, read_driver_version
 
     try:
@@ -152,7 +139,7 @@ def record_for_guard(config: Config, container_id: str, char_devices: tuple[tupl
         devices = [("c", major, minor, _node_name(nvidia[major], minor)) for major, minor in char_devices if major in nvidia]
         if not devices:
             return
-        parent = int(read_small("/proc/self/stat").rpartition(")")[2].split()[1])
+        parent = parent_pid("self")
         if not os.path.samestat(os.stat(f"/proc/{parent}/ns/mnt"), os.stat("/proc/self/ns/mnt")):
             log.write("warning", f"container not recorded for ponytail guard: the hook's parent (process {parent}) is not the container's")
             return

@@ -38,7 +38,8 @@ from __future__ import annotations
 import os
 import sys
 
-from ponytail.errors import EXIT_INJECTION_FAILED, InjectionError, PonytailError, UsageError, one_line
+from ponytail.errors import InjectionError, UsageError
+from ponytail.hooks.run import open_log, run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
@@ -107,35 +108,19 @@ def parse(name: str, args: list[str]) -> Invocation:
 
 
 def main(prog: str, args: list[str]) -> int:
-    """Run as NVIDIA's hook binary (``prog``: the name it was started by); the exit status."""
+    """Run as NVIDIA's hook binary (``prog``: the name it was started by), through the error door
+    (ponytail.hooks.run); the exit status."""
     name = os.path.basename(prog)
-    unknown: UnknownSubcommand | None = None
+    return run(lambda log: _start(name, prog, args, log), name)
+
+
+def _start(name: str, prog: str, args: list[str], log: RunLog) -> int:
+    """The hook's own command line parsed (parse), then its work, or an unknown subcommand's warning."""
     try:
         mine = parse(name, args)
     except UnknownSubcommand as e:
-        unknown = e
-    except UsageError as e:
-        print(f"ponytail: error: {one_line(e.message)}", file=sys.stderr)
-        return e.exit_code
-    from ponytail.logfile import RunLog
-
-    log = RunLog("")
-    try:
-        if unknown is not None:
-            return _unknown(name, unknown.subcommand, log)
-        return _run(mine, prog, log)
-    except PonytailError as e:
-        log.write("error", e.message)
-        print(f"ponytail: error: {one_line(e.message)}", file=sys.stderr)
-        return e.exit_code
-    except Exception as e:  # noqa: BLE001 - a bug: still one line for the user, the details in the log
-        import traceback
-
-        log.write("error", f"internal error ({name}): " + traceback.format_exc().replace("\n", " | "))
-        print(f"ponytail: internal error: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
-        return EXIT_INJECTION_FAILED
-    finally:
-        log.close()
+        return _unknown(name, e.subcommand, log)
+    return _run(mine, prog, log)
 
 
 def served_invocations(hooks: object, own_program: str, unknown: list[str] | None = None) -> list[Invocation]:
@@ -227,12 +212,8 @@ def _run(mine: Invocation, prog: str, log: RunLog) -> int:
     if mine in served and served.index(mine) > 0:
         return 0  # the first of this container's hooks that run ponytail did this one's work too
     work = served if mine in served else [mine]
-    from ponytail.config import config_path, load_config
-
-    config = load_config(*config_path(None))
-    log.path = config.log_file
     log.context = state.id
-    log.open()
+    config = open_log(log)
     if work is served:  # the hooks this run serves for the others: their unknown ones are told here (the script skips them)
         for subcommand in unknown:
             _tell_unknown(os.path.basename(prog), subcommand, config, log)
@@ -264,11 +245,7 @@ def _run(mine: Invocation, prog: str, log: RunLog) -> int:
 
 def _unknown(name: str, subcommand: str, log: RunLog) -> int:
     """A hook subcommand ponytail does not know, run on its own: warned about (exit 0), or refused."""
-    from ponytail.config import config_path, load_config
-
-    config = load_config(*config_path(None))
-    log.path = config.log_file
-    log.open()
+    config = open_log(log)
     _tell_unknown(name, subcommand, config, log)
     print(f"ponytail: warning: unsupported CDI hook: {subcommand} (skipped; {name} is served by ponytail)", file=sys.stderr)
     return 0

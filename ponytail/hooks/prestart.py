@@ -9,56 +9,32 @@ from __future__ import annotations
 import os
 import sys
 
-from ponytail.config import Config, config_path, load_config
 from ponytail.container.oci import MAX_STATE_BYTES, Container, load_container, parse_state, read_bounded
-from ponytail.errors import EXIT_INJECTION_FAILED, ConfigError, InputError, PonytailError, UsageError, one_line
-from ponytail.logfile import RunLog
-from ponytail.options import HookOptions
+from ponytail.errors import EXIT_INJECTION_FAILED, InputError, PonytailError, UsageError, one_line
+from ponytail.hooks.run import open_log, run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported on the hook's path: for type checkers only
     from typing import BinaryIO, TextIO
 
+    from ponytail.config import Config
     from ponytail.container.request import Request
     from ponytail.host.probe import Host
+    from ponytail.logfile import RunLog
+    from ponytail.options import HookOptions
     from ponytail.plan.operations import Plan
 
 
 def run_hook(options: HookOptions, stdin: BinaryIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """The hook's whole run, for every front end (the hook's command line, manual mode, -debug,
-    click's ``ponytail``): load the config, open the log, run (_run), and turn any error into one
-    line on stderr and in the log. The exit status: 0 done, 1 injection failed, 2 bad usage,
-    config or input (or not root). Never raises; a bug is an "internal error" line, its traceback
-    in the log. Missing streams (an engine may close them) read or write /dev/null."""
+    click's ``ponytail``): load the config, open the log, run (_run), through the error door
+    (ponytail.hooks.run): any error is one line on stderr and in the log. The exit status: 0 done,
+    1 injection failed, 2 bad usage, config or input (or not root). Never raises. Missing streams
+    (an engine may close them) read or write /dev/null."""
     stdin = stdin if stdin is not None else (sys.stdin.buffer if sys.stdin is not None else open(os.devnull, "rb"))
     stdout = stdout or sys.stdout or open(os.devnull, "w")  # None: started with the descriptor closed
     stderr = stderr or sys.stderr or open(os.devnull, "w")
-    log = RunLog("")
-    try:
-        config = _load_config(options)
-        log.path = config.log_file
-        log.open()
-        return _run(options, config, stdin, stdout, stderr, log)
-    except PonytailError as e:
-        if not log.path and isinstance(e, ConfigError):  # the config could not say where: the default log
-            log.path = Config().log_file
-        log.write("error", e.message)
-        print(f"ponytail: error: {one_line(e.message)}", file=stderr)
-        return e.exit_code
-    except Exception as e:  # noqa: BLE001 - a bug: still one line for the user, the details in the log
-        import traceback
-
-        log.write("error", "internal error: " + traceback.format_exc().replace("\n", " | "))
-        where = f" (traceback in {log.path})" if log.path else ""
-        print(f"ponytail: internal error: {type(e).__name__}: {one_line(str(e))}{where}", file=stderr)
-        return EXIT_INJECTION_FAILED
-    finally:
-        log.close()
-
-
-def _load_config(options: HookOptions) -> Config:
-    path, required = config_path(options.config)
-    return load_config(path, required)
+    return run(lambda log: _run(options, open_log(log, options.config, default_log=True), stdin, stdout, stderr, log), stderr=stderr)
 
 
 def _run(options: HookOptions, config: Config, stdin: BinaryIO, stdout: TextIO, stderr: TextIO, log: RunLog) -> int:

@@ -6,6 +6,7 @@ import os
 
 from ponytail.capabilities import NVIDIA_MAJOR
 from ponytail.errors import ProbeError
+from ponytail.fs.hostfiles import read_head
 from ponytail.lite.records import record
 
 PROC_FILES = ("params", "version", "registry")
@@ -29,8 +30,7 @@ def read_driver_version(proc_root: str) -> str:
     """The loaded kernel module's version, e.g. '550.54.15' (proprietary or open modules)."""
     path = os.path.join(proc_root, "driver/nvidia/version")
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(4096)
+        text = read_head(path, 4096)
     except FileNotFoundError:
         raise ProbeError(
             f"no NVIDIA driver loaded: {path} does not exist (load the kernel module: modprobe nvidia)"
@@ -142,8 +142,7 @@ def read_char_majors(proc_root: str) -> dict[str, int]:
     """Character device majors by driver name, from /proc/devices."""
     path = os.path.join(proc_root, "devices")
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(65536)
+        text = read_head(path)
     except OSError as e:
         raise ProbeError(f"cannot read {path}: {e.strerror}") from e
     return parse_char_majors(text)

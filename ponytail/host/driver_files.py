@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 
+from ponytail.fs.hostfiles import under_root
 from ponytail.lite.records import field, record
 
 TYPE_CHECKING = False
@@ -153,7 +154,7 @@ def find_binary(driver_root: str, name: str, why: str, capability: str = "") -> 
             if real is not None:
                 info, _ = _read_elf(root_fd, real)  # a script has no libraries to need
                 needed = info.needed if info is not None else ()
-                return DriverFile(real, host_path(driver_root, real), f"{CONTAINER_BIN_DIR}/{name}", None, f"{why}, in {directory}", 64, needed,
+                return DriverFile(real, under_root(driver_root, real), f"{CONTAINER_BIN_DIR}/{name}", None, f"{why}, in {directory}", 64, needed,
                                   capability=capability)
     finally:
         os.close(root_fd)
@@ -175,8 +176,8 @@ def find_files(driver_root: str, patterns: tuple[str, ...], why: str) -> list[Dr
         for pattern in patterns:
             for match in sorted(glob.glob(prefix + pattern)):
                 real = real_path_in_root(root_fd, match[len(prefix):])
-                if real is not None and real not in found and os.path.isfile(host_path(driver_root, real)):
-                    found[real] = DriverFile(real, host_path(driver_root, real), match[len(prefix):], None, why)
+                if real is not None and real not in found and os.path.isfile(under_root(driver_root, real)):
+                    found[real] = DriverFile(real, under_root(driver_root, real), match[len(prefix):], None, why)
     finally:
         os.close(root_fd)
     return list(found.values())
@@ -215,7 +216,7 @@ def _consider(scan: _Scan, path: str, search: LibrarySearch, how: str) -> None:
     if info is None:
         scan.skipped[key] = SkippedFile(real, problem)
         return
-    scan.found[key] = DriverFile(real, host_path(scan.root, real), real, info.soname, f"{search.why}{how}", search.bits, info.needed)
+    scan.found[key] = DriverFile(real, under_root(scan.root, real), real, info.soname, f"{search.why}{how}", search.bits, info.needed)
 
 
 def _library_version(path: str) -> str | None:
@@ -271,7 +272,7 @@ def _real_path(scan: _Scan, path: str) -> str | None:
         return None
     real = f"{real_dir}/{name}"
     try:
-        mode = os.lstat(host_path(scan.root, real)).st_mode
+        mode = os.lstat(under_root(scan.root, real)).st_mode
     except OSError:
         return None
     if stat.S_ISLNK(mode):  # where it leads is resolved inside the root, from the start
@@ -326,7 +327,7 @@ def _listing(scan: _Scan, directory: str) -> list[str]:
     names = scan.listings.get(directory)
     if names is None:
         try:
-            names = sorted(os.listdir(host_path(scan.root, directory)))
+            names = sorted(os.listdir(under_root(scan.root, directory)))
         except OSError:
             names = []
         scan.listings[directory] = names
@@ -367,9 +368,7 @@ def _name(entry: str | tuple[str, str]) -> str:
     return entry if isinstance(entry, str) else entry[0]
 
 
-def host_path(root: str, path: str) -> str:
-    """``path`` inside the driver root, as a path on the host."""
-    return root.rstrip("/") + path if root != "/" else path
+host_path = under_root  # the name ponytail.doctor.check imports
 
 
 def _open_root(path: str) -> int | None:
@@ -420,7 +419,7 @@ def soname_state(root: str, soname: str) -> tuple[str | None, str | None, str | 
         candidates = [f"{d}/{soname}" for d in library_dirs()] + [p for n, p in cache if n == soname]
         for candidate in candidates:
             real = real_path_in_root(root_fd, candidate)
-            if real is None and dangling is None and os.path.islink(host_path(root, candidate)):
+            if real is None and dangling is None and os.path.islink(under_root(root, candidate)):
                 dangling = candidate
             version = library_version(real) if real else None
             if version is not None and real is not None:

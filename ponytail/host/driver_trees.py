@@ -20,6 +20,7 @@ import os
 
 from ponytail.config import Config, DriverTree
 from ponytail.errors import InputError, ProbeError
+from ponytail.fs.hostfiles import is_under
 from ponytail.host.driver_files import soname_state
 from ponytail.lite.records import record, replace
 
@@ -50,7 +51,7 @@ def refuse_untrusted_tree(name: str, root: str, paths: list[str]) -> None:
     if found:
         where, why = found
         real = os.path.realpath(root)
-        if where == real or where.startswith(real.rstrip("/") + "/"):
+        if is_under(where, real):
             fix = f"chown -R root:root {root} && chmod -R go-w {root}"
         else:  # a directory above the tree: that one directory
             fix = f"chown root:root {where} && chmod go-w {where}"

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 
-from ponytail.host.driver_files import FILELIST, _open_root, host_path
+from ponytail.fs.hostfiles import under_root
+from ponytail.host.driver_files import FILELIST, _open_root
 
 MAX_BYTES = 1 << 20
 _LIST_KEYS = ("files", "entries", "filelist")
@@ -30,7 +31,7 @@ _WHAT_KEYS = ("capability", "capabilities", "type", "category")
 def read_filelist(driver_root: str) -> tuple[list[tuple[str, str]], list[str]]:
     """(path, capability) for each usable entry of the driver root's file list, and what was
     skipped and why. Both empty when the driver ships no list."""
-    if not os.path.lexists(host_path(driver_root, FILELIST)):
+    if not os.path.lexists(under_root(driver_root, FILELIST)):
         return [], []  # most drivers: one lstat, and the in-root resolution stays unimported on the hook's path
     from ponytail.fs.inroot import real_path_in_root
 
@@ -44,7 +45,7 @@ def read_filelist(driver_root: str) -> tuple[list[tuple[str, str]], list[str]]:
     if real is None:
         return [], []
     try:
-        fd = os.open(host_path(driver_root, real), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(under_root(driver_root, real), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             import stat
 

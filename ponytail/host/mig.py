@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from ponytail.errors import ProbeError
+from ponytail.fs.hostfiles import read_head
 from ponytail.lite.records import record
 
 
@@ -59,12 +60,7 @@ def read_mig_devices(proc_root: str, gpu_minor: int, gpu_index: int) -> tuple[bo
 
 def read_access_minor(path: str) -> int | None:
     """The DeviceFileMinor of a capability's access file, or None."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(4096)
-    except OSError:
-        return None
-    for line in text.splitlines():
+    for line in read_head(path, 4096, default="").splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
             return int(value.strip())

@@ -37,12 +37,14 @@ import os
 import stat
 import time
 
+from ponytail.fs.hostfiles import under_root
+
 PREFIX, SUFFIX = "probe-", ".cache"
 FORMAT = 1
 MAX_BYTES = 1 << 20
 # the modules whose code decides what a search finds, relative to the ponytail package (host/features:
 # versions_named, which decides whether a binary of another driver is skipped)
-SEARCH_CODE = ("host/driver_files", "host/driver_search", "host/features", "host/probe", "host/elf", "host/ldcache", "host/probecache", "fs/inroot", "capabilities")
+SEARCH_CODE = ("host/driver_files", "host/driver_search", "host/features", "host/probe", "host/elf", "host/ldcache", "host/probecache", "fs/inroot", "fs/hostfiles", "capabilities")
 MAX_ENTRIES = 32  # the most recent keys remembered: driver roots × capability sets × ponytail installs (pip, binary)
 _PRIME = (1 << 61) - 1  # the file name's hash: the key's bytes as a number, modulo this
 _MAGIC = "*?["
@@ -86,15 +88,11 @@ def cached_search(
     return found
 
 
-def _in_root(root: str, path: str) -> str:
-    return root.rstrip("/") + path if root != "/" else path
-
-
 def _with_parents(root: str, path: str) -> list[str]:
     """``path`` inside ``root`` and every directory above it up to the root, as host paths."""
     out = []
     while True:
-        out.append(_in_root(root, path) if path != "/" else root)
+        out.append(under_root(root, path) if path != "/" else root)
         if path in ("/", ""):
             return out
         path = os.path.dirname(path)
