@@ -64,7 +64,7 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
     steps += _boot_steps(root, f"{ponytail} cdi generate --output {first}{with_config}", first)
     hook_script = script(ponytail)
     for path in toolkit.engine_files:
-        text = _read_text(under(root, path))
+        text = read_text(under(root, path)) or ""  # a symlink, a non-UTF-8 or huge file is refused with one line
         steps.append(Step(path, "its runtime entries run ponytail-runtime instead of nvidia-container-runtime (their names kept)",
                           replace_runtime(text, runtime).encode()))
     install_hook = f"ponytail install-nvidia-hook --at {{path}} --path {ponytail}"
@@ -159,11 +159,6 @@ def refuse_what_cannot_be_undone(root: str, path: str) -> None:
     directory = os.path.dirname(full)
     if not os.access(directory, os.W_OK) or os.statvfs(directory).f_flag & os.ST_RDONLY:
         raise PonytailError(f"not migrating: {os.path.dirname(path)} cannot be written (read-only), so {path} could not be put back")
-
-
-def _read_text(path: str) -> str:
-    text = read_text(path)  # a symlink, a non-UTF-8 or huge file is refused with one line
-    return text or ""
 
 
 def remedy(root: str, entry: dict) -> str:
