@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ponytail.errors import PonytailError
 from ponytail.install.dockergpus import SERVICE_PATH
 from ponytail.install.files import read_text
+from ponytail.install.hooklinks import holds
 from ponytail.install.migrate.nvidia import BOOT_UNIT, BOOT_WANTS, SERVED, Toolkit, replace_runtime, under
 from ponytail.install.nvidiahook import script
 
@@ -80,7 +81,7 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
             steps.append(Step(path, "NVIDIA's program on the engines' PATH"))
     notes: list[str] = []
     for path in toolkit.hook_paths:
-        if path in toolkit.binaries or _is_hook_script(under(root, path), hook_script):
+        if path in toolkit.binaries or holds(under(root, path), hook_script):
             continue
         if os.path.dirname(path) not in SERVICE_PATH or not os.path.isdir(under(root, os.path.dirname(path))):
             notes.append(f"a CDI spec left alone names {path} as its hook, which is not on the engines' PATH "
@@ -136,14 +137,6 @@ def _boot_steps(root: str, command: str, spec: str | None) -> list[Step]:
              boot_unit(command, spec)),
         Step(BOOT_WANTS, "enables it at boot", link=BOOT_UNIT, restore=f"ln -sf {BOOT_UNIT} {BOOT_WANTS}"),
     ]
-
-
-def _is_hook_script(path: str, wanted: bytes) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(wanted) + 1) == wanted
-    except OSError:
-        return False
 
 
 def refuse_what_cannot_be_undone(root: str, path: str) -> None:
