@@ -356,6 +356,3 @@ def parent_pid(pid: str) -> int:
 
 _ANCESTORS = 4  # the hook, the runtime's init (the container's process), the runtime: two steps up; a little more for wrappers
 CLONE_NEWCGROUP = 0x02000000
-
-
-read_small = read_head  # the name ponytail.dra.health imports

@@ -16,6 +16,7 @@ import os
 from ponytail.cdi.files import SPEC_DIRS, read_spec
 from ponytail.cdi.skim import Hook, skim_file, spec_hooks
 from ponytail.errors import InjectionError, PonytailError
+from ponytail.fs.hostfiles import read_head, under_root
 from ponytail.lite.records import record
 
 PONYTAIL = "ponytail"
@@ -124,7 +125,7 @@ def others_of_kind(kind: str, output: str, root: str = "/", scanned: Scans | Non
     own specs of a scratch directory are left alone). ``scanned``: the directories read so far."""
     scanned = Scans() if scanned is None else scanned
     target = _same_file_key(output)
-    spec_dirs = {_same_file_key(root.rstrip("/") + d if root != "/" else d) for d in SPEC_DIRS}
+    spec_dirs = {_same_file_key(under_root(root, d)) for d in SPEC_DIRS}
     found = [f for f in scanned.of(root, SPEC_DIRS) if f.kind == kind and _same_file_key(f.path) != target]
     directory = os.path.dirname(os.path.abspath(output))
     if _same_file_key(directory) not in spec_dirs:
@@ -225,24 +226,16 @@ def _same_file_key(path: str) -> str:
     return os.path.realpath(os.path.abspath(path))
 
 
-def _head(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(1 << 16)
-    except OSError:
-        return ""
-
-
 def _kind_of_text(path: str) -> str:
     """The kind an unreadable spec names, found in its text ('' when none is)."""
     import re  # here, not at the top: cdi generate's JSON path imports no re (tests/integration/test_cdi_generate_fast.py)
 
-    found = re.search(r"""["']?\bkind["']?\s*:\s*["']?([A-Za-z0-9._/-]+)""", _head(path))
+    found = re.search(r"""["']?\bkind["']?\s*:\s*["']?([A-Za-z0-9._/-]+)""", read_head(path, default=""))
     return found.group(1) if found else ""
 
 
 def _generator_of_text(path: str) -> str:
-    text = _head(path)
+    text = read_head(path, default="")
     if "cdi-hook" in text and PONYTAIL in text:
         return PONYTAIL
     if any(name in text for name in NVIDIA_HOOK_NAMES):

@@ -11,6 +11,7 @@ from ponytail.cdi.files import generate as make_spec
 from ponytail.cdi.generate import run_generate  # a plain command line gets there without click
 from ponytail.cli.clickclasses import CONTEXT, Group, one_line_errors
 from ponytail.config import Config, config_path, load_config
+from ponytail.fs.hostfiles import under_root
 
 _CONFIG = click.option("-config", "--config", "config", metavar="FILE", help="Config file (as for the hook); the spec's hook is run with it.")
 
@@ -102,7 +103,7 @@ def owners(root: str, may_write: str | None) -> None:
     from ponytail.cdi.owners import clash_message, clashes, scan, write_refusal
 
     if may_write is not None:
-        refusal = write_refusal("nvidia.com/gpu", root.rstrip("/") + may_write if root != "/" else may_write, root)
+        refusal = write_refusal("nvidia.com/gpu", under_root(root, may_write), root)
         if refusal is not None:
             click.echo(f"ponytail: {refusal}", err=True)
             sys.exit(1)

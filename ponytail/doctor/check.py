@@ -21,14 +21,15 @@ from ponytail.doctor.findings import FAIL, OK, WARN, Finding, report
 from ponytail.doctor.loader import loader_view
 from ponytail.engines import registry
 from ponytail.engines.hooksd import HOOKS_DIRS
-from ponytail.engines.model import Registered, under
+from ponytail.engines.model import Registered
 from ponytail.engines.registry import ENGINES, KUBELET_CONFIGS, Engine
 from ponytail.errors import PonytailError
+from ponytail.fs.hostfiles import under_root
 from ponytail.guard.watch import guard_pass
 from ponytail.host.devchar import OK as LINKED
 from ponytail.host.devchar import probe_char_links
 from ponytail.host.driver import read_driver_version
-from ponytail.host.driver_files import host_path, mismatch_message, soname_version
+from ponytail.host.driver_files import mismatch_message, soname_version
 from ponytail.host.driver_search import firmware_dirs
 from ponytail.host.driver_trees import describe_trees
 from ponytail.host.filelist import FILELIST, missing_from_tables, read_filelist
@@ -150,7 +151,7 @@ def _library_versions(config: Config, kernel: str) -> list[Finding]:
         if found is None:
             out.append(Finding("host", soname, FAIL, f"no {soname} named by version under the driver root {config.driver_root}: install the driver's libraries or set [host] driver_root"))
         elif found[0] == kernel:
-            out.append(Finding("host", soname, OK, f"{host_path(config.driver_root, found[1])} matches the kernel module {kernel}"))
+            out.append(Finding("host", soname, OK, f"{under_root(config.driver_root, found[1])} matches the kernel module {kernel}"))
         else:
             out.append(Finding("host", soname, FAIL, mismatch_message(config.driver_root, soname, *found, kernel)))
     return out
@@ -158,9 +159,9 @@ def _library_versions(config: Config, kernel: str) -> list[Finding]:
 
 def _firmware(config: Config, kernel: str) -> list[Finding]:
     for directory in firmware_dirs(config.sys_root, kernel):  # where the kernel looks first (updates, firmware_class.path)
-        if os.path.isdir(host_path(config.driver_root, directory)):
-            return [Finding("host", "firmware", OK, host_path(config.driver_root, directory))]
-    base = host_path(config.driver_root, "/lib/firmware/nvidia")
+        if os.path.isdir(under_root(config.driver_root, directory)):
+            return [Finding("host", "firmware", OK, under_root(config.driver_root, directory))]
+    base = under_root(config.driver_root, "/lib/firmware/nvidia")
     try:
         versions = sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d)))
     except OSError:
@@ -189,7 +190,7 @@ def _filelist(config: Config) -> list[Finding]:
 
 
 def _persistenced(config: Config) -> Finding:
-    path = host_path(config.ipc_root, PERSISTENCED_SOCKET)
+    path = under_root(config.ipc_root, PERSISTENCED_SOCKET)
     try:
         is_socket = stat.S_ISSOCK(os.stat(path).st_mode)
     except OSError:
@@ -261,7 +262,7 @@ def _engine(engine: Engine, root: str) -> Finding:
     found = engine.registered(root)
     if found is None:
         missing = engine.unregistered(root)
-        fix = missing.fix or _set_up_line(engine.name, root, under(root, engine.config_path), missing.files)
+        fix = missing.fix or _set_up_line(engine.name, root, under_root(root, engine.config_path), missing.files)
         return Finding("engine", engine.label, FAIL, f"{missing.what}: run {fix}")
     if found.hook:
         return _hook_finding(engine.label, found)
@@ -272,10 +273,10 @@ def _running(engine: Engine, root: str) -> bool:
     """The engine's service runs: its API socket answers (a socket file a crashed daemon left
     does not). An engine that may serve only another (Debian's docker.io runs a system containerd
     for dockerd alone) counts, while that one runs too, only where a kubelet is configured."""
-    if not any(_answers(under(root, path)) for path in engine.sockets):
+    if not any(_answers(under_root(root, path)) for path in engine.sockets):
         return False
     if engine.backend_of is not None and _running(registry.engine(engine.backend_of), root):
-        return any(os.path.exists(under(root, path)) for path in KUBELET_CONFIGS)
+        return any(os.path.exists(under_root(root, path)) for path in KUBELET_CONFIGS)
     return True
 
 
@@ -305,7 +306,7 @@ def _configured(engine: Engine, root: str) -> bool:
 
 
 def _installed(engine: Engine, root: str) -> bool:
-    return (root == "/" and shutil.which(engine.program) is not None) or os.path.isdir(under(root, engine.config_dir))
+    return (root == "/" and shutil.which(engine.program) is not None) or os.path.isdir(under_root(root, engine.config_dir))
 
 
 def _set_up_line(engine: str, root: str, path: str, files: tuple[tuple[str, str], ...]) -> str:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, process_start, read_small, trusted_records
+from ponytail.apply.containerrecord import SUFFIX, cgroup_paths, process_start, trusted_records
+from ponytail.fs.hostfiles import is_under, read_head
 
 EFFECTS = ("NoSchedule", "NoExecute", "None")
 APPLICATION_XIDS = frozenset((13, 31, 43, 45, 68, 109))
@@ -96,7 +97,7 @@ def record_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> dict 
     None when none does or the records cannot be read. Records are trusted as the guard trusts them
     (root's own files in root's own directory): any other file is passed over. Only reads."""
     try:
-        mine = cgroup_paths(read_small(f"{proc_root}/{pid}/cgroup"))
+        mine = cgroup_paths(read_head(f"{proc_root}/{pid}/cgroup"))
     except (OSError, ValueError):
         return None
     for name, record in trusted_records(records_dir):
@@ -108,7 +109,7 @@ def record_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> dict 
                 and process_start(first) == record.get("pid_start"):
             # a CDI hook in the container's cgroup namespace may record "/": the host's view of its process then
             try:
-                theirs = cgroup_paths(read_small(f"{proc_root}/{first}/cgroup"))
+                theirs = cgroup_paths(read_head(f"{proc_root}/{first}/cgroup"))
             except OSError:
                 pass
         if first == pid or any(_inside(mine.get(k), theirs.get(k)) for k in ("v1", "v2")):
@@ -120,4 +121,4 @@ def record_of_pid(records_dir: str, pid: int, proc_root: str = "/proc") -> dict 
 def _inside(path: object, container: object) -> bool:
     if not isinstance(path, str) or not isinstance(container, str) or container in ("", "/"):
         return False
-    return path == container or path.startswith(container.rstrip("/") + "/")
+    return is_under(path, container)

@@ -13,8 +13,9 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from ponytail.engines import hooksd
-from ponytail.engines.model import Edit, Registered, Settings, Unregistered, lookup, ponytails, read_head, under
+from ponytail.engines.model import CONFIG_CHARS, Edit, Registered, Settings, Unregistered, lookup, ponytails
 from ponytail.errors import ConfigError
+from ponytail.fs.hostfiles import read_head, under_root
 
 CONFIG_PATH = "/etc/crio/crio.conf"
 HOOKS_CONFIGS = (CONFIG_PATH, "/etc/crio/crio.conf.d")  # may set hooks_dir
@@ -84,7 +85,7 @@ def registered(root: str) -> Registered | None:
     """A runtime that is ponytail-runtime in crio.conf or a file of crio.conf.d (the drop-in ``edit``
     writes), else ponytail's hooks.d file where CRI-O reads hooks; None when neither is there."""
     for path in _config_files(root):
-        found = runtime(path, read_head(path))
+        found = runtime(path, read_head(path, CONFIG_CHARS, default=""))
         if found is not None:
             return found
     return hooksd.registered(root, HOOKS_CONFIGS)
@@ -110,7 +111,7 @@ def runtime(path: str, text: str | None) -> Registered | None:
 
 def _config_files(root: str) -> list[str]:
     """crio.conf and the files of crio.conf.d beside it, in the order CRI-O reads them."""
-    main = under(root, CONFIG_PATH)
+    main = under_root(root, CONFIG_PATH)
     drop_ins = os.path.join(os.path.dirname(main), "crio.conf.d")
     names = sorted(os.listdir(drop_ins)) if os.path.isdir(drop_ins) else []
     return [main, *(os.path.join(drop_ins, n) for n in names)]

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 
-from ponytail.engines.model import Edit, Registered, Settings, Unregistered, ponytails, read_head, under
+from ponytail.engines.model import CONFIG_CHARS, Edit, Registered, Settings, Unregistered, ponytails
 from ponytail.errors import ConfigError
+from ponytail.fs.hostfiles import read_head, under_root
 
 CONFIG_PATH = "/etc/docker/daemon.json"
 
@@ -61,8 +62,8 @@ def edit(path: str, text: str | None, settings: Settings, remove: bool = False, 
 def registered(root: str) -> Registered | None:
     """The runtime ``edit`` wrote in the node's daemon.json (one named as ``--name`` names it by
     default, or one that runs a ponytail command); None when there is none."""
-    path = under(root, CONFIG_PATH)
-    return runtime(path, read_head(path))
+    path = under_root(root, CONFIG_PATH)
+    return runtime(path, read_head(path, CONFIG_CHARS, default=""))
 
 
 def runtime(path: str, text: str | None) -> Registered | None:
@@ -81,8 +82,8 @@ def runtime(path: str, text: str | None) -> Registered | None:
 
 
 def unregistered(root: str) -> Unregistered:
-    path = under(root, CONFIG_PATH)
-    text = read_head(path) or ""
+    path = under_root(root, CONFIG_PATH)
+    text = read_head(path, CONFIG_CHARS, default="")
     return Unregistered(f"{path} registers no ponytail-runtime", files=((path, text),), mentioned="ponytail" in text)
 
 

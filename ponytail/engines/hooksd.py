@@ -16,9 +16,10 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from ponytail.container.gpu_markers import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
-from ponytail.engines.model import Registered, Unregistered, read_head, under
+from ponytail.engines.model import CONFIG_CHARS, Registered, Unregistered
 from ponytail.errors import UsageError, os_failure
 from ponytail.fs.atomic import replace_file
+from ponytail.fs.hostfiles import read_head, under_root
 
 FILE_NAME = "ponytail.json"
 DEFAULT_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"  # what Debian 12's podman 4.3.1 reads
@@ -77,10 +78,10 @@ def hooks_dirs(root: str, configs: tuple[str, ...]) -> tuple[tuple[str, ...], st
     dirs: tuple[str, ...] = HOOKS_DIRS
     where = "the default hooks directories"
     for config in configs:
-        path = under(root, config)
+        path = under_root(root, config)
         files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".conf")] if os.path.isdir(path) else [path]
         for name in files:
-            found = hooks_dir_setting(read_head(name))
+            found = hooks_dir_setting(read_head(name, CONFIG_CHARS, default=""))
             if found:
                 dirs, where = found, f"hooks_dir in {name}"
     return dirs, where
@@ -113,9 +114,9 @@ def hook_files(root: str, dirs: tuple[str, ...]) -> list[tuple[str, str | None]]
     """(path, the command it runs; None: not an oci-hooks file) of ponytail.json in each of ``dirs``."""
     found = []
     for directory in dirs:
-        path = under(root, f"{directory.rstrip('/')}/{FILE_NAME}")
+        path = under_root(root, f"{directory.rstrip('/')}/{FILE_NAME}")
         if os.path.exists(path):
-            found.append((path, hook_command(read_head(path))))
+            found.append((path, hook_command(read_head(path, CONFIG_CHARS, default=""))))
     return found
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+CONFIG_CHARS = 1 << 20  # the most of an engine's config file read (ponytail.fs.hostfiles.read_head)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -62,20 +64,6 @@ class Unregistered:
     fix: str | None = None
     files: tuple[tuple[str, str], ...] = ()
     mentioned: bool = False
-
-
-def under(root: str, path: str) -> str:
-    """The node's ``path`` as seen from here, for the node's filesystem at ``root``."""
-    return path if root == "/" else root.rstrip("/") + path
-
-
-def read_head(path: str, size: int = 1 << 20) -> str | None:
-    """The first ``size`` characters of the file at ``path``; None when it cannot be read."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(size)
-    except OSError:
-        return None
 
 
 def ponytails(program: object) -> bool:

@@ -12,7 +12,8 @@ from tomlkit.exceptions import TOMLKitError
 
 from ponytail.engines import hooksd
 from ponytail.engines.hooksd import hook_file_text
-from ponytail.engines.model import Edit, Registered, Settings, Unregistered, lookup, read_head, under
+from ponytail.engines.model import CONFIG_CHARS, Edit, Registered, Settings, Unregistered, lookup
+from ponytail.fs.hostfiles import read_head, under_root
 
 CONFIG_PATH = "/usr/share/containers/oci/hooks.d/ponytail.json"  # what Debian 12's podman reads
 HOOKS_CONFIGS = ("/etc/containers/containers.conf",)  # may set hooks_dir
@@ -47,7 +48,7 @@ def configured_runtime(root: str) -> tuple[str, str] | None:
     found = None
     for path in CONTAINERS_CONFS:
         try:
-            runtime = lookup(tomlkit.parse(read_head(under(root, path)) or "").unwrap(), "engine", "runtime")
+            runtime = lookup(tomlkit.parse(read_head(under_root(root, path), CONFIG_CHARS, default="")).unwrap(), "engine", "runtime")
         except (TOMLKitError, RecursionError):
             continue
         if isinstance(runtime, str) and runtime:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 
 from ponytail.errors import ProbeError
+from ponytail.fs.hostfiles import under_root
 from ponytail.lite.plainjson import loads
 
 TYPE_CHECKING = False
@@ -38,9 +39,8 @@ def cuda_driver_version(
     asked in an unprivileged child that is killed after ``timeout_s`` seconds. A cache
     file that is not believed is said in ``notes``."""
     from ponytail.fs.inroot import open_file_in_root
-    from ponytail.host.driver_files import host_path
 
-    where = host_path(driver_root, libcuda)
+    where = under_root(driver_root, libcuda)
     try:
         root_fd = os.open(driver_root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:

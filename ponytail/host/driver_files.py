@@ -368,9 +368,6 @@ def _name(entry: str | tuple[str, str]) -> str:
     return entry if isinstance(entry, str) else entry[0]
 
 
-host_path = under_root  # the name ponytail.doctor.check imports
-
-
 def _open_root(path: str) -> int | None:
     try:
         return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -10,6 +10,7 @@ import os
 from ponytail.capabilities import CAPABILITIES
 from ponytail.config import Config
 from ponytail.errors import ProbeError
+from ponytail.fs.hostfiles import read_head, under_root
 from ponytail.host.driver_files import (
     BIN_DIRS,
     FILELIST,
@@ -20,7 +21,6 @@ from ponytail.host.driver_files import (
     find_binary,
     find_files,
     find_libraries,
-    host_path,
 )
 from ponytail.host.features import versions_named
 
@@ -113,7 +113,7 @@ def _from_filelist(
 ) -> tuple[list[tuple[str, str]], list[SkippedFile]]:
     """The files of the driver's own list (ponytail.host.filelist) for ``capabilities`` that the
     tables miss, each with why it is there, and what was skipped in the list; none with -libs."""
-    if not capabilities or library_globs is not None or not os.path.lexists(host_path(config.driver_root, FILELIST)):
+    if not capabilities or library_globs is not None or not os.path.lexists(under_root(config.driver_root, FILELIST)):
         return [], []  # most drivers ship no list: one lstat, and ponytail.host.filelist stays unimported
     from ponytail.host.filelist import missing_from_tables, read_filelist
 
@@ -143,11 +143,7 @@ def firmware_dirs(sys_root: str, version: str) -> tuple[str, ...]:
     /lib/firmware/<release>, /lib/firmware; each with nvidia/<version> under it."""
     release = os.uname().release
     bases = [f"/lib/firmware/updates/{release}", "/lib/firmware/updates", f"/lib/firmware/{release}", "/lib/firmware"]
-    try:
-        with open(os.path.join(sys_root, "module/firmware_class/parameters/path"), "rb") as f:
-            custom = f.read(4096).decode("utf-8", "replace").strip()
-    except OSError:
-        custom = ""
+    custom = read_head(os.path.join(sys_root, "module/firmware_class/parameters/path"), 4096, default="").strip()
     # a plain absolute path only: no glob characters, no "..", nothing but what normpath keeps
     if custom.startswith("/") and os.path.normpath(custom) == custom.rstrip("/") and not any(c in custom for c in "*?[\n"):
         bases.insert(0, custom.rstrip("/") or "/")

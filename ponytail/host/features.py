@@ -10,7 +10,8 @@ import stat
 
 from ponytail.capabilities import FEATURES, IMEX_FEATURE, Feature
 from ponytail.config import Config
-from ponytail.host.driver_files import find_binary, host_path
+from ponytail.fs.hostfiles import under_root
+from ponytail.host.driver_files import find_binary
 from ponytail.host.nodes import any_minor_node, is_number, numbered_nodes
 from ponytail.host.records import DeviceNode, FeatureFinding, IpcPath, char_node
 
@@ -111,7 +112,7 @@ def versions_named(path: str, versions: tuple[str, ...]) -> set[str] | str:
 def _feature_paths(config: Config, feature: Feature, why: str) -> tuple[IpcPath, ...]:
     paths = []
     for path, root, is_dir in [(f, config.driver_root, False) for f in feature.files] + [(d, config.ipc_root, True) for d in feature.directories]:
-        full = host_path(root, path)
+        full = under_root(root, path)
         try:
             mode = os.stat(full, follow_symlinks=False).st_mode
         except OSError:
@@ -151,7 +152,7 @@ def _channel_inside(directory: str) -> str | None:
 
 
 def ipc_path(ipc_root: str, path: str, why: str) -> IpcPath | None:
-    full = host_path(ipc_root, path)
+    full = under_root(ipc_root, path)
     try:
         st = os.stat(full, follow_symlinks=False)
     except OSError:

@@ -21,7 +21,7 @@ def make_link(path: str, command: str, does: str, hint: str, dry_run: bool = Fal
     must hold SCRIPT_MARK); the line that says what was done (``does``: what it then does; ``hint``:
     what to do instead when another vendor's file is there)."""
     require_command(command)
-    if is_ours(path, command) and (not script or _holds(path, script)):
+    if is_ours(path, command) and (not script or holds(path, script)):
         return f"{path} already runs {command}: nothing changed"
     refuse_foreign(path, hint, command=command)
     if not dry_run:
@@ -77,7 +77,8 @@ def _is_our_script(path: str) -> bool:
         return False
 
 
-def _holds(path: str, content: bytes) -> bool:
+def holds(path: str, content: bytes) -> bool:
+    """Whether the file ``path`` holds exactly ``content`` (False when it cannot be read)."""
     try:
         with open(path, "rb") as f:
             return f.read(len(content) + 1) == content

@@ -34,8 +34,9 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Table
 
 from ponytail.engines.containerd import k3s
-from ponytail.engines.model import Edit, Registered, Settings, Unregistered, lookup, ponytails, read_head, under
+from ponytail.engines.model import CONFIG_CHARS, Edit, Registered, Settings, Unregistered, lookup, ponytails
 from ponytail.errors import ConfigError, PonytailError
+from ponytail.fs.hostfiles import read_head, under_root
 
 CONFIG_PATH = "/etc/containerd/config.toml"
 IMPORTS_KEY = "imports"
@@ -262,15 +263,15 @@ def unregistered(root: str) -> Unregistered:
 def config_files(root: str) -> list[tuple[str, str]]:
     """(path, text) of the node's config.toml and of what it is made of, as ``configure`` writes them:
     the files its imports name, or the template a k3s-generated config is made from."""
-    path = under(root, CONFIG_PATH)
-    text = read_head(path) or ""
+    path = under_root(root, CONFIG_PATH)
+    text = read_head(path, CONFIG_CHARS, default="")
     files = [(path, text)]
     generated = k3s.generated_by(text)
     if generated is not None:
         template = os.path.join(os.path.dirname(path), os.path.basename(generated[1]))
-        return [*files, (template, read_head(template) or "")]
+        return [*files, (template, read_head(template, CONFIG_CHARS, default=""))]
     try:
-        files += [(p, read_head(p) or "") for p in imported(path, text or None)]
+        files += [(p, read_head(p, CONFIG_CHARS, default="")) for p in imported(path, text or None)]
     except PonytailError:
         pass  # a config containerd cannot read: the finding names config.toml
     return files

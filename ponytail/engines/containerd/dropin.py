@@ -22,6 +22,7 @@ from ponytail.engines.containerd.config import IMPORTS_KEY, imported, node_prefi
 from ponytail.engines.containerd.config import imports as _imports
 from ponytail.engines.model import Edit, Settings
 from ponytail.errors import ConfigError
+from ponytail.fs.hostfiles import is_under
 
 __all__ = ["DROP_IN_NAME", "IMPORTS_KEY", "drop_in_for", "drop_in_edit", "imported", "main_edit", "node_prefix"]
 
@@ -67,7 +68,7 @@ def main_edit(path: str, text: str | None, drop_in: str, remove: bool = False, a
         return Edit(path, text, text, ())
     directory = os.path.dirname(drop_in)
     prefix = node_prefix(path)
-    if prefix and directory.startswith(prefix + "/"):
+    if prefix and is_under(directory, prefix):
         directory = directory[len(prefix):]  # as containerd on the node sees it
     pattern = os.path.join(directory, "*.toml")
     if IMPORTS_KEY in document:

@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from ponytail.fs.hostfiles import read_head
 from ponytail.install.dockergpus import HOOK_NAME, SERVICE_PATH
 from ponytail.install.nvidiahook import hook_paths_in
 
@@ -68,7 +69,7 @@ def probe(root: str) -> Toolkit:
     specs = tuple(_on_node(root, f.path) for f in nvidias if clashes(f.kind))
     kept = tuple((_on_node(root, f.path), f.kind) for f in nvidias if not clashes(f.kind))
     named = tuple(dict.fromkeys(p for f in nvidias if not clashes(f.kind) and f.spec is not None for p in hook_paths_in(f.spec) if os.path.isabs(p)))
-    engine_files = tuple(p for p in _engine_files(root) if runtime_values(_read(under(root, p))))
+    engine_files = tuple(p for p in _engine_files(root) if runtime_values(read_head(under(root, p), 4 << 20, default="")))
     binaries = tuple(
         os.path.join(d, name) for d in dict.fromkeys(SERVICE_PATH) for name in BINARIES
         if os.path.lexists(under(root, os.path.join(d, name))) and not _same_dir_seen(root, d)
@@ -111,14 +112,6 @@ def _engine_files(root: str) -> list[str]:
             continue
         found += [os.path.join(directory, n) for n in names if os.path.isfile(under(root, os.path.join(directory, n)))]
     return [p for p in found if os.path.isfile(under(root, p))]
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(4 << 20)
-    except OSError:
-        return ""
 
 
 def _ponytails_link(path: str) -> bool:

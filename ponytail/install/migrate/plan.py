@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from ponytail.errors import PonytailError
 from ponytail.install.dockergpus import SERVICE_PATH
 from ponytail.install.files import read_text
+from ponytail.install.hooklinks import holds
 from ponytail.install.migrate.nvidia import BOOT_UNIT, BOOT_WANTS, SERVED, Toolkit, replace_runtime, under
 from ponytail.install.nvidiahook import script
 
@@ -64,7 +65,7 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
     steps += _boot_steps(root, f"{ponytail} cdi generate --output {first}{with_config}", first)
     hook_script = script(ponytail)
     for path in toolkit.engine_files:
-        text = _read_text(under(root, path))
+        text = read_text(under(root, path)) or ""  # a symlink, a non-UTF-8 or huge file is refused with one line
         steps.append(Step(path, "its runtime entries run ponytail-runtime instead of nvidia-container-runtime (their names kept)",
                           replace_runtime(text, runtime).encode()))
     install_hook = f"ponytail install-nvidia-hook --at {{path}} --path {ponytail}"
@@ -80,7 +81,7 @@ def make_plan(root: str, toolkit: Toolkit, ponytail: str, runtime: str, spec_fil
             steps.append(Step(path, "NVIDIA's program on the engines' PATH"))
     notes: list[str] = []
     for path in toolkit.hook_paths:
-        if path in toolkit.binaries or _is_hook_script(under(root, path), hook_script):
+        if path in toolkit.binaries or holds(under(root, path), hook_script):
             continue
         if os.path.dirname(path) not in SERVICE_PATH or not os.path.isdir(under(root, os.path.dirname(path))):
             notes.append(f"a CDI spec left alone names {path} as its hook, which is not on the engines' PATH "
@@ -138,14 +139,6 @@ def _boot_steps(root: str, command: str, spec: str | None) -> list[Step]:
     ]
 
 
-def _is_hook_script(path: str, wanted: bytes) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(wanted) + 1) == wanted
-    except OSError:
-        return False
-
-
 def refuse_what_cannot_be_undone(root: str, path: str) -> None:
     """One line, before anything changes, for a path whose state a migration could not give back:
     not a regular file or a link, or in a directory it cannot write."""
@@ -159,11 +152,6 @@ def refuse_what_cannot_be_undone(root: str, path: str) -> None:
     directory = os.path.dirname(full)
     if not os.access(directory, os.W_OK) or os.statvfs(directory).f_flag & os.ST_RDONLY:
         raise PonytailError(f"not migrating: {os.path.dirname(path)} cannot be written (read-only), so {path} could not be put back")
-
-
-def _read_text(path: str) -> str:
-    text = read_text(path)  # a symlink, a non-UTF-8 or huge file is refused with one line
-    return text or ""
 
 
 def remedy(root: str, entry: dict) -> str:
