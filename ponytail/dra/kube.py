@@ -72,7 +72,10 @@ class Kube:
             raise KubeError(f"{method} {path}: {type(e).__name__}: {e}") from None
         if not 200 <= status < 300:
             raise KubeError(f"{method} {path}: HTTP {status} {_reason(text) or reason}", status)
-        return json.loads(text) if text else None
+        try:
+            return json.loads(text) if text else None
+        except ValueError as e:
+            raise KubeError(f"{method} {path}: the API server's answer is not JSON: {e}") from None
 
     def claim(self, namespace: str, name: str) -> dict:
         return self.call("GET", f"{GROUP}/namespaces/{namespace}/resourceclaims/{name}")

@@ -31,6 +31,7 @@ from ponytail.dra.claims import ClaimWork
 from ponytail.dra.slices import DeviceEntry
 from ponytail.errors import InputError, PonytailError, ProbeError
 from ponytail.fs.atomic import replace_file
+from ponytail.fs.trust import Untrusted, read_private_file
 from ponytail.host.driver_search import find_ldconfig
 from ponytail.host.probe import probe_gpus
 from ponytail.lite.records import replace
@@ -70,12 +71,12 @@ class Preparer:
 
     def _read(self) -> dict[str, dict]:
         path = os.path.join(self.state_dir, CHECKPOINT)
-        try:
-            with open(path, "rb") as f:
-                data = json.loads(f.read(1 << 24))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as e:
+        try:  # root's alone, no link followed: the checkpoint decides which specs are removed
+            raw = read_private_file(self.state_dir, CHECKPOINT, 1 << 24)
+            if raw is None and os.path.lexists(path):
+                raise OSError(f"{path} cannot be read")
+            data = json.loads(raw) if raw is not None else {"version": CHECKPOINT_VERSION, "claims": {}}
+        except (OSError, ValueError, Untrusted) as e:
             raise ProbeError(f"cannot read the DRA checkpoint {path}: {e}; move it aside to start afresh "
                              f"(the claims' specs are {self.cdi_dir}/{SPEC_PREFIX}*.json)") from e
         if not isinstance(data, dict) or data.get("version") != CHECKPOINT_VERSION or not isinstance(data.get("claims"), dict):
@@ -91,6 +92,7 @@ class Preparer:
         """At start: remove what a prepare killed midway may have left (its spec, its entry); what was done."""
         done = []
         for uid, entry in list(self.claims.items()):
+            check_uid(uid)  # it names the spec file removed
             if entry.get("state") != "prepared":
                 self._remove_spec(uid)
                 del self.claims[uid]

@@ -109,12 +109,12 @@ class Plugin:
         _bind(server, self.registration_socket)  # last: the kubelet registers the plugin once this socket appears
         server.start()
         self.servers = [server]
-        threading.Thread(target=self._resync_loop, name="resync", daemon=True).start()
+        threading.Thread(target=self._kept, args=(self._resync_loop,), name="resync", daemon=True).start()
         sources = self._event_sources()
         if sources:
-            threading.Thread(target=self._events_loop, args=(sources,), name="events", daemon=True).start()
+            threading.Thread(target=self._kept, args=(lambda: self._events_loop(sources),), name="events", daemon=True).start()
         if self.s.kmsg:
-            threading.Thread(target=self._kmsg_loop, name="kmsg", daemon=True).start()
+            threading.Thread(target=self._kept, args=(self._kmsg_loop,), name="kmsg", daemon=True).start()
         self.say(f"serving {self.s.driver} on node {self.s.node}: {len(self.entries)} device(s), registration {self.registration_socket}")
 
     def stop(self) -> None:
@@ -217,6 +217,19 @@ class Plugin:
         except (KubeError, KeyError, TypeError, ValueError) as e:
             self.say(f"cannot publish the ResourceSlice {name}: {one_line(str(e))}; trying again in {RETRY_S:.0f} s")
             return False
+
+    def _kept(self, loop: Any) -> None:
+        """Run a background ``loop`` (resync, driver events, kernel log) until the plugin stops: an
+        error it did not expect is said in one line and the loop starts again after RETRY_S, so the
+        slice and the health never stop silently while the plugin serves."""
+        while not self.stopping.is_set():
+            try:
+                loop()
+                return
+            except Exception as e:  # noqa: BLE001 - a background loop must outlive its bug: said, then started again
+                name = threading.current_thread().name
+                self.say(f"the {name} loop failed: {type(e).__name__}: {one_line(str(e))}; starting it again in {RETRY_S:.0f} s")
+                self.stopping.wait(RETRY_S)
 
     def _resync_loop(self) -> None:
         ok = True
@@ -357,8 +370,8 @@ class Plugin:
                     devices = self.preparer.prepare(
                         lambda c=claim: claim_work(self.kube.claim(c.namespace, c.name), c.uid, self.s.driver, self.s.node),
                         claim.uid, claim.namespace, claim.name, dict(self.entries))
-                except PonytailError as e:
-                    out.error = one_line(e.message)
+                except (PonytailError, OSError) as e:
+                    out.error = one_line(e.message if isinstance(e, PonytailError) else f"{e.filename}: {e.strerror}")
                     self.say(f"prepare {claim.namespace}/{claim.name} ({claim.uid}) failed: {out.error}")
                     continue
                 for d in devices:

@@ -139,6 +139,7 @@ def test_a_plugin_killed_mid_prepare_cleans_up_at_its_next_start(node: DraNode) 
     node.cdi.mkdir()
     (node.state / "checkpoint.json").write_text(json.dumps(
         {"version": 1, "driver": DRIVER, "claims": {UID1: {"state": "preparing", "namespace": "default", "name": "one"}}}))
+    (node.state / "checkpoint.json").chmod(0o600)  # as the plugin writes it: a checkpoint others may read is refused
     (node.cdi / f"ponytail-dra_{UID1}.json").write_text("half: written\n")
     node.start()
     assert "was being prepared when the plugin stopped" in node.log()
@@ -348,3 +349,13 @@ def test_nvidia_mode_serves_nvidias_driver_name_and_device_classes(tmp_path: Pat
     assert node.kubelet.info.name == "gpu.nvidia.com" and published["spec"]["driver"] == "gpu.nvidia.com"
     assert published["spec"]["devices"][0]["attributes"]["type"] == {"string": "gpu"}  # what NVIDIA's DeviceClass gpu.nvidia.com selects
     assert error == "" and ids == [f"gpu.nvidia.com/claim={UID1}-gpu-0"] and node.api.refused == []
+
+
+def test_a_checkpoint_others_could_have_written_is_refused_with_one_line(node) -> None:
+    """The checkpoint decides which specs the plugin removes: one group or others may write is not believed."""
+    node.state.mkdir()
+    node.cdi.mkdir()
+    (node.state / "checkpoint.json").write_text(json.dumps({"version": 1, "driver": DRIVER, "claims": {}}))
+    (node.state / "checkpoint.json").chmod(0o666)
+    with pytest.raises(AssertionError, match="may read or write it"):
+        node.start()

@@ -212,3 +212,24 @@ def test_the_systemd_unit_runs_the_plugin_and_is_not_packaged() -> None:
     assert "ExecStart=/usr/bin/ponytail dra-plugin\n" in unit and "Environment=NODE_NAME=" in unit and "Environment=KUBECONFIG=" in unit
     # debian/rules installs every packaging/systemd unit, and debhelper enables and starts what it installs
     assert not (REPO / "packaging/systemd/ponytail-dra-plugin.service").exists()
+
+
+def test_a_background_loop_that_fails_is_said_and_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resync, events and kernel-log loops outlive an error they did not expect: one line, then again."""
+    import threading
+    from types import SimpleNamespace
+
+    from ponytail.dra import server
+
+    monkeypatch.setattr(server, "RETRY_S", 0.0)
+    said: list[str] = []
+    plugin = SimpleNamespace(stopping=threading.Event(), say=said.append)
+    runs: list[int] = []
+
+    def loop() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise OSError(5, "Input/output error")
+
+    server.Plugin._kept(plugin, loop)  # type: ignore[arg-type]
+    assert len(runs) == 2 and len(said) == 1 and "failed: OSError" in said[0] and "starting it again" in said[0], said
