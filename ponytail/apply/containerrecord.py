@@ -215,7 +215,7 @@ def note_xid(directory: str, record: dict, xid: dict) -> None:
     from ponytail.fs.atomic import replace_file
     from ponytail.fs.trust import Untrusted
 
-    name = record_name(str(record.get("id", ""))).removesuffix(SUFFIX) + XIDS_SUFFIX
+    name = xids_name(record_name(str(record.get("id", ""))))
     dir_fd = open_records_dir(directory)
     try:
         try:
@@ -235,7 +235,7 @@ def read_xids(dir_fd: int, record: dict) -> list[dict]:
     from ponytail.lite.plainjson import loads_plain
 
     try:
-        name = record_name(str(record.get("id", ""))).removesuffix(SUFFIX) + XIDS_SUFFIX
+        name = xids_name(record_name(str(record.get("id", ""))))
     except ValueError:
         return []
     read = read_private_at(dir_fd, name, MAX_RECORD_BYTES, "records")
@@ -246,10 +246,15 @@ def read_xids(dir_fd: int, record: dict) -> list[dict]:
     return [x for x in xids if isinstance(x, dict) and isinstance(x.get("xid"), int)][-MAX_XIDS:] if isinstance(xids, list) else []
 
 
+def xids_name(record: str) -> str:
+    """The file of the Xids noted beside the record file ``record``."""
+    return record.removesuffix(SUFFIX) + XIDS_SUFFIX
+
+
 def remove_xids(dir_fd: int, name: str) -> None:
     """Remove the Xids noted beside record ``name`` (its record is gone)."""
     try:
-        os.unlink(name.removesuffix(SUFFIX) + XIDS_SUFFIX, dir_fd=dir_fd)
+        os.unlink(xids_name(name), dir_fd=dir_fd)
     except OSError:
         pass
 

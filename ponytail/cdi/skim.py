@@ -76,7 +76,7 @@ def spec_hooks(spec: dict) -> list[Hook]:
 
 
 def _yaml(text: str) -> Skimmed:
-    if "\t" in text or "\r" in text or text.startswith("\ufeff"):
+    if any(c in text for c in "\t\r\x85\u2028\u2029") or text.startswith("\ufeff"):  # YAML's other line breaks too
         raise _Outside
     lines = []
     for line in text.split("\n"):
@@ -240,6 +240,8 @@ def _key(body: str) -> tuple[str, str]:
             key, rest = body[:colon], body[colon + 2:].lstrip(" ")
         if "#" in key or key.endswith(" "):
             raise _Outside
+    if key == "<<":  # a merge key: what it merges in is the whole parse's
+        raise _Outside
     return key, ("" if rest.startswith("#") else rest)
 
 

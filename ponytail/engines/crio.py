@@ -13,9 +13,10 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from ponytail.engines import hooksd
-from ponytail.engines.model import CONFIG_CHARS, Edit, Registered, Settings, Unregistered, lookup, ponytails
+from ponytail.engines.configread import read_config
+from ponytail.engines.model import Edit, Registered, Settings, Unregistered, lookup, ponytails
 from ponytail.errors import ConfigError
-from ponytail.fs.hostfiles import read_head, under_root
+from ponytail.fs.hostfiles import under_root
 
 CONFIG_PATH = "/etc/crio/crio.conf"
 HOOKS_CONFIGS = (CONFIG_PATH, "/etc/crio/crio.conf.d")  # may set hooks_dir
@@ -85,7 +86,7 @@ def registered(root: str) -> Registered | None:
     """A runtime that is ponytail-runtime in crio.conf or a file of crio.conf.d (the drop-in ``edit``
     writes), else ponytail's hooks.d file where CRI-O reads hooks; None when neither is there."""
     for path in _config_files(root):
-        found = runtime(path, read_head(path, CONFIG_CHARS, default=""))
+        found = runtime(path, read_config(root, path))
         if found is not None:
             return found
     return hooksd.registered(root, HOOKS_CONFIGS)
@@ -113,7 +114,10 @@ def _config_files(root: str) -> list[str]:
     """crio.conf and the files of crio.conf.d beside it, in the order CRI-O reads them."""
     main = under_root(root, CONFIG_PATH)
     drop_ins = os.path.join(os.path.dirname(main), "crio.conf.d")
-    names = sorted(os.listdir(drop_ins)) if os.path.isdir(drop_ins) else []
+    try:
+        names = sorted(os.listdir(drop_ins)) if os.path.isdir(drop_ins) else []
+    except OSError:  # a directory this user may not read, or gone meanwhile: nothing read from it
+        names = []
     return [main, *(os.path.join(drop_ins, n) for n in names)]
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 
-from ponytail.engines.model import CONFIG_CHARS, Edit, Registered, Settings, Unregistered, ponytails
+from ponytail.engines.configread import read_config
+from ponytail.engines.model import Edit, Registered, Settings, Unregistered, ponytails
 from ponytail.errors import ConfigError
-from ponytail.fs.hostfiles import read_head, under_root
+from ponytail.fs.hostfiles import under_root
 
 CONFIG_PATH = "/etc/docker/daemon.json"
 
@@ -63,7 +64,7 @@ def registered(root: str) -> Registered | None:
     """The runtime ``edit`` wrote in the node's daemon.json (one named as ``--name`` names it by
     default, or one that runs a ponytail command); None when there is none."""
     path = under_root(root, CONFIG_PATH)
-    return runtime(path, read_head(path, CONFIG_CHARS, default=""))
+    return runtime(path, read_config(root, path))
 
 
 def runtime(path: str, text: str | None) -> Registered | None:
@@ -83,7 +84,7 @@ def runtime(path: str, text: str | None) -> Registered | None:
 
 def unregistered(root: str) -> Unregistered:
     path = under_root(root, CONFIG_PATH)
-    text = read_head(path, CONFIG_CHARS, default="")
+    text = read_config(root, path)
     return Unregistered(f"{path} registers no ponytail-runtime", files=((path, text),), mentioned="ponytail" in text)
 
 
@@ -92,7 +93,7 @@ def _parse(path: str, text: str | None) -> dict:
         return {}
     try:
         document = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ConfigError(f"{path} is not valid JSON ({e}); fix it by hand, ponytail will not guess") from e
     if not isinstance(document, dict):
         raise ConfigError(f"{path} must hold a JSON object, not {type(document).__name__}")

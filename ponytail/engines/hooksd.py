@@ -16,10 +16,11 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from ponytail.container.gpu_markers import GPU_ANNOTATION, GPU_ANNOTATION_VALUE
-from ponytail.engines.model import CONFIG_CHARS, Registered, Unregistered
+from ponytail.engines.configread import read_config
+from ponytail.engines.model import Registered, Unregistered
 from ponytail.errors import UsageError, os_failure
 from ponytail.fs.atomic import replace_file
-from ponytail.fs.hostfiles import read_head, under_root
+from ponytail.fs.hostfiles import under_root
 
 FILE_NAME = "ponytail.json"
 DEFAULT_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"  # what Debian 12's podman 4.3.1 reads
@@ -79,9 +80,12 @@ def hooks_dirs(root: str, configs: tuple[str, ...]) -> tuple[tuple[str, ...], st
     where = "the default hooks directories"
     for config in configs:
         path = under_root(root, config)
-        files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".conf")] if os.path.isdir(path) else [path]
+        try:
+            files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".conf")] if os.path.isdir(path) else [path]
+        except OSError:  # a directory this user may not read, or gone meanwhile: nothing read from it
+            files = []
         for name in files:
-            found = hooks_dir_setting(read_head(name, CONFIG_CHARS, default=""))
+            found = hooks_dir_setting(read_config(root, name))
             if found:
                 dirs, where = found, f"hooks_dir in {name}"
     return dirs, where
@@ -116,7 +120,7 @@ def hook_files(root: str, dirs: tuple[str, ...]) -> list[tuple[str, str | None]]
     for directory in dirs:
         path = under_root(root, f"{directory.rstrip('/')}/{FILE_NAME}")
         if os.path.exists(path):
-            found.append((path, hook_command(read_head(path, CONFIG_CHARS, default=""))))
+            found.append((path, hook_command(read_config(root, path))))
     return found
 
 

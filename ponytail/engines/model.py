@@ -78,3 +78,4 @@ def lookup(table: object, *keys: str) -> object:
             return None
         table = table.get(key)
     return table
+

@@ -11,9 +11,10 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from ponytail.engines import hooksd
+from ponytail.engines.configread import read_config
 from ponytail.engines.hooksd import hook_file_text
-from ponytail.engines.model import CONFIG_CHARS, Edit, Registered, Settings, Unregistered, lookup
-from ponytail.fs.hostfiles import read_head, under_root
+from ponytail.engines.model import Edit, Registered, Settings, Unregistered, lookup
+from ponytail.fs.hostfiles import under_root
 
 CONFIG_PATH = "/usr/share/containers/oci/hooks.d/ponytail.json"  # what Debian 12's podman reads
 HOOKS_CONFIGS = ("/etc/containers/containers.conf",)  # may set hooks_dir
@@ -48,7 +49,7 @@ def configured_runtime(root: str) -> tuple[str, str] | None:
     found = None
     for path in CONTAINERS_CONFS:
         try:
-            runtime = lookup(tomlkit.parse(read_head(under_root(root, path), CONFIG_CHARS, default="")).unwrap(), "engine", "runtime")
+            runtime = lookup(tomlkit.parse(read_config(root, under_root(root, path))).unwrap(), "engine", "runtime")
         except (TOMLKitError, RecursionError):
             continue
         if isinstance(runtime, str) and runtime:

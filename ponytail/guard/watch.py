@@ -169,8 +169,9 @@ def guard_pass(config: Config, repair: bool) -> PassReport:
             view = PassView(config, repair, f.read(), report.driver_version, _own_cgroup_namespace())
         names = sorted(os.listdir(dir_fd))
         for name in names:
-            if repair and name.endswith(XIDS_SUFFIX) and not name.startswith(".") and name.removesuffix(XIDS_SUFFIX) + SUFFIX not in names:
-                remove_xids(dir_fd, name.removesuffix(XIDS_SUFFIX) + SUFFIX)  # its record went before it was noted
+            record_file = name.removesuffix(XIDS_SUFFIX) + SUFFIX
+            if repair and name.endswith(XIDS_SUFFIX) and not name.startswith(".") and record_file not in names:
+                remove_xids(dir_fd, record_file)  # its record went before it was noted
             if not name.endswith(SUFFIX) or name.startswith("."):
                 continue
             read = _read_record(dir_fd, directory, name, report, repair)

@@ -71,6 +71,10 @@ OUTSIDE = {  # forms the skim leaves to the whole parse
     "block scalar": "kind: |\n  a.com/b\n",
     "indented": "  kind: a.com/b\n",
     "merge": "kind: a.com/b\ndevices:\n- name: '0'\n  <<: *e\n",
+    "merged block": "kind: a.com/b\n<<:\n  containerEdits:\n    hooks:\n    - path: /usr/bin/nvidia-cdi-hook\n      args: [x]\n",
+    "next line": "kind: a.com/x\ncdiVersion: 0.6.0\x85kind: nvidia.com/gpu\n",
+    "line separator": "kind: a.com/x\ncdiVersion: 0.6.0\u2028kind: nvidia.com/gpu\n",
+    "paragraph separator": "kind: a.com/x\ncdiVersion: 0.6.0\u2029kind: nvidia.com/gpu\n",
 }
 
 

@@ -33,10 +33,11 @@ from tomlkit import TOMLDocument
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Table
 
+from ponytail.engines.configread import read_config
 from ponytail.engines.containerd import k3s
-from ponytail.engines.model import CONFIG_CHARS, Edit, Registered, Settings, Unregistered, lookup, ponytails
+from ponytail.engines.model import Edit, Registered, Settings, Unregistered, lookup, ponytails
 from ponytail.errors import ConfigError, PonytailError
-from ponytail.fs.hostfiles import read_head, under_root
+from ponytail.fs.hostfiles import under_root
 
 CONFIG_PATH = "/etc/containerd/config.toml"
 IMPORTS_KEY = "imports"
@@ -264,14 +265,14 @@ def config_files(root: str) -> list[tuple[str, str]]:
     """(path, text) of the node's config.toml and of what it is made of, as ``configure`` writes them:
     the files its imports name, or the template a k3s-generated config is made from."""
     path = under_root(root, CONFIG_PATH)
-    text = read_head(path, CONFIG_CHARS, default="")
+    text = read_config(root, path)
     files = [(path, text)]
     generated = k3s.generated_by(text)
     if generated is not None:
         template = os.path.join(os.path.dirname(path), os.path.basename(generated[1]))
-        return [*files, (template, read_head(template, CONFIG_CHARS, default=""))]
+        return [*files, (template, read_config(root, template))]
     try:
-        files += [(p, read_head(p, CONFIG_CHARS, default="")) for p in imported(path, text or None)]
+        files += [(p, read_config(root, p)) for p in imported(path, text or None)]
     except PonytailError:
         pass  # a config containerd cannot read: the finding names config.toml
     return files
